@@ -1,0 +1,229 @@
+"""What every attention backend shares: the error type, option specs, capabilities, masks.
+
+Dimension legend used across ``models/attention``:
+    b  batch        h  heads        i  query position (Lq)
+    j  key position (Lk)            d  head dimension   m  features / landmarks / samples
+
+A backend is a pure function ``kernel(q, k, v, key_padding_mask, causal, **options)`` plus a
+:class:`Backend` record that says what it supports, so a caller can ask *before* running whether an
+input is acceptable (xformers' ``not_supported_reasons`` does the same).
+
+Conventions every backend follows:
+    * ``key_padding_mask``: bool ``[b, Lk]``, True marks a real key, False a padded one.
+    * ``causal``: query ``i`` sees keys ``j <= i`` (top-left aligned, as SDPA's ``is_causal``).
+    * A query that can see no key at all gets a zero output row (never NaN).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+
+class AttentionError(ValueError):
+    """An attention call that cannot run: unknown backend, bad option, unsupported input.
+
+    The message is written for the caller (the service returns it in a 422 body).
+    """
+
+
+@dataclass(frozen=True)
+class IntOption:
+    """An integer option with an inclusive range; ``default=None`` means "derived from the input"."""
+
+    default: int | None
+    minimum: int
+    maximum: int
+    description: str
+
+    def validate(self, backend: str, name: str, value: Any) -> int:
+        # bool is an int subclass in Python; `True` as a feature count is a caller mistake.
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            else:
+                raise AttentionError(
+                    f"{backend}: option '{name}' must be an integer in "
+                    f"[{self.minimum}, {self.maximum}], got {value!r}"
+                )
+        if not self.minimum <= value <= self.maximum:
+            raise AttentionError(
+                f"{backend}: option '{name}' must be in [{self.minimum}, {self.maximum}], got {value}"
+            )
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "integer",
+            "default": self.default,
+            "minimum": self.minimum,
+            "maximum": self.maximum,
+            "description": self.description,
+        }
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What inputs a backend accepts."""
+
+    causal: bool = True
+    padding_mask: bool = True
+    cross_attention: bool = True  # Lq != Lk
+    causal_cross_attention: bool = True  # causal with Lq != Lk
+    dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+    devices: tuple[str, ...] = ("cpu", "cuda")
+    max_head_dim: int | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "causal": self.causal,
+            "padding_mask": self.padding_mask,
+            "cross_attention": self.cross_attention,
+            "causal_cross_attention": self.causal_cross_attention,
+            "dtypes": [str(t).removeprefix("torch.") for t in self.dtypes],
+            "devices": list(self.devices),
+            "max_head_dim": self.max_head_dim,
+        }
+
+
+Kernel = Callable[..., Tensor]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A named attention backend: its kernel, what it supports and which options it takes."""
+
+    name: str
+    exact: bool
+    summary: str
+    citation: str
+    kernel: Kernel
+    capabilities: Capabilities = field(default_factory=Capabilities)
+    options: Mapping[str, IntOption] = field(default_factory=dict)
+    # Extra device/dtype rules a capability table cannot express (e.g. SDPA fused kernels).
+    extra_check: Callable[[InputSpec], list[str]] | None = None
+
+    def resolve_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Validate ``options`` and fill in defaults; raise :class:`AttentionError` if invalid."""
+        options = dict(options or {})
+        unknown = sorted(set(options) - set(self.options))
+        if unknown:
+            valid = ", ".join(sorted(self.options)) or "none"
+            raise AttentionError(
+                f"{self.name}: unknown option(s) {', '.join(map(repr, unknown))}; valid options: {valid}"
+            )
+        resolved: dict[str, Any] = {}
+        for name, spec in self.options.items():
+            resolved[name] = (
+                spec.validate(self.name, name, options[name]) if name in options else spec.default
+            )
+        return resolved
+
+    def unsupported_reasons(self, spec: InputSpec) -> list[str]:
+        """Readable reasons why this backend cannot take ``spec``; empty when it can."""
+        caps, reasons = self.capabilities, []
+        if spec.causal and not caps.causal:
+            reasons.append(f"{self.name} has no causal (masked) variant")
+        if spec.has_padding_mask and not caps.padding_mask:
+            reasons.append(f"{self.name} does not support key padding masks")
+        if spec.lq != spec.lk and not caps.cross_attention:
+            reasons.append(f"{self.name} needs Lq == Lk (got Lq={spec.lq}, Lk={spec.lk})")
+        if spec.causal and spec.lq != spec.lk and not caps.causal_cross_attention:
+            reasons.append(
+                f"{self.name} supports causal attention only with Lq == Lk "
+                f"(got Lq={spec.lq}, Lk={spec.lk})"
+            )
+        if spec.dtype not in caps.dtypes:
+            valid = ", ".join(str(t).removeprefix("torch.") for t in caps.dtypes)
+            reasons.append(
+                f"{self.name} does not support dtype {str(spec.dtype).removeprefix('torch.')}; "
+                f"supported: {valid}"
+            )
+        if spec.device_type not in caps.devices:
+            reasons.append(
+                f"{self.name} does not run on device '{spec.device_type}'; "
+                f"supported: {', '.join(caps.devices)}"
+            )
+        if caps.max_head_dim is not None and spec.head_dim > caps.max_head_dim:
+            reasons.append(
+                f"{self.name} supports head dimensions up to {caps.max_head_dim}, got {spec.head_dim}"
+            )
+        if self.extra_check is not None:
+            reasons.extend(self.extra_check(spec))
+        return reasons
+
+    def describe(self) -> dict[str, Any]:
+        """A JSON-ready description (served by ``GET /models``)."""
+        return {
+            "name": self.name,
+            "exact": self.exact,
+            "summary": self.summary,
+            "citation": self.citation,
+            "supports": self.capabilities.describe(),
+            "options": {name: spec.describe() for name, spec in self.options.items()},
+        }
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """The facts about an attention input that decide whether a backend can run it."""
+
+    lq: int
+    lk: int
+    head_dim: int
+    dtype: torch.dtype
+    device_type: str
+    causal: bool = False
+    has_padding_mask: bool = False
+
+    @classmethod
+    def of(cls, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool) -> InputSpec:
+        return cls(
+            lq=q.shape[-2],
+            lk=k.shape[-2],
+            head_dim=q.shape[-1],
+            dtype=q.dtype,
+            device_type=q.device.type,
+            causal=causal,
+            has_padding_mask=key_padding_mask is not None,
+        )
+
+
+# ----------------------------------------------------------------------------- mask helpers
+
+
+def visible_keys(
+    lq: int, lk: int, key_padding_mask: Tensor | None, causal: bool, device: torch.device
+) -> Tensor | None:
+    """Boolean ``[b or 1, 1, Lq or 1, Lk]`` mask of which keys each query may see (None: all).
+
+    Materialises ``Lq x Lk`` only when ``causal`` is set; a padding mask alone stays ``[b,1,1,Lk]``.
+    """
+    mask: Tensor | None = None
+    if key_padding_mask is not None:
+        mask = key_padding_mask[:, None, None, :]
+    if causal:
+        tri = torch.ones(lq, lk, dtype=torch.bool, device=device).tril()[None, None]
+        mask = tri if mask is None else mask & tri
+    return mask
+
+
+def masked_mean_values(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+    """Mean of ``v`` over real keys: ``[b, h, Lk, d] -> [b, h, 1, d]``; zeros for an all-pad row."""
+    if key_padding_mask is None:
+        return v.mean(dim=-2, keepdim=True)
+    w = key_padding_mask[:, None, :, None].to(v.dtype)
+    total = (v * w).sum(dim=-2, keepdim=True)
+    count = w.sum(dim=-2, keepdim=True).clamp_min(1.0)
+    return total / count
+
+
+def real_lengths(key_padding_mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
+    """Number of real keys per row, ``[b]`` (int64)."""
+    if key_padding_mask is None:
+        return torch.full((batch,), length, dtype=torch.long, device=device)
+    return key_padding_mask.sum(dim=-1)

@@ -1,0 +1,102 @@
+"""Backends by name: look-up, option validation, input checks and the public ``attend`` call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from models.attention import flash, full, nystrom, performer, probsparse
+from models.attention.base import AttentionError, Backend, InputSpec
+
+_REGISTRY: dict[str, Backend] = {
+    b.name: b
+    for b in (full.BACKEND, flash.BACKEND, probsparse.BACKEND, performer.BACKEND, nystrom.BACKEND)
+}
+
+BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """The :class:`Backend` called ``name``; :class:`AttentionError` listing valid names if none."""
+    try:
+        return _REGISTRY[name]
+    except (KeyError, TypeError):
+        raise AttentionError(
+            f"unknown attention backend {name!r}; valid backends: {', '.join(BACKENDS)}"
+        ) from None
+
+
+def resolve_options(name: str, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Validated options for backend ``name`` with defaults filled in."""
+    return get_backend(name).resolve_options(options)
+
+
+def check(name: str, spec: InputSpec, options: Mapping[str, Any] | None = None) -> None:
+    """Raise :class:`AttentionError` if backend ``name`` cannot run ``spec`` with ``options``."""
+    backend = get_backend(name)
+    backend.resolve_options(options)
+    reasons = backend.unsupported_reasons(spec)
+    if reasons:
+        raise AttentionError("; ".join(reasons))
+
+
+def _check_tensors(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise AttentionError(
+            f"q, k, v must be 4-D [batch, heads, length, head_dim]; got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}"
+        )
+    if k.shape != v.shape:
+        raise AttentionError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise AttentionError(
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch, heads and head_dim"
+        )
+    if q.dtype != k.dtype or q.dtype != v.dtype or not q.is_floating_point():
+        raise AttentionError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-2] == 0 or k.shape[-2] == 0:
+        raise AttentionError("sequence lengths must be at least 1")
+    if key_padding_mask is not None and (
+        key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (k.shape[0], k.shape[-2])
+    ):
+        raise AttentionError(
+            f"key_padding_mask must be bool [batch, Lk] = [{k.shape[0]}, {k.shape[-2]}]; got "
+            f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+        )
+
+
+def attend(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    backend: str = "full",
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    **options: Any,
+) -> Tensor:
+    """Attention of ``q`` over ``k``/``v`` computed by ``backend``.
+
+    Args:
+        q: ``[b, h, Lq, d]``; k, v: ``[b, h, Lk, d]``.
+        backend: one of :data:`BACKENDS`.
+        key_padding_mask: bool ``[b, Lk]``, True marks a real key; None means all keys are real.
+        causal: query ``i`` sees keys ``j <= i`` only.
+        options: backend options (see ``get_backend(name).options``).
+
+    Returns:
+        ``[b, h, Lq, d]`` in ``q``'s dtype. A query that sees no key gets zeros.
+
+    Raises:
+        AttentionError: unknown backend or option, out-of-range option, or an input the backend
+            cannot run; the message says which and why.
+    """
+    chosen = get_backend(backend)
+    resolved = chosen.resolve_options(options)
+    _check_tensors(q, k, v, key_padding_mask)
+    reasons = chosen.unsupported_reasons(InputSpec.of(q, k, key_padding_mask, causal))
+    if reasons:
+        raise AttentionError("; ".join(reasons))
+    return chosen.kernel(q, k, v, key_padding_mask, causal, **resolved)
