@@ -1,0 +1,165 @@
+"""Performer attention with FAVOR+ (Choromanski et al., "Rethinking Attention with Performers",
+ICLR 2021, §2.3–2.4).
+
+softmax(q·k/√d) is estimated by φ(q)·φ(k) with *positive* random features
+``φ(x) = exp(ωᵀx − |x|²/2) / √m`` whose projections ω are orthogonal blocks with Gaussian-like
+row norms (lower variance than i.i.d. features, §2.4). Attention then costs O(L·m·d):
+
+    out_i = φ(q_i)ᵀ Σ_j φ(k_j) v_jᵀ  /  φ(q_i)ᵀ Σ_j φ(k_j)
+
+Numerics (kept in fp32 even for half inputs): the exponent is shifted by a stabiliser before
+``exp`` — per query row for φ(q) and over all *real* keys of a (batch row, head) for φ(k) — and a
+small constant is added to every feature, as in the reference implementations. The shifts cancel
+between numerator and denominator; taking the key maximum over real keys only keeps padding from
+changing a row's result.
+Causal mode uses prefix sums computed chunk by chunk (§B.1), so memory stays linear in L.
+The random features are drawn once per (head_dim, num_features) from a fixed seed.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import torch
+from torch import Tensor
+
+from models.attention.base import Backend, Capabilities, IntOption
+
+FEATURE_SEED = 0xFA7
+CAUSAL_CHUNK = 256
+
+
+def default_num_features(head_dim: int) -> int:
+    """m ≈ d·ln d, the Performer paper's suggested feature count (266 for d = 64)."""
+    return max(1, int(head_dim * math.log(max(head_dim, 2))))
+
+
+@functools.lru_cache(maxsize=64)
+def orthogonal_features(head_dim: int, num_features: int, device: str = "cpu") -> Tensor:
+    """ω: ``[m, d]`` fp32, stacked orthogonal ``d x d`` blocks, each row scaled by a chi(d) norm.
+
+    Drawn from a fixed seed on the CPU, so every process and device gets the same features.
+    """
+    gen = torch.Generator().manual_seed(FEATURE_SEED + 1009 * head_dim + num_features)
+    blocks = []
+    for _ in range(math.ceil(num_features / head_dim)):
+        gaussian = torch.randn(head_dim, head_dim, generator=gen, dtype=torch.float64)
+        ortho, _ = torch.linalg.qr(gaussian)
+        blocks.append(ortho.T)
+    omega = torch.cat(blocks)[:num_features]
+    norms = torch.randn(num_features, head_dim, generator=gen, dtype=torch.float64).norm(dim=1)
+    return (omega * norms[:, None]).to(device=device, dtype=torch.float32)
+
+
+# Added to every feature after the max shift, as the reference implementations do: keeps
+# denominators positive and shrinks the estimate towards uniform attention where the random
+# features carry almost no signal (google-research/performer uses 1e-6, performer-pytorch 1e-4).
+NUMERICAL_STABILISER = 1e-4
+
+
+def _feature_maps(
+    q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_features: int
+) -> tuple[Tensor, Tensor]:
+    """φ(q), φ(k): ``[b,h,n,m]`` each, stabilised; padded keys get φ = 0.
+
+    Hyperbolic positive features (the paper's Lemma 1, "SM^hyp+"): each projection ω is used
+    as the antithetic pair (ω, −ω), φ(x) = e^(−|x|²/2)/√m · [e^(ωᵀx), e^(−ωᵀx)], which has lower
+    variance than m independent positive features at the same feature count.
+    """
+    d = q.shape[-1]
+    pairs = max(1, num_features // 2)
+    omega = orthogonal_features(d, pairs, str(q.device)).to(q.dtype)
+    scale = d**-0.25  # so that (q·d^-¼)·(k·d^-¼) = q·k/√d
+    inv_sqrt_m = (2 * pairs) ** -0.5
+
+    def projections(x: Tensor) -> tuple[Tensor, Tensor]:
+        proj = torch.einsum("bhnd,md->bhnm", x, omega)
+        return torch.cat([proj, -proj], dim=-1), 0.5 * x.pow(2).sum(dim=-1, keepdim=True)
+
+    # Query stabiliser: the row's own max projection (a per-query constant, cancels in the ratio).
+    q_proj, q_sq = projections(q * scale)
+    phi_q = torch.exp(q_proj - q_sq - q_proj.amax(dim=-1, keepdim=True))
+    phi_q = (phi_q + NUMERICAL_STABILISER) * inv_sqrt_m
+    del q_proj
+    # Key stabiliser: one max over the real keys of a (row, head); padding must not move it.
+    k_proj, k_sq = projections(k * scale)
+    if key_padding_mask is not None:
+        real = key_padding_mask[:, None, :, None]
+        k_max = k_proj.masked_fill(~real, -torch.inf).amax(dim=(-1, -2), keepdim=True)
+        k_max = torch.where(torch.isfinite(k_max), k_max, torch.zeros_like(k_max))  # all padding
+    else:
+        k_max = k_proj.amax(dim=(-1, -2), keepdim=True)
+    phi_k = (torch.exp(k_proj - k_sq - k_max) + NUMERICAL_STABILISER) * inv_sqrt_m
+    if key_padding_mask is not None:  # padded keys leave numerator and denominator
+        phi_k = phi_k * real
+    return phi_q, phi_k
+
+
+def _linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
+    kv = torch.einsum("bhjm,bhjd->bhmd", phi_k, v)
+    numerator = torch.einsum("bhim,bhmd->bhid", phi_q, kv)
+    denominator = torch.einsum("bhim,bhm->bhi", phi_q, phi_k.sum(dim=2))
+    return numerator / denominator.clamp_min(torch.finfo(phi_q.dtype).tiny)[..., None]
+
+
+def _causal_linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk: int) -> Tensor:
+    """Prefix-sum linear attention, one chunk at a time: O(L·m·d) time, O(chunk² + m·d) state."""
+    b, h, n, m = phi_q.shape
+    state = phi_q.new_zeros(b, h, m, v.shape[-1])  # Σ_{j < chunk start} φ(k_j) v_jᵀ
+    norm = phi_q.new_zeros(b, h, m)  # Σ_{j < chunk start} φ(k_j)
+    outputs = []
+    for start in range(0, n, chunk):
+        qc, kc, vc = (t[:, :, start : start + chunk] for t in (phi_q, phi_k, v))
+        local = torch.einsum("bhim,bhjm->bhij", qc, kc).tril()
+        numerator = torch.einsum("bhim,bhmd->bhid", qc, state) + local @ vc
+        denominator = torch.einsum("bhim,bhm->bhi", qc, norm) + local.sum(dim=-1)
+        outputs.append(numerator / denominator.clamp_min(torch.finfo(qc.dtype).tiny)[..., None])
+        state = state + torch.einsum("bhjm,bhjd->bhmd", kc, vc)
+        norm = norm + kc.sum(dim=2)
+    return torch.cat(outputs, dim=2)
+
+
+def performer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    num_features: int | None = None,
+) -> Tensor:
+    """FAVOR+ attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``."""
+    out_dtype = q.dtype
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    m = num_features or default_num_features(q.shape[-1])
+    phi_q, phi_k = _feature_maps(q, k, key_padding_mask, m)
+    if causal:
+        out = _causal_linear_attention(phi_q, phi_k, v, CAUSAL_CHUNK)
+    else:
+        out = _linear_attention(phi_q, phi_k, v)
+    return out.to(out_dtype)
+
+
+BACKEND = Backend(
+    name="performer",
+    exact=False,
+    summary=(
+        "Performer FAVOR+: softmax kernel estimated with positive orthogonal random features; "
+        "O(L·m·d) time and memory linear in L."
+    ),
+    citation="Choromanski et al., Rethinking Attention with Performers, ICLR 2021",
+    kernel=performer_attention,
+    capabilities=Capabilities(causal_cross_attention=False),
+    options={
+        "num_features": IntOption(
+            default=None,
+            minimum=8,
+            maximum=4096,
+            description=(
+                "Random features m (used as m/2 antithetic pairs); default int(d·ln d), "
+                "266 for head_dim 64."
+            ),
+        )
+    },
+)

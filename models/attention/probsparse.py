@@ -1,0 +1,195 @@
+"""ProbSparse self-attention (Zhou et al., "Informer", AAAI 2021, §3.1 and Lemma 1).
+
+Only the ``u = c·⌈ln Lq⌉`` queries with the most "peaked" attention get exact softmax over all
+keys; the others ("lazy" queries) get the mean of the values, which is what a near-uniform
+attention row would produce anyway. Peakedness is the max-mean measure
+``M(q_i) = max_j(q_i·k_j/√d) − mean_j(q_i·k_j/√d)`` evaluated on ``U = c·⌈ln Lk⌉`` sampled keys.
+
+Where this differs from the reference code (zhouhaoyi/Informer2020, ``models/attn.py``):
+    * The reference averages the sampled scores by dividing by ``Lk``; we divide by the number of
+      samples, the mean the paper writes.
+    * Causal lazy queries: the reference gives position ``i`` the *cumulative sum* of ``v[:i+1]``;
+      we give the running *mean*, the causal counterpart of the non-causal mean it uses (a sum
+      grows with ``i`` and is not an attention output).
+    * Samples are drawn per row from that row's real keys (causal: keys ``j <= i``) with a
+      counter-based hash of (query position, sample slot), not ``torch.randint``: the same input
+      gives the same answer, and padding a row or batching it with others changes nothing.
+    * ``u`` and ``U`` use each row's real length and are at least 1.
+When ``u >= Lq`` every query is active and the result equals ``full`` exactly.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from models.attention.base import Backend, Capabilities, IntOption, masked_mean_values
+from models.attention.full import full_attention
+
+SAMPLE_SEED = 0x5EED
+# Largest gathered block of sampled keys, in elements, so sampling memory stays linear in L.
+_GATHER_BUDGET = 1 << 24
+
+
+def _hash_uniform(rows: Tensor, cols: Tensor, seed: int) -> Tensor:
+    """Deterministic uniforms in [0, 1) for each (row, col) pair: a 32-bit integer hash.
+
+    Counter-based, so the value for query ``i``/sample ``s`` never depends on how many other
+    queries exist (unlike a generator stream, whose values shift with the tensor shape).
+    """
+    mask32 = 0xFFFFFFFF
+    x = (rows * 0x9E3779B1 + cols * 0x85EBCA77 + seed) & mask32
+    for _ in range(2):  # "lowbias32"-style mixing: xor-shift, multiply (fits in int64)
+        x = ((x ^ (x >> 16)) * 0x45D9F3B) & mask32
+    x = x ^ (x >> 16)
+    return x.to(torch.float64) / float(1 << 32)
+
+
+def _count(n: Tensor, factor: int) -> Tensor:
+    """``min(c·⌈ln n⌉, n)``, at least 1 where n >= 1 (ln 1 = 0 would give no query at all)."""
+    c = factor * torch.ceil(torch.log(n.clamp_min(1).to(torch.float64))).to(torch.long)
+    return torch.minimum(c.clamp_min(1), n)
+
+
+def _sample_positions(
+    key_padding_mask: Tensor | None, b: int, lq: int, lk: int, causal: bool, factor: int, device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Sampled key positions ``[b, Lq, U]``, which slots count ``[b, Lq, U]``, visible keys ``[b, Lq]``."""
+    if key_padding_mask is None:
+        real = torch.ones(b, lk, dtype=torch.bool, device=device)
+    else:
+        real = key_padding_mask
+    # Real key positions in order, then padding: rank r -> position real_pos[b, r].
+    real_pos = torch.argsort((~real).to(torch.uint8), dim=-1, stable=True)
+    n_real = real.sum(dim=-1)  # [b]
+    if causal:
+        prefix = real.cumsum(dim=-1)  # real keys at positions <= j
+        pos = torch.arange(lq, device=device).clamp_max(lk - 1)
+        visible = prefix[:, pos]  # [b, Lq]
+        visible = torch.where(torch.arange(lq, device=device) < lk, visible, n_real[:, None])
+    else:
+        visible = n_real[:, None].expand(b, lq)
+    per_row = _count(visible, factor)  # [b, Lq] samples for each query
+    u_max = max(int(per_row.max()), 1)
+    rows = torch.arange(lq, device=device)[:, None]
+    slots = torch.arange(u_max, device=device)[None, :]
+    r = _hash_uniform(rows, slots, SAMPLE_SEED)[None]  # [1, Lq, U]
+    rank = torch.floor(r * visible[..., None].to(torch.float64)).to(torch.long)
+    rank = torch.minimum(rank, (visible[..., None] - 1).clamp_min(0))
+    positions = torch.gather(real_pos, 1, rank.reshape(b, -1)).reshape(b, lq, u_max)
+    used = slots[None] < per_row[..., None]
+    return positions, used, visible
+
+
+def _sparsity_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
+    """Max-mean measure ``M`` of each query on its sampled keys: ``[b, h, Lq]``."""
+    b, h, lq, d = q.shape
+    n_used = used.sum(dim=-1).clamp_min(1)  # [b, Lq]
+    best = torch.full((b, h, lq), -torch.inf, dtype=q.dtype, device=q.device)
+    total = torch.zeros((b, h, lq), dtype=q.dtype, device=q.device)
+    chunk = max(1, _GATHER_BUDGET // max(1, b * h * lq * d))
+    for s0 in range(0, positions.shape[-1], chunk):
+        pos = positions[:, :, s0 : s0 + chunk]  # [b, Lq, s]
+        s = pos.shape[-1]
+        index = pos.reshape(b, 1, lq * s, 1).expand(b, h, lq * s, d)
+        k_s = torch.gather(k, 2, index).reshape(b, h, lq, s, d)
+        scores = torch.einsum("bhid,bhisd->bhis", q, k_s)
+        ok = used[:, None, :, s0 : s0 + chunk]
+        best = torch.maximum(best, scores.masked_fill(~ok, -torch.inf).amax(dim=-1))
+        total = total + (scores * ok).sum(dim=-1)
+    return best - total / n_used[:, None, :]
+
+
+def _lazy_values(v: Tensor, key_padding_mask: Tensor | None, lq: int, causal: bool) -> Tensor:
+    """Output of lazy queries: mean of real values (causal: running mean up to ``i``), ``[b,h,Lq,d]``."""
+    b, h, lk, d = v.shape
+    if not causal:
+        return masked_mean_values(v, key_padding_mask).expand(b, h, lq, d)
+    w = (
+        torch.ones(b, 1, lk, 1, dtype=v.dtype, device=v.device)
+        if key_padding_mask is None
+        else key_padding_mask[:, None, :, None].to(v.dtype)
+    )
+    sums, counts = (v * w).cumsum(dim=2), w.cumsum(dim=2)
+    pos = torch.arange(lq, device=v.device).clamp_max(lk - 1)
+    return sums[:, :, pos] / counts[:, :, pos].clamp_min(1.0)
+
+
+def probsparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    factor: int = 5,
+) -> Tensor:
+    """ProbSparse attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``."""
+    b, h, lq, d = q.shape
+    lk = k.shape[-2]
+    out_dtype = q.dtype
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    q, k, v = q.to(work), k.to(work), v.to(work)
+
+    # In self-attention the key padding mask also marks padded queries; they are never active.
+    self_attention = key_padding_mask is not None and lq == lk
+    n_queries = (
+        key_padding_mask.sum(dim=-1)
+        if self_attention
+        else torch.full((b,), lq, dtype=torch.long, device=q.device)
+    )
+    n_active = _count(n_queries, factor)  # [b]
+    if bool((n_active >= n_queries).all()):
+        return full_attention(q, k, v, key_padding_mask, causal).to(out_dtype)
+
+    positions, used, visible = _sample_positions(key_padding_mask, b, lq, lk, causal, factor, q.device)
+    measure = _sparsity_measure(q * (1.0 / math.sqrt(d)), k, positions, used)
+    idle = visible == 0
+    if self_attention:
+        idle = idle | ~key_padding_mask
+    measure = measure.masked_fill(idle[:, None, :], -torch.inf)
+
+    u_max = int(n_active.max())
+    top = measure.topk(u_max, dim=-1, sorted=True).indices  # [b, h, u]
+    active = torch.arange(u_max, device=q.device)[None, None, :] < n_active[:, None, None]
+
+    q_top = torch.gather(q, 2, top[..., None].expand(b, h, u_max, d))
+    scores = torch.einsum("bhud,bhjd->bhuj", q_top, k) * (1.0 / math.sqrt(d))
+    allowed = torch.ones(b, 1, 1, lk, dtype=torch.bool, device=q.device)
+    if key_padding_mask is not None:
+        allowed = key_padding_mask[:, None, None, :]
+    if causal:
+        allowed = allowed & (torch.arange(lk, device=q.device) <= top[..., None])
+    scores = scores.masked_fill(~allowed, torch.finfo(work).min)
+    weights = scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)
+    out_top = torch.einsum("bhuj,bhjd->bhud", weights, v)
+
+    out = _lazy_values(v, key_padding_mask, lq, causal).contiguous()
+    index = top[..., None].expand(b, h, u_max, d)
+    out_top = torch.where(active[..., None], out_top, torch.gather(out, 2, index))
+    out = out.scatter(2, index, out_top)
+    if bool(idle.any()):  # queries that see no key at all
+        out = out.masked_fill((visible == 0)[:, None, :, None], 0.0)
+    return out.to(out_dtype)
+
+
+BACKEND = Backend(
+    name="probsparse",
+    exact=False,
+    summary=(
+        "Informer's ProbSparse attention: exact softmax for the c·ln(L) most peaked queries, "
+        "mean of the values for the rest; O(L log L)."
+    ),
+    citation="Zhou et al., Informer, AAAI 2021",
+    kernel=probsparse_attention,
+    capabilities=Capabilities(),
+    options={
+        "factor": IntOption(
+            default=5,
+            minimum=1,
+            maximum=100,
+            description="c in u = c·ceil(ln L): active queries and sampled keys per query.",
+        )
+    },
+)
