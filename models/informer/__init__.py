@@ -1,0 +1,27 @@
+"""Informer long-sequence forecaster (Zhou et al., AAAI 2021) trained on ETTh1.
+
+Public surface for the service: :class:`InformerForecaster`, :class:`ForecastWindow`,
+:class:`Forecast`, :func:`shipped_models`. Training: ``python -m models.informer.train``;
+evaluation: ``python -m models.informer.evaluate``.
+"""
+
+from models.informer.config import PRESETS, InformerConfig, preset
+from models.informer.forecaster import (
+    Forecast,
+    ForecastWindow,
+    InformerForecaster,
+    shipped_models,
+)
+from models.informer.model import Informer, attention_plan
+
+__all__ = [
+    "PRESETS",
+    "Forecast",
+    "ForecastWindow",
+    "Informer",
+    "InformerConfig",
+    "InformerForecaster",
+    "attention_plan",
+    "preset",
+    "shipped_models",
+]

@@ -1,0 +1,250 @@
+"""The servable Informer: validated inputs in original units, batched forecasts out.
+
+The service calls :meth:`InformerForecaster.prepare` on each series (raising ``ModelInputError``
+with a readable reason for anything it cannot take), batches the resulting windows and calls
+:meth:`InformerForecaster.predict` with the backend the request named.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from models.attention import BACKENDS, get_backend
+from models.errors import ModelInputError
+from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
+from models.informer.model import Informer, attention_plan
+from models.informer.timefeatures import (
+    check_regular,
+    format_timestamps,
+    future_index,
+    parse_timestamps,
+    time_features,
+)
+
+DEFAULT_ATTENTION = "probsparse"
+# A scaled value further than this from the training mean (in training standard deviations) is
+# taken as a unit or data error, not a reading: ETTh1's whole history stays within ~10.
+MAX_ABS_SCALED = 1000.0
+
+
+@dataclass
+class ForecastWindow:
+    """One validated history, ready to batch.
+
+    Attributes:
+        values: scaled history ``[context, channels]`` (float32).
+        marks: calendar features of those rows ``[context, features]`` (float32).
+        last_timestamp: time of the last history row; forecasts start one step later.
+    """
+
+    values: np.ndarray
+    marks: np.ndarray
+    last_timestamp: pd.Timestamp
+
+
+@dataclass
+class Forecast:
+    """A forecast in original units: ``values[t][c]`` at ``timestamps[t]``."""
+
+    timestamps: list[str]
+    values: list[list[float]]
+
+
+def shipped_models() -> list[str]:
+    """Names of the Informer checkpoints under ``models/weights/``."""
+    return list(shipped_dirs())
+
+
+class InformerForecaster:
+    """A loaded Informer checkpoint with its scaler, calendar and attention plan."""
+
+    def __init__(self, name: str, model: Informer, meta: dict[str, Any], directory: Path) -> None:
+        self.name = name
+        self.model = model
+        self.meta = meta
+        self.directory = directory
+        self.scaler = scaler_of(meta)
+        self.context: int = int(meta["context"])
+        self.label_len: int = int(meta["label_len"])
+        self.horizon: int = int(meta["horizon"])
+        self.channels: list[str] = list(meta["channels"])
+        self.freq: str = meta["freq"]
+        self.device = next(model.parameters()).device
+        quality_path = directory / "quality.json"
+        self.quality: dict[str, Any] = (
+            json.loads(quality_path.read_text()) if quality_path.is_file() else {}
+        )
+
+    @classmethod
+    def load(cls, name_or_path: str, device: str = "cpu") -> InformerForecaster:
+        """Load a shipped model by name (``informer-etth1-h24``) or a checkpoint folder path."""
+        shipped = shipped_dirs()
+        directory = shipped.get(name_or_path) or Path(name_or_path)
+        if not (directory / "config.json").is_file():
+            valid = ", ".join(shipped) or "none"
+            raise FileNotFoundError(
+                f"no Informer checkpoint {name_or_path!r}; shipped models: {valid}"
+            )
+        model, meta = load_checkpoint(directory, device)
+        return cls(directory.name, model, meta, directory)
+
+    # ------------------------------------------------------------------ input validation
+
+    def prepare(self, timestamps: list[str], values: list[list[float]]) -> ForecastWindow:
+        """Validate one history and turn it into a scaled window of the last ``context`` rows.
+
+        Raises:
+            ModelInputError: too few rows, row/timestamp count mismatch, wrong or ragged channel
+                counts, non-numeric / NaN / infinite / implausibly large values, unparsable
+                timestamps, or timestamps not regular at the model's frequency.
+        """
+        n_ch = len(self.channels)
+        if not isinstance(values, list | tuple) or not isinstance(timestamps, list | tuple):
+            raise ModelInputError("timestamps and values must be lists")
+        if len(timestamps) != len(values):
+            raise ModelInputError(
+                f"got {len(timestamps)} timestamps but {len(values)} value rows; "
+                "give one timestamp per row"
+            )
+        if len(values) < self.context:
+            raise ModelInputError(
+                f"{self.name} needs at least {self.context} rows of history, got {len(values)}; "
+                f"send the last {self.context} hourly rows (longer histories are trimmed)"
+            )
+        for i, row in enumerate(values):
+            if not isinstance(row, list | tuple) or len(row) != n_ch:
+                got = len(row) if isinstance(row, list | tuple) else type(row).__name__
+                raise ModelInputError(
+                    f"row {i} has {got} values; every row needs {n_ch} values, one per channel "
+                    f"({', '.join(self.channels)})"
+                )
+        try:
+            raw = np.asarray(values[-self.context :], dtype=np.float64)
+        except (TypeError, ValueError):
+            raise ModelInputError("values must be numbers") from None
+        if not np.isfinite(raw).all():
+            r, c = np.argwhere(~np.isfinite(raw))[0]
+            row = len(values) - self.context + int(r)
+            raise ModelInputError(
+                f"row {row}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
+            )
+        scaled = self.scaler.transform(raw)
+        if np.abs(scaled).max() > MAX_ABS_SCALED:
+            r, c = np.unravel_index(int(np.abs(scaled).argmax()), scaled.shape)
+            row = len(values) - self.context + int(r)
+            raise ModelInputError(
+                f"row {row}, channel {self.channels[c]} = {raw[r, c]:g} is implausibly large for "
+                f"this model (over {MAX_ABS_SCALED:g} training standard deviations from the mean); "
+                "check the units"
+            )
+        try:
+            index = parse_timestamps(timestamps)
+            check_regular(index, self.freq)
+        except ValueError as exc:
+            raise ModelInputError(str(exc)) from None
+        index = index[-self.context :]
+        return ForecastWindow(
+            values=scaled.astype(np.float32),
+            marks=time_features(index, self.freq),
+            last_timestamp=index[-1],
+        )
+
+    # ------------------------------------------------------------------ inference
+
+    def check_attention(self, backend: str, options: dict | None = None) -> dict:
+        """Resolved options for ``backend`` (model defaults filled in); ``AttentionError`` if the
+        name or an option is invalid."""
+        opts = dict(options or {})
+        if backend == "probsparse" and "factor" not in opts:
+            opts["factor"] = self.model.config.factor
+        return get_backend(backend).resolve_options(opts)
+
+    def layer_backends(self, backend: str) -> dict[str, str]:
+        """Which backend each attention layer runs when ``backend`` is requested."""
+        return {k: v.backend for k, v in self._plan(backend).items()}
+
+    def _plan(self, backend: str, options: dict | None = None) -> dict:
+        dtype = next(self.model.parameters()).dtype
+        return attention_plan(self.model.config, backend, options, None, dtype, self.device.type)
+
+    def _check_horizon(self, horizon: int | None) -> int:
+        if horizon is None:
+            return self.horizon
+        if isinstance(horizon, bool) or not isinstance(horizon, int):
+            raise ModelInputError(f"horizon must be an integer, got {horizon!r}")
+        if not 1 <= horizon <= self.horizon:
+            raise ModelInputError(
+                f"horizon must be between 1 and {self.horizon} for {self.name}, got {horizon}; "
+                "use a model with a longer horizon"
+            )
+        return horizon
+
+    @torch.inference_mode()
+    def predict(
+        self,
+        windows: list[ForecastWindow],
+        backend: str = DEFAULT_ATTENTION,
+        options: dict | None = None,
+        horizon: int | None = None,
+    ) -> list[Forecast]:
+        """Forecast every window in one batched forward pass; values in original units.
+
+        The model always predicts its full horizon; a shorter ``horizon`` returns the first steps.
+        """
+        steps = self._check_horizon(horizon)
+        self.check_attention(backend, options)
+        if not windows:
+            return []
+        dev, L, H = self.device, self.label_len, self.horizon
+        x = torch.from_numpy(np.stack([w.values for w in windows])).to(dev)  # [b, context, c]
+        mark = torch.from_numpy(np.stack([w.marks for w in windows])).to(dev)  # [b, context, f]
+        futures = [future_index(w.last_timestamp, H, self.freq) for w in windows]
+        fut_marks = np.stack([time_features(f, self.freq) for f in futures])  # [b, H, f]
+        x_dec = torch.cat([x[:, -L:], x.new_zeros(x.shape[0], H, x.shape[2])], dim=1)
+        mark_dec = torch.cat([mark[:, -L:], torch.from_numpy(fut_marks).to(dev)], dim=1)
+        out = self.model(x, mark, x_dec, mark_dec, backend, options)  # [b, H, c]
+        values = self.scaler.inverse(out[:, :steps].double().cpu().numpy())
+        return [
+            Forecast(format_timestamps(f[:steps]), v.tolist())
+            for f, v in zip(futures, values, strict=True)
+        ]
+
+    # ------------------------------------------------------------------ description
+
+    def card(self) -> dict[str, Any]:
+        """Everything ``GET /models`` shows about this model."""
+        backends = {}
+        measured = self.quality.get("backends", {})
+        for name in BACKENDS:
+            b = get_backend(name)
+            plan = self._plan(name)
+            backends[name] = {
+                "exact": b.exact,
+                "options": {k: o.describe() for k, o in b.options.items()},
+                "layers": {k: v.backend for k, v in plan.items()},
+                "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
+                "quality": measured.get(name),
+            }
+        c = self.model.config
+        return {
+            "name": self.name,
+            "task": "forecast",
+            "architecture": "Informer (Zhou et al., AAAI 2021)",
+            "context": self.context,
+            "horizon": self.horizon,
+            "label_len": self.label_len,
+            "channels": self.channels,
+            "freq": self.freq,
+            "default_attention": DEFAULT_ATTENTION,
+            "revin": c.revin,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "backends": backends,
+            "quality": {k: v for k, v in self.quality.items() if k != "slice"},
+        }

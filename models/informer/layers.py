@@ -1,0 +1,126 @@
+"""Informer blocks: multi-head attention around ``attend``, encoder/decoder layers, distilling.
+
+Structure follows Zhou et al. 2021 (Fig. 2, Sec. 3.2 eq. 5) and Informer2020 ``models/attn.py``
+(``AttentionLayer``), ``models/encoder.py`` (``EncoderLayer``, ``ConvLayer``) and
+``models/decoder.py`` (``DecoderLayer``). The attention core has no weights: each layer calls
+``models.attention.attend`` with whatever backend the caller picked for this forward pass, so
+one checkpoint serves every backend.
+
+Dimension legend: ``b`` batch, ``n``/``m`` query/key steps, ``h`` heads, ``e`` head dim,
+``d`` model width.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from models.attention import attend
+
+
+class AttentionLayer(nn.Module):
+    """Q/K/V projections, ``attend`` with a per-call backend, output projection."""
+
+    def __init__(self, d_model: int, n_heads: int, mix: bool = False) -> None:
+        super().__init__()
+        self.n_heads, self.mix = n_heads, mix
+        self.query = nn.Linear(d_model, d_model)
+        self.key = nn.Linear(d_model, d_model)
+        self.value = nn.Linear(d_model, d_model)
+        self.out = nn.Linear(d_model, d_model)
+
+    def forward(
+        self,
+        x_q: Tensor,  # [b, n, d]
+        x_kv: Tensor,  # [b, m, d]
+        backend: str,
+        options: dict[str, Any],
+        causal: bool = False,
+    ) -> Tensor:  # [b, n, d]
+        b, n, d = x_q.shape
+        m, h = x_kv.shape[1], self.n_heads
+        q = self.query(x_q).view(b, n, h, d // h).transpose(1, 2)  # [b, h, n, e]
+        k = self.key(x_kv).view(b, m, h, d // h).transpose(1, 2)  # [b, h, m, e]
+        v = self.value(x_kv).view(b, m, h, d // h).transpose(1, 2)
+        out = attend(q, k, v, backend=backend, causal=causal, **options)  # [b, h, n, e]
+        if self.mix:
+            # Reference quirk (AttentionLayer(mix=True)): the head-major buffer is read as
+            # [b, n, h*e] without moving heads back beside each step.
+            out = out.contiguous().view(b, n, d)
+        else:
+            out = out.transpose(1, 2).reshape(b, n, d)
+        return self.out(out)
+
+
+class FeedForward(nn.Module):
+    """Position-wise feed-forward as two width-1 convolutions (reference layout)."""
+
+    def __init__(self, d_model: int, d_ff: int, dropout: float, activation: str) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv1d(d_model, d_ff, 1)
+        self.conv2 = nn.Conv1d(d_ff, d_model, 1)
+        self.dropout = nn.Dropout(dropout)
+        self.act = F.gelu if activation == "gelu" else F.relu
+
+    def forward(self, x: Tensor) -> Tensor:  # [b, n, d] -> [b, n, d]
+        y = self.dropout(self.act(self.conv1(x.transpose(1, 2))))
+        return self.dropout(self.conv2(y).transpose(1, 2))
+
+
+class EncoderLayer(nn.Module):
+    """Self-attention and feed-forward, each with a residual and post-LayerNorm."""
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str):
+        super().__init__()
+        self.attention = AttentionLayer(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x: Tensor, backend: str, options: dict[str, Any]) -> Tensor:
+        x = self.norm1(x + self.dropout(self.attention(x, x, backend, options)))
+        return self.norm2(x + self.ff(x))
+
+
+class DistilLayer(nn.Module):
+    """Self-attention distilling (paper eq. 5): Conv1d(k=3) -> BatchNorm -> ELU -> MaxPool(s=2).
+
+    Halves the sequence: ``[b, n, d] -> [b, ceil(n/2), d]``.
+    """
+
+    def __init__(self, d_model: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv1d(d_model, d_model, 3, padding=1, padding_mode="circular")
+        self.norm = nn.BatchNorm1d(d_model)
+        self.pool = nn.MaxPool1d(kernel_size=3, stride=2, padding=1)
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2)))))
+        return y.transpose(1, 2)
+
+
+class DecoderLayer(nn.Module):
+    """Masked self-attention, cross-attention to the encoder, feed-forward; post-LayerNorm."""
+
+    def __init__(
+        self, d_model: int, n_heads: int, d_ff: int, dropout: float, activation: str, mix: bool
+    ) -> None:
+        super().__init__()
+        self.self_attention = AttentionLayer(d_model, n_heads, mix=mix)
+        self.cross_attention = AttentionLayer(d_model, n_heads)
+        self.ff = FeedForward(d_model, d_ff, dropout, activation)
+        self.norm1, self.norm2, self.norm3 = (nn.LayerNorm(d_model) for _ in range(3))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,  # [b, n_dec, d]
+        memory: Tensor,  # [b, n_enc, d]
+        self_backend: tuple[str, dict[str, Any]],
+        cross_backend: tuple[str, dict[str, Any]],
+    ) -> Tensor:
+        x = self.norm1(x + self.dropout(self.self_attention(x, x, *self_backend, causal=True)))
+        x = self.norm2(x + self.dropout(self.cross_attention(x, memory, *cross_backend)))
+        return self.norm3(x + self.ff(x))
