@@ -31,7 +31,8 @@ def sinusoid_table(length: int, d_model: int, device: torch.device | None = None
     """Fixed positional encoding ``[length, d]`` (Vaswani et al. 2017, Sec. 3.5)."""
     pos = torch.arange(length, dtype=torch.float32, device=device)[:, None]
     div = torch.exp(
-        torch.arange(0, d_model, 2, dtype=torch.float32, device=device) * (-math.log(10000.0) / d_model)
+        torch.arange(0, d_model, 2, dtype=torch.float32, device=device)
+        * (-math.log(10000.0) / d_model)
     )
     table = torch.zeros(length, d_model, device=device)
     table[:, 0::2] = torch.sin(pos * div)

@@ -30,8 +30,13 @@ from models.informer.timefeatures import format_timestamps
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 # Zhou et al. 2021, Table 2 (multivariate ETTh1, Informer): horizon -> (MSE, MAE).
-PAPER = {24: (0.577, 0.549), 48: (0.685, 0.625), 168: (0.931, 0.752), 336: (1.128, 0.873),
-         720: (1.215, 0.896)}
+PAPER = {
+    24: (0.577, 0.549),
+    48: (0.685, 0.625),
+    168: (0.931, 0.752),
+    336: (1.128, 0.873),
+    720: (1.215, 0.896),
+}
 SLICE_WINDOWS = 16  # test windows the tests re-run through the public forecaster API
 TOLERANCE = 0.10  # other backends should stay within 10% of the trained backend's MSE
 
@@ -41,9 +46,7 @@ def slice_indices(n_windows: int, count: int = SLICE_WINDOWS) -> list[int]:
     return np.linspace(0, n_windows - 1, count).round().astype(int).tolist()
 
 
-def slice_mse(
-    forecaster: InformerForecaster, backend: str, indices: list[int]
-) -> float:
+def slice_mse(forecaster: InformerForecaster, backend: str, indices: list[int]) -> float:
     """MSE (scaled units) of the public ``prepare``/``predict`` path on the given test windows.
 
     Window ``i`` uses test-array rows ``[i, i+context)`` as history and the next ``horizon`` rows
@@ -81,11 +84,16 @@ def evaluate_checkpoint(name: str, backends: list[str]) -> dict[str, Any]:
     for backend in backends:
         t0 = time.time()
         mse, mae = evaluate_loader(model, loader, backend)
-        results[backend] = {"mse": round(mse, 6), "mae": round(mae, 6),
-                            "layers": f.layer_backends(backend)}
+        results[backend] = {
+            "mse": round(mse, 6),
+            "mae": round(mae, 6),
+            "layers": f.layer_backends(backend),
+        }
         slice_res[backend] = round(slice_mse(f, backend, indices), 6)
-        print(f"{name} {backend:10s} MSE {mse:.4f} MAE {mae:.4f} ({time.time() - t0:.0f}s)",
-              flush=True)
+        print(
+            f"{name} {backend:10s} MSE {mse:.4f} MAE {mae:.4f} ({time.time() - t0:.0f}s)",
+            flush=True,
+        )
     paper = PAPER.get(cfg.pred_len)
     quality = {
         "dataset": "ETTh1 test split (rows 11520-14400, 12/4/4-month protocol), 7 channels",
@@ -94,8 +102,11 @@ def evaluate_checkpoint(name: str, backends: list[str]) -> dict[str, Any]:
         "trained_backend": trained,
         "paper": {"mse": paper[0], "mae": paper[1]} if paper else None,
         "backends": results,
-        "slice": {"indices": indices, "mse": slice_res,
-                  "note": "public prepare/predict path on these test windows; tests reproduce it"},
+        "slice": {
+            "indices": indices,
+            "mse": slice_res,
+            "note": "public prepare/predict path on these test windows; tests reproduce it",
+        },
     }
     (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
     return quality

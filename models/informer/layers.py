@@ -45,13 +45,10 @@ class AttentionLayer(nn.Module):
         k = self.key(x_kv).view(b, m, h, d // h).transpose(1, 2)  # [b, h, m, e]
         v = self.value(x_kv).view(b, m, h, d // h).transpose(1, 2)
         out = attend(q, k, v, backend=backend, causal=causal, **options)  # [b, h, n, e]
-        if self.mix:
-            # Reference quirk (AttentionLayer(mix=True)): the head-major buffer is read as
-            # [b, n, h*e] without moving heads back beside each step.
-            out = out.contiguous().view(b, n, d)
-        else:
-            out = out.transpose(1, 2).reshape(b, n, d)
-        return self.out(out)
+        # mix=True is a reference quirk (AttentionLayer(mix=True)): the head-major buffer is read
+        # as [b, n, h*e] without moving the heads back beside each step.
+        merged = out.reshape(b, n, d) if self.mix else out.transpose(1, 2).reshape(b, n, d)
+        return self.out(merged)
 
 
 class FeedForward(nn.Module):

@@ -119,9 +119,7 @@ class Informer(nn.Module):
     ) -> Tensor:  # [b, pred_len, c_out]
         c = self.config
         pred_len = x_dec.shape[1] - c.label_len
-        plan = attention_plan(
-            c, backend, options, x_enc.shape[1], x_enc.dtype, x_enc.device.type
-        )
+        plan = attention_plan(c, backend, options, x_enc.shape[1], x_enc.dtype, x_enc.device.type)
         if self.revin is not None:
             mean, std = self.revin.stats(x_enc)
             x_enc = self.revin.normalize(x_enc, mean, std)

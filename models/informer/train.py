@@ -41,8 +41,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--context", type=int, default=96, help="seq_len, rows of history (96)")
     p.add_argument("--label-len", type=int, default=48, help="decoder start-token length (48)")
     p.add_argument("--preset", default="small", choices=sorted(PRESETS), help="model size")
-    p.add_argument("--revin", action=argparse.BooleanOptionalAction, default=None,
-                   help="reversible instance normalisation (default: the preset's setting)")
+    p.add_argument(
+        "--revin",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="reversible instance normalisation (default: the preset's setting)",
+    )
     p.add_argument("--epochs", type=int, default=6, help="maximum epochs (paper: 6)")
     p.add_argument("--patience", type=int, default=3, help="early-stopping patience (paper: 3)")
     p.add_argument("--lr", type=float, default=5e-4, help="initial learning rate, halved per epoch")
@@ -52,8 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=2021)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
     p.add_argument("--max-batches", type=int, default=0, help="cap batches per epoch (smoke runs)")
-    p.add_argument("--out", type=Path, default=None,
-                   help="checkpoint folder (default models/weights/informer-etth1-h{horizon})")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="checkpoint folder (default models/weights/informer-etth1-h{horizon})",
+    )
     return p.parse_args(argv)
 
 
@@ -61,16 +69,19 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     seed_everything(args.seed)
-    overrides = dict(seq_len=args.context, label_len=args.label_len, pred_len=args.horizon,
-                     factor=args.factor)
+    overrides = dict(
+        seq_len=args.context, label_len=args.label_len, pred_len=args.horizon, factor=args.factor
+    )
     if args.revin is not None:
         overrides["revin"] = args.revin
     config = preset(args.preset, **overrides)
     out = args.out or WEIGHTS_DIR / f"informer-etth1-h{args.horizon}"
 
     splits, scaler = make_splits(config.seq_len, config.freq)
-    sets = {k: WindowDataset(s, config.seq_len, config.label_len, config.pred_len)
-            for k, s in splits.items()}
+    sets = {
+        k: WindowDataset(s, config.seq_len, config.label_len, config.pred_len)
+        for k, s in splits.items()
+    }
     gen = torch.Generator().manual_seed(args.seed)
     train_loader = DataLoader(sets["train"], args.batch_size, shuffle=True, generator=gen)
     val_loader = DataLoader(sets["val"], 256)
@@ -78,8 +89,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     model = Informer(config)
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
-    print(f"{out.name}: {count_parameters(model):,} parameters, windows "
-          f"{ {k: len(v) for k, v in sets.items()} }, backend {args.backend}", flush=True)
+    print(
+        f"{out.name}: {count_parameters(model):,} parameters, windows "
+        f"{ {k: len(v) for k, v in sets.items()} }, backend {args.backend}",
+        flush=True,
+    )
 
     best_val, best_state, best_epoch, bad_epochs, history = float("inf"), None, 0, 0, []
     start = time.time()
@@ -91,16 +105,23 @@ def main(argv: list[str] | None = None) -> dict:
         for step, (x, xm, y, ym) in enumerate(train_loader):
             if args.max_batches and step >= args.max_batches:
                 break
-            pred = model(x, xm, decoder_input(y, config.label_len, config.pred_len), ym,
-                         args.backend)
+            pred = model(
+                x, xm, decoder_input(y, config.label_len, config.pred_len), ym, args.backend
+            )
             loss = torch.nn.functional.mse_loss(pred, y[:, -config.pred_len :])
             opt.zero_grad()
             loss.backward()
             opt.step()
             total, n = total + loss.item(), n + 1
         val_mse, _ = evaluate_loader(model, val_loader, args.backend)
-        history.append({"epoch": epoch, "train_mse": total / max(n, 1), "val_mse": val_mse,
-                        "seconds": round(time.time() - t0, 1)})
+        history.append(
+            {
+                "epoch": epoch,
+                "train_mse": total / max(n, 1),
+                "val_mse": val_mse,
+                "seconds": round(time.time() - t0, 1),
+            }
+        )
         print(json.dumps(history[-1]), flush=True)
         if val_mse < best_val:
             best_val, best_epoch, bad_epochs = val_mse, epoch, 0
@@ -116,14 +137,24 @@ def main(argv: list[str] | None = None) -> dict:
     wall = time.time() - start
     record = {
         "command": "python -m models.informer.train " + " ".join(argv or sys.argv[1:]),
-        "backend": args.backend, "lr": args.lr, "batch_size": args.batch_size,
-        "seed": args.seed, "best_epoch": best_epoch, "best_val_mse": best_val,
-        "test_mse": test_mse, "test_mae": test_mae, "wall_seconds": round(wall, 1),
-        "history": history, "parameters": count_parameters(model),
+        "backend": args.backend,
+        "lr": args.lr,
+        "batch_size": args.batch_size,
+        "seed": args.seed,
+        "best_epoch": best_epoch,
+        "best_val_mse": best_val,
+        "test_mse": test_mse,
+        "test_mae": test_mae,
+        "wall_seconds": round(wall, 1),
+        "history": history,
+        "parameters": count_parameters(model),
     }
     save_checkpoint(out, model, scaler, list(ETTH1_CHANNELS), record)
-    print(f"saved {out}: best epoch {best_epoch}, val {best_val:.4f}, test MSE {test_mse:.4f} "
-          f"MAE {test_mae:.4f}, {wall:.0f}s", flush=True)
+    print(
+        f"saved {out}: best epoch {best_epoch}, val {best_val:.4f}, test MSE {test_mse:.4f} "
+        f"MAE {test_mae:.4f}, {wall:.0f}s",
+        flush=True,
+    )
     return record
 
 
