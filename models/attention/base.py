@@ -222,7 +222,9 @@ def masked_mean_values(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     return total / count
 
 
-def real_lengths(key_padding_mask: Tensor | None, batch: int, length: int, device: torch.device) -> Tensor:
+def real_lengths(
+    key_padding_mask: Tensor | None, batch: int, length: int, device: torch.device
+) -> Tensor:
     """Number of real keys per row, ``[b]`` (int64)."""
     if key_padding_mask is None:
         return torch.full((batch,), length, dtype=torch.long, device=device)

@@ -52,9 +52,13 @@ def _fused_kernel_rules(spec: InputSpec) -> list[str]:
     reasons = []
     if spec.device_type == "cuda":
         if spec.dtype == torch.float64:
-            reasons.append("flash: the fused CUDA kernels take float16, bfloat16 or float32, not float64")
+            reasons.append(
+                "flash: the fused CUDA kernels take float16, bfloat16 or float32, not float64"
+            )
         if spec.head_dim % 8 != 0:
-            reasons.append(f"flash: fused CUDA kernels need a head dimension divisible by 8, got {spec.head_dim}")
+            reasons.append(
+                f"flash: fused CUDA kernels need a head dimension divisible by 8, got {spec.head_dim}"
+            )
     return reasons
 
 

@@ -117,9 +117,7 @@ def nystrom_attention(
         else torch.ones(b, lk, dtype=torch.bool, device=q.device)
     )
     # Self-attention: the key padding mask also marks padded queries (kept out of landmarks).
-    query_real = (
-        key_real if lq == lk else torch.ones(b, lq, dtype=torch.bool, device=q.device)
-    )
+    query_real = key_real if lq == lk else torch.ones(b, lq, dtype=torch.bool, device=q.device)
     short = key_real.sum(dim=-1) <= m  # [b]
     if bool(short.all()):
         return _exact_short_rows(q, k, v, key_real, m).to(out_dtype)

@@ -143,7 +143,9 @@ def probsparse_attention(
     if bool((n_active >= n_queries).all()):
         return full_attention(q, k, v, key_padding_mask, causal).to(out_dtype)
 
-    positions, used, visible = _sample_positions(key_padding_mask, b, lq, lk, causal, factor, q.device)
+    positions, used, visible = _sample_positions(
+        key_padding_mask, b, lq, lk, causal, factor, q.device
+    )
     measure = _sparsity_measure(q * (1.0 / math.sqrt(d)), k, positions, used)
     idle = visible == 0
     if self_attention:

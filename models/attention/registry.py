@@ -50,17 +50,22 @@ def _check_tensors(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | N
             f"{tuple(k.shape)}, {tuple(v.shape)}"
         )
     if k.shape != v.shape:
-        raise AttentionError(f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}")
+        raise AttentionError(
+            f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
         raise AttentionError(
             f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch, heads and head_dim"
         )
     if q.dtype != k.dtype or q.dtype != v.dtype or not q.is_floating_point():
-        raise AttentionError(f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise AttentionError(
+            f"q, k, v must share one floating dtype; got {q.dtype}, {k.dtype}, {v.dtype}"
+        )
     if q.shape[-2] == 0 or k.shape[-2] == 0:
         raise AttentionError("sequence lengths must be at least 1")
     if key_padding_mask is not None and (
-        key_padding_mask.dtype != torch.bool or tuple(key_padding_mask.shape) != (k.shape[0], k.shape[-2])
+        key_padding_mask.dtype != torch.bool
+        or tuple(key_padding_mask.shape) != (k.shape[0], k.shape[-2])
     ):
         raise AttentionError(
             f"key_padding_mask must be bool [batch, Lk] = [{k.shape[0]}, {k.shape[-2]}]; got "
