@@ -1,0 +1,274 @@
+"""Attention backends alone: median latency, peak memory and error against exact attention.
+
+    python -m benchmarks.attention                     # B=1, H=8, D=64, fp32, L = 512 … 32768
+    python -m benchmarks.attention --lengths 512 2048 --device cuda --dtype bfloat16
+
+Every (implementation, L) runs in a fresh subprocess so its peak memory is its own: on CPU the
+peak RSS (``ru_maxrss``) minus the RSS before the first call, on CUDA ``max_memory_allocated``
+minus the inputs. The error is the mean over rows of ||y − y_exact|| / ||y_exact|| against the
+``flash`` output (exact; checked against a float64 reference in the tests). Peers run at the
+same budgets: performer-pytorch ``FastAttention`` and nystrom-attention's ``NystromAttention``
+with its projections replaced by identities, so only the attention itself is timed.
+Prints a markdown table and writes a PNG plot (``benchmarks/results/attention.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+IMPLEMENTATIONS = [
+    "full",
+    "flash",
+    "probsparse",
+    "performer",
+    "nystrom",
+    "peer:performer-pytorch",
+    "peer:nystrom-attention",
+]
+FEATURES = 266  # int(64·ln 64): our performer default, given to the peer too
+LANDMARKS = 64
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _runner(name: str, heads: int, head_dim: int, device: str):
+    """A function ``(q, k, v) -> out`` for one implementation."""
+    if name.startswith("peer:performer"):
+        from performer_pytorch import FastAttention
+
+        module = FastAttention(dim_heads=head_dim, nb_features=FEATURES, causal=False).to(device)
+        return module
+    if name.startswith("peer:nystrom"):
+        from nystrom_attention import NystromAttention
+
+        inner = heads * head_dim
+        module = NystromAttention(
+            dim=3 * inner,
+            dim_head=head_dim,
+            heads=heads,
+            num_landmarks=LANDMARKS,
+            pinv_iterations=6,
+            residual=False,
+        ).to(device)
+        module.to_qkv = torch.nn.Identity()  # q, k, v arrive ready: time attention only
+        module.to_out = torch.nn.Identity()
+
+        def run(q, k, v):
+            b, h, n, d = q.shape
+            x = torch.cat([t.transpose(1, 2).reshape(b, n, h * d) for t in (q, k, v)], dim=-1)
+            return module(x).reshape(b, n, h, d).transpose(1, 2)
+
+        return run
+
+    from models.attention import attend
+
+    options = {"performer": {"num_features": FEATURES}, "nystrom": {"num_landmarks": LANDMARKS}}
+    return lambda q, k, v: attend(q, k, v, backend=name, **options.get(name, {}))
+
+
+def worker(args: argparse.Namespace) -> None:
+    """Measure one implementation at one length; print one JSON line."""
+    torch.manual_seed(0)
+    dtype = getattr(torch, args.dtype)
+    device = args.device
+    shape = (1, args.heads, args.length, args.head_dim)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.attention_inputs import structured_qkv
+
+    q, k, v = (t.to(device=device, dtype=dtype) for t in structured_qkv(*shape[:3], *shape[2:], scale=0.5))
+    run = _runner(args.impl, args.heads, args.head_dim, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    else:
+        base = _rss_mib()
+    times = []
+    with torch.inference_mode():
+        deadline = time.perf_counter() + args.seconds
+        while len(times) < args.min_reps or (time.perf_counter() < deadline and len(times) < 50):
+            sync()
+            t0 = time.perf_counter()
+            out = run(q, k, v)
+            sync()
+            times.append(time.perf_counter() - t0)
+            if len(times) == 1 and times[0] > args.seconds:
+                break  # one slow run is the measurement
+    if device == "cuda":
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
+    if args.save:
+        torch.save(out.float().cpu(), args.save)
+    print(json.dumps({"median_ms": 1000 * statistics.median(times), "peak_mib": peak, "reps": len(times)}))
+
+
+def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None) -> dict | None:
+    cmd = [
+        sys.executable, "-m", "benchmarks.attention", "--worker", "--impl", impl,
+        "--length", str(length), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
+        "--dtype", args.dtype, "--device", args.device, "--seconds", str(args.seconds),
+        "--min-reps", str(args.min_reps),
+    ]  # fmt: skip
+    if save:
+        cmd += ["--save", save]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        print(f"  {impl} L={length}: failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return None
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _full_fits(length: int, heads: int, budget_gib: float) -> bool:
+    # scores + softmax output, fp32: 2·H·L²·4 bytes
+    return 2 * heads * length**2 * 4 / 2**30 <= budget_gib
+
+
+def _relative_error(out: torch.Tensor, exact: torch.Tensor) -> float:
+    per_row = (out.double() - exact.double()).norm(dim=-1) / exact.double().norm(dim=-1)
+    return float(per_row.mean())
+
+
+def _plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for impl in IMPLEMENTATIONS:
+        pts = [r for r in rows if r["impl"] == impl and r.get("median_ms") is not None]
+        if not pts:
+            continue
+        style = "--" if impl.startswith("peer") else "-"
+        xs = [r["L"] for r in pts]
+        ax_t.plot(xs, [r["median_ms"] for r in pts], style, marker="o", label=impl)
+        ax_m.plot(xs, [max(r["peak_mib"], 0.1) for r in pts], style, marker="o", label=impl)
+    for ax, label in ((ax_t, "median latency (ms)"), (ax_m, "peak memory (MiB)")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("sequence length L")
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+    ax_t.legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+
+
+def main(args: argparse.Namespace) -> None:
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for length in args.lengths:
+            exact_path = os.path.join(tmp, f"flash-{length}.pt")
+            for impl in ["flash"] + [i for i in IMPLEMENTATIONS if i != "flash"]:
+                if impl == "full" and not _full_fits(length, args.heads, args.full_budget_gib):
+                    gib = 2 * args.heads * length**2 * 4 / 2**30
+                    rows.append({"impl": impl, "L": length, "note": f"skipped: needs ~{gib:.0f} GiB"})
+                    continue
+                save = exact_path if impl == "flash" else os.path.join(tmp, "out.pt")
+                result = _measure(impl, length, args, save)
+                row = {"impl": impl, "L": length, **(result or {"note": "failed"})}
+                if result and impl != "flash" and os.path.exists(exact_path):
+                    row["rel_error"] = _relative_error(torch.load(save), torch.load(exact_path))
+                elif result:
+                    row["rel_error"] = 0.0
+                rows.append(row)
+                print(f"  {impl:24s} L={length:6d} {row}", file=sys.stderr, flush=True)
+    print(_table(rows, args))
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    tag = f"attention-{args.device}-{args.dtype}"
+    (RESULTS / f"{tag}.json").write_text(json.dumps(rows, indent=1))
+    title = f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype}, {args.device} ({os.cpu_count()} CPUs)"
+    _plot(rows, RESULTS / f"{tag}.png", title)
+    print(f"\nwrote {RESULTS / f'{tag}.json'} and {RESULTS / f'{tag}.png'}")
+
+
+def _table(rows: list[dict], args: argparse.Namespace) -> str:
+    lines = [
+        f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device}; error vs exact "
+        f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}",
+        "",
+        "| implementation | L | median ms | peak MiB | rel. error |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "median_ms" not in r:
+            lines.append(f"| {r['impl']} | {r['L']} | {r.get('note', '')} | | |")
+            continue
+        err = r.get("rel_error")
+        lines.append(
+            f"| {r['impl']} | {r['L']} | {r['median_ms']:.1f} | {r['peak_mib']:.0f} | "
+            f"{'' if err is None else f'{err:.3f}'} |"
+        )
+    by = {(r["impl"], r["L"]): r for r in rows if "median_ms" in r}
+    lines += ["", "Ratios (from this run):"]
+    for length in args.lengths:
+        full = by.get(("full", length))
+        for impl in ("flash", "performer", "nystrom", "probsparse"):
+            r = by.get((impl, length))
+            if full and r:
+                lines.append(
+                    f"- L={length}: {impl} is {full['median_ms'] / r['median_ms']:.1f}x faster than "
+                    f"full, with {r['peak_mib'] / max(full['peak_mib'], 1e-9):.3f}x its peak memory"
+                )
+    for impl in ("flash", "performer", "nystrom", "probsparse"):
+        a, b = by.get((impl, 8192)), by.get((impl, 32768))
+        if a and b:
+            lines.append(
+                f"- {impl}: peak memory x{b['peak_mib'] / max(a['peak_mib'], 1e-9):.1f} "
+                "from L=8192 to 32768 (linear would be x4)"
+            )
+    for ours, peer in (("performer", "peer:performer-pytorch"), ("nystrom", "peer:nystrom-attention")):
+        for length in args.lengths:
+            a, b = by.get((ours, length)), by.get((peer, length))
+            if a and b:
+                lines.append(
+                    f"- L={length}: {ours} {b['median_ms'] / a['median_ms']:.2f}x the peer's speed, "
+                    f"error {a['rel_error']:.3f} vs {b['rel_error']:.3f}"
+                )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--seconds", type=float, default=3.0, help="time budget per measurement")
+    p.add_argument("--min-reps", type=int, default=3)
+    p.add_argument("--full-budget-gib", type=float, default=6.0, help="skip `full` above this")
+    p.add_argument("--timeout", type=float, default=900.0)
+    # worker mode (internal)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--impl", help=argparse.SUPPRESS)
+    p.add_argument("--length", type=int, help=argparse.SUPPRESS)
+    p.add_argument("--save", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+if __name__ == "__main__":
+    parsed = parse_args()
+    if parsed.worker:
+        worker(parsed)
+    else:
+        main(parsed)
