@@ -29,9 +29,9 @@ def time_features(index: pd.DatetimeIndex, freq: str = "h") -> np.ndarray:
     cols = {
         "minute_of_hour": index.minute / 59.0 - 0.5,
         "hour_of_day": index.hour / 23.0 - 0.5,
-        "day_of_week": index.dayofweek / 6.0 - 0.5,
+        "day_of_week": index.day_of_week / 6.0 - 0.5,
         "day_of_month": (index.day - 1) / 30.0 - 0.5,
-        "day_of_year": (index.dayofyear - 1) / 365.0 - 0.5,
+        "day_of_year": (index.day_of_year - 1) / 365.0 - 0.5,
     }
     return np.stack([np.asarray(cols[n], dtype=np.float32) for n in FEATURE_NAMES[freq]], axis=1)
 

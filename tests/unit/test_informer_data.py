@@ -1,0 +1,112 @@
+"""Calendar features, timestamp checks, scaling and the ETTh1 split protocol."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.informer.data import (
+    SPLIT_BORDERS,
+    StandardScaler,
+    WindowDataset,
+    data_dir,
+    load_etth1,
+    make_splits,
+)
+from models.informer.timefeatures import (
+    check_regular,
+    format_timestamps,
+    future_index,
+    parse_timestamps,
+    time_features,
+)
+from tests.unit.informer_helpers import needs_data
+
+
+def test_hourly_calendar_features_known_values():
+    # 2016-07-01 00:00 was a Friday (dayofweek 4), day 183 of a leap year.
+    idx = pd.DatetimeIndex(["2016-07-01 00:00:00", "2016-12-31 23:00:00"])
+    f = time_features(idx, "h")
+    assert f.shape == (2, 4) and f.dtype == np.float32
+    np.testing.assert_allclose(f[0], [-0.5, 4 / 6 - 0.5, -0.5, 182 / 365 - 0.5], atol=1e-6)
+    np.testing.assert_allclose(f[1], [0.5, 5 / 6 - 0.5, 30 / 30 - 0.5, 365 / 365 - 0.5], atol=1e-6)
+
+
+def test_calendar_features_stay_in_range_over_a_year():
+    f = time_features(pd.date_range("2017-01-01", periods=24 * 366, freq="h"), "h")
+    assert f.min() >= -0.5 and f.max() <= 0.5 + 1e-6
+
+
+def test_timestamps_round_trip_and_future_steps():
+    stamps = ["2017-10-24 22:00:00", "2017-10-24 23:00:00", "2017-10-25 00:00:00"]
+    idx = parse_timestamps(stamps)
+    assert format_timestamps(idx) == stamps
+    assert format_timestamps(future_index(idx[-1], 2, "h")) == [
+        "2017-10-25 01:00:00",
+        "2017-10-25 02:00:00",
+    ]
+    # ISO 8601 with a "T" separator parses to the same instants.
+    assert parse_timestamps([s.replace(" ", "T") for s in stamps]).equals(idx)
+
+
+@pytest.mark.parametrize(
+    ("stamps", "match"),
+    [
+        (["2017-01-01 00:00:00", "2017-01-01 02:00:00"], "regular"),
+        (["2017-01-01 01:00:00", "2017-01-01 00:00:00"], "regular"),
+        (["2017-01-01 00:30:00", "2017-01-01 01:30:00"], "on the hour"),
+    ],
+)
+def test_irregular_timestamps_are_refused(stamps, match):
+    with pytest.raises(ValueError, match=match):
+        check_regular(parse_timestamps(stamps), "h")
+
+
+def test_unparsable_timestamp_names_the_entry():
+    with pytest.raises(ValueError, match="timestamp 1"):
+        parse_timestamps(["2017-01-01 00:00:00", "yesterday-ish"])
+
+
+def test_scaler_round_trip():
+    rng = np.random.default_rng(0)
+    x = rng.normal(5.0, 3.0, size=(500, 7))
+    s = StandardScaler.fit(x)
+    z = s.transform(x)
+    np.testing.assert_allclose(z.mean(axis=0), 0, atol=1e-12)
+    np.testing.assert_allclose(z.std(axis=0), 1, atol=1e-12)
+    np.testing.assert_allclose(s.inverse(z), x, atol=1e-12)
+
+
+def test_data_dir_env_override(monkeypatch, tmp_path):
+    monkeypatch.setenv("ATTNSERVE_DATA_DIR", str(tmp_path))
+    assert data_dir() == tmp_path
+    monkeypatch.delenv("ATTNSERVE_DATA_DIR")
+    assert data_dir().parts[-2:] == ("shared", "data")
+
+
+@needs_data
+def test_split_protocol_on_etth1():
+    index, raw = load_etth1()
+    assert raw.shape == (17420, 7)
+    seq, label, pred = 96, 48, 24
+    splits, scaler = make_splits(seq)
+    # Scaler fit on train rows only.
+    np.testing.assert_allclose(scaler.mean, raw[:8640].mean(axis=0))
+    np.testing.assert_allclose(scaler.std, raw[:8640].std(axis=0))
+    # Val and test arrays start seq_len rows before their boundary.
+    assert splits["train"].index[0] == index[0] and len(splits["train"].values) == 8640
+    assert splits["val"].index[seq] == pd.Timestamp("2017-06-26 00:00:00")
+    assert splits["test"].index[seq] == pd.Timestamp("2017-10-24 00:00:00")
+    assert len(splits["test"].values) == SPLIT_BORDERS["test"][1] - SPLIT_BORDERS["test"][0] + seq
+    test = WindowDataset(splits["test"], seq, label, pred)
+    assert len(test) == 2880 - pred + 1  # every window, none dropped
+    x, xm, y, ym = test[0]
+    assert ym.shape == (label + pred, 4)
+    assert x.shape == (seq, 7) and xm.shape == (seq, 4) and y.shape == (label + pred, 7)
+    # The first target step is the first test row; the start token repeats the last history rows.
+    np.testing.assert_allclose(y[label].numpy(), scaler.transform(raw[11520]), rtol=1e-5)
+    np.testing.assert_array_equal(y[:label].numpy(), x[-label:].numpy())
+    np.testing.assert_allclose(
+        scaler.inverse(x.numpy().astype(np.float64)), raw[11424:11520], rtol=1e-5, atol=1e-5
+    )

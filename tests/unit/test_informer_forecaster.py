@@ -1,0 +1,156 @@
+"""The servable forecaster: input validation, batched prediction, card, fallback reporting."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from models.attention import BACKENDS, AttentionError
+from models.errors import ModelInputError
+from models.informer import InformerForecaster
+from tests.unit.informer_helpers import hourly_series, tiny_checkpoint
+
+
+@pytest.fixture(scope="module")
+def forecaster(tmp_path_factory):
+    path = tiny_checkpoint(tmp_path_factory.mktemp("ckpt") / "informer-tiny")
+    return InformerForecaster.load(str(path))
+
+
+def test_load_reads_config(forecaster):
+    f = forecaster
+    assert (f.name, f.context, f.horizon, f.label_len, f.freq) == ("informer-tiny", 24, 8, 12, "h")
+    assert f.channels == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
+
+
+def test_load_unknown_name_lists_shipped():
+    with pytest.raises(FileNotFoundError, match="shipped models"):
+        InformerForecaster.load("informer-nope")
+
+
+def test_prepare_scales_last_context_rows(forecaster):
+    stamps, values = hourly_series(40)
+    w = forecaster.prepare(stamps, values)
+    assert w.values.shape == (24, 7) and w.marks.shape == (24, 4)
+    np.testing.assert_allclose(
+        forecaster.scaler.inverse(w.values.astype(np.float64)), values[-24:], rtol=1e-5
+    )
+    assert str(w.last_timestamp) == stamps[-1]
+
+
+def _bad(kind):
+    stamps, values = hourly_series(30)
+    if kind == "short":
+        return stamps[:10], values[:10], "at least 24 rows"
+    if kind == "count":
+        return stamps[:-1], values, "timestamps but"
+    if kind == "channels":
+        return stamps, [r[:6] for r in values], "needs 7 values"
+    if kind == "ragged":
+        values[7] = values[7][:5]
+        return stamps, values, "row 7 has 5 values"
+    if kind == "nan":
+        values[-3][2] = math.nan
+        return stamps, values, "finite"
+    if kind == "inf":
+        values[-1][0] = math.inf
+        return stamps, values, "finite"
+    if kind == "huge":
+        values[-2][6] = 1e12
+        return stamps, values, "implausibly large"
+    if kind == "text":
+        values[-2][1] = "abc"
+        return stamps, values, "numbers"
+    if kind == "stamp":
+        stamps[4] = "not a time"
+        return stamps, values, "timestamp 4"
+    if kind == "gap":
+        del stamps[10]
+        stamps.append("2099-01-01 00:00:00")
+        return stamps, values, "regular"
+    raise AssertionError(kind)
+
+
+@pytest.mark.parametrize(
+    "kind", ["short", "count", "channels", "ragged", "nan", "inf", "huge", "text", "stamp", "gap"]
+)
+def test_prepare_rejects_bad_input(forecaster, kind):
+    stamps, values, match = _bad(kind)
+    with pytest.raises(ModelInputError, match=match):
+        forecaster.prepare(stamps, values)
+
+
+def test_predict_batches_and_generates_future_timestamps(forecaster):
+    s1, v1 = hourly_series(30, seed=1)
+    s2, v2 = hourly_series(24, start="2018-03-01 05:00:00", seed=2)
+    w1, w2 = forecaster.prepare(s1, v1), forecaster.prepare(s2, v2)
+    both = forecaster.predict([w1, w2])
+    assert len(both) == 2
+    assert both[1].timestamps[0] == "2018-03-02 05:00:00"
+    assert len(both[0].timestamps) == 8 and len(both[0].values[0]) == 7
+    alone = forecaster.predict([w2])[0]
+    np.testing.assert_allclose(alone.values, both[1].values, rtol=1e-5, atol=1e-5)
+    short = forecaster.predict([w1], horizon=3)[0]
+    assert len(short.values) == 3
+    np.testing.assert_allclose(short.values, both[0].values[:3], rtol=1e-6)
+    assert forecaster.predict([]) == []
+
+
+def test_predict_unscales_model_output(forecaster):
+    s, v = hourly_series(24)
+    w = forecaster.prepare(s, v)
+    got = np.asarray(forecaster.predict([w], backend="full")[0].values)
+    x = torch.from_numpy(w.values)[None]
+    m = torch.from_numpy(w.marks)[None]
+    f = forecaster
+    fut = torch.from_numpy(np.asarray(_future_marks(f, w)))[None]
+    xd = torch.cat([x[:, -f.label_len :], torch.zeros(1, f.horizon, 7)], dim=1)
+    md = torch.cat([m[:, -f.label_len :], fut], dim=1)
+    with torch.no_grad():
+        raw = f.model(x, m, xd, md, "full")[0].double().numpy()
+    np.testing.assert_allclose(got, f.scaler.inverse(raw), rtol=1e-5, atol=1e-5)
+
+
+def _future_marks(f, w):
+    from models.informer.timefeatures import future_index, time_features
+
+    return time_features(future_index(w.last_timestamp, f.horizon, f.freq), f.freq)
+
+
+@pytest.mark.parametrize("horizon", [0, 9, -1, 2.5, True])
+def test_horizon_out_of_range(forecaster, horizon):
+    s, v = hourly_series(24)
+    with pytest.raises(ModelInputError, match="horizon"):
+        forecaster.predict([forecaster.prepare(s, v)], horizon=horizon)
+
+
+def test_check_attention(forecaster):
+    assert forecaster.check_attention("probsparse", None) == {"factor": 5}
+    assert forecaster.check_attention("probsparse", {"factor": 3}) == {"factor": 3}
+    assert forecaster.check_attention("full", {}) == {}
+    with pytest.raises(AttentionError):
+        forecaster.check_attention("nystrom", {"num_landmarks": -4})
+    with pytest.raises(AttentionError):
+        forecaster.check_attention("sparse-magic", None)
+    s, v = hourly_series(24)
+    with pytest.raises(AttentionError):
+        forecaster.predict([forecaster.prepare(s, v)], backend="performer", options={"bad": 1})
+
+
+def test_layer_backends_and_card_report_fallbacks(forecaster):
+    assert forecaster.layer_backends("nystrom") == {
+        "encoder.0.self": "nystrom",
+        "encoder.1.self": "nystrom",
+        "decoder.0.self": "full",
+        "decoder.0.cross": "nystrom",
+    }
+    assert forecaster.layer_backends("probsparse")["decoder.0.cross"] == "full"
+    card = forecaster.card()
+    assert card["task"] == "forecast" and card["default_attention"] == "probsparse"
+    assert set(card["backends"]) == set(BACKENDS)
+    assert "decoder.0.self" in card["backends"]["nystrom"]["fallbacks"]
+    assert card["backends"]["full"]["fallbacks"] == {}
+    assert card["backends"]["probsparse"]["options"]["factor"]["default"] == 5

@@ -1,0 +1,55 @@
+"""The shipped ETTh1 checkpoints: format, size, and reproduction of the recorded test quality."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from models.informer import InformerForecaster, shipped_models
+from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
+from models.informer.evaluate import slice_mse
+from tests.unit.informer_helpers import needs_data
+
+SHIPPED = shipped_models()
+EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168)}
+pytestmark = pytest.mark.skipif(not SHIPPED, reason="no Informer checkpoints under models/weights/")
+
+
+def test_all_horizons_shipped_within_size_budget():
+    assert EXPECTED.issubset(SHIPPED)
+    total = sum(p.stat().st_size for d in shipped_dirs().values() for p in d.iterdir())
+    assert total < 40 * 2**20, f"shipped Informer weights take {total / 2**20:.1f} MiB"
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_checkpoint_is_safetensors_with_full_config(name):
+    d = WEIGHTS_DIR / name
+    assert not list(d.glob("*.pt")) and not list(d.glob("*.bin")) and not list(d.glob("*.pkl"))
+    meta = json.loads((d / "config.json").read_text())
+    for key in ("model", "context", "label_len", "horizon", "channels", "freq", "scaler"):
+        assert key in meta
+    assert len(meta["scaler"]["mean"]) == len(meta["scaler"]["std"]) == len(meta["channels"]) == 7
+    assert meta["time_features"]["names"] == [
+        "hour_of_day",
+        "day_of_week",
+        "day_of_month",
+        "day_of_year",
+    ]
+    assert name.endswith(f"h{meta['horizon']}")
+
+
+@needs_data
+@pytest.mark.parametrize("name", SHIPPED)
+def test_checkpoint_reproduces_recorded_quality(name):
+    """The public prepare/predict path gives the MSE recorded by ``evaluate`` on a fixed slice of
+    test windows, and the recorded full-test MSE beats the paper's."""
+    f = InformerForecaster.load(name)
+    q = f.quality
+    assert q, f"{name} has no quality.json; run python -m models.informer.evaluate"
+    trained = q["trained_backend"]
+    assert q["backends"][trained]["mse"] <= q["paper"]["mse"]
+    for backend in sorted({trained, "full"}):
+        expected = q["slice"]["mse"][backend]
+        got = slice_mse(f, backend, q["slice"]["indices"])
+        assert got == pytest.approx(expected, rel=1e-3, abs=1e-5), backend
