@@ -1,4 +1,4 @@
-"""Shared helpers for the Informer tests: a tiny checkpoint and the data-availability skip."""
+"""Shared helpers for the Informer tests (no tests here): a tiny checkpoint, the data skip."""
 
 from __future__ import annotations
 
