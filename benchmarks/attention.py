@@ -91,7 +91,9 @@ def worker(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.attention_inputs import structured_qkv
 
-    q, k, v = (t.to(device=device, dtype=dtype) for t in structured_qkv(*shape[:3], *shape[2:], scale=0.5))
+    q, k, v = (
+        t.to(device=device, dtype=dtype) for t in structured_qkv(*shape[:3], *shape[2:], scale=0.5)
+    )
     run = _runner(args.impl, args.heads, args.head_dim, device)
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
@@ -116,7 +118,11 @@ def worker(args: argparse.Namespace) -> None:
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
     if args.save:
         torch.save(out.float().cpu(), args.save)
-    print(json.dumps({"median_ms": 1000 * statistics.median(times), "peak_mib": peak, "reps": len(times)}))
+    print(
+        json.dumps(
+            {"median_ms": 1000 * statistics.median(times), "peak_mib": peak, "reps": len(times)}
+        )
+    )
 
 
 def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None) -> dict | None:
@@ -130,7 +136,9 @@ def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None)
         cmd += ["--save", save]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
-        print(f"  {impl} L={length}: failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        print(
+            f"  {impl} L={length}: failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr
+        )
         return None
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -181,7 +189,9 @@ def main(args: argparse.Namespace) -> None:
             for impl in ["flash"] + [i for i in IMPLEMENTATIONS if i != "flash"]:
                 if impl == "full" and not _full_fits(length, args.heads, args.full_budget_gib):
                     gib = 2 * args.heads * length**2 * 4 / 2**30
-                    rows.append({"impl": impl, "L": length, "note": f"skipped: needs ~{gib:.0f} GiB"})
+                    rows.append(
+                        {"impl": impl, "L": length, "note": f"skipped: needs ~{gib:.0f} GiB"}
+                    )
                     continue
                 save = exact_path if impl == "flash" else os.path.join(tmp, "out.pt")
                 result = _measure(impl, length, args, save)
@@ -236,7 +246,10 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
                 f"- {impl}: peak memory x{b['peak_mib'] / max(a['peak_mib'], 1e-9):.1f} "
                 "from L=8192 to 32768 (linear would be x4)"
             )
-    for ours, peer in (("performer", "peer:performer-pytorch"), ("nystrom", "peer:nystrom-attention")):
+    for ours, peer in (
+        ("performer", "peer:performer-pytorch"),
+        ("nystrom", "peer:nystrom-attention"),
+    ):
         for length in args.lengths:
             a, b = by.get((ours, length)), by.get((peer, length))
             if a and b:
@@ -248,8 +261,12 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768])
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    p.add_argument(
+        "--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768]
+    )
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])

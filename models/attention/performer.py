@@ -54,70 +54,78 @@ def orthogonal_features(head_dim: int, num_features: int, device: str = "cpu") -
 
 # Added to every feature after the max shift, as the reference implementations do: keeps
 # denominators positive and shrinks the estimate towards uniform attention where the random
-# features carry almost no signal (google-research/performer uses 1e-6, performer-pytorch 1e-4).
+# features carry almost no signal (google-research/performer uses 1e-6, performer-pytorch 1e-4,
+# both before their 1/√m scaling; we drop that scaling, which cancels in the ratio).
 NUMERICAL_STABILISER = 1e-4
+
+
+def _hyperbolic_features(proj: Tensor, shift: Tensor) -> Tensor:
+    """[exp(p − shift), exp(−p − shift)] + ε for projections ``p`` ``[b,h,n,m/2]`` → ``[b,h,n,m]``."""
+    out = torch.empty(*proj.shape[:-1], 2 * proj.shape[-1], dtype=proj.dtype, device=proj.device)
+    half = proj.shape[-1]
+    torch.sub(proj, shift, out=out[..., :half])
+    torch.sub(proj.neg_(), shift, out=out[..., half:])  # proj is a temporary: negate in place
+    return out.exp_().add_(NUMERICAL_STABILISER)
 
 
 def _feature_maps(
     q: Tensor, k: Tensor, key_padding_mask: Tensor | None, num_features: int
 ) -> tuple[Tensor, Tensor]:
-    """φ(q), φ(k): ``[b,h,n,m]`` each, stabilised; padded keys get φ = 0.
+    """φ(q), φ(k): ``[b,h,n,m]`` each, stabilised and without the (cancelling) 1/√m; padded
+    keys get φ = 0.
 
     Hyperbolic positive features (the paper's Lemma 1, "SM^hyp+"): each projection ω is used
-    as the antithetic pair (ω, −ω), φ(x) = e^(−|x|²/2)/√m · [e^(ωᵀx), e^(−ωᵀx)], which has lower
+    as the antithetic pair (ω, −ω), φ(x) = e^(−|x|²/2) · [e^(ωᵀx), e^(−ωᵀx)], which has lower
     variance than m independent positive features at the same feature count.
     """
     d = q.shape[-1]
     pairs = max(1, num_features // 2)
-    omega = orthogonal_features(d, pairs, str(q.device)).to(q.dtype)
     scale = d**-0.25  # so that (q·d^-¼)·(k·d^-¼) = q·k/√d
-    inv_sqrt_m = (2 * pairs) ** -0.5
+    omega = orthogonal_features(d, pairs, str(q.device)).to(q.dtype) * scale
 
-    def projections(x: Tensor) -> tuple[Tensor, Tensor]:
-        proj = torch.einsum("bhnd,md->bhnm", x, omega)
-        return torch.cat([proj, -proj], dim=-1), 0.5 * x.pow(2).sum(dim=-1, keepdim=True)
-
-    # Query stabiliser: the row's own max projection (a per-query constant, cancels in the ratio).
-    q_proj, q_sq = projections(q * scale)
-    phi_q = torch.exp(q_proj - q_sq - q_proj.amax(dim=-1, keepdim=True))
-    phi_q = (phi_q + NUMERICAL_STABILISER) * inv_sqrt_m
-    del q_proj
+    # Query stabiliser: the row's own max |projection| (a per-query constant, cancels).
+    q_proj = torch.matmul(q, omega.T)
+    q_shift = q_proj.abs().amax(dim=-1, keepdim=True) + (0.5 * scale**2) * q.pow(2).sum(
+        -1, keepdim=True
+    )
+    phi_q = _hyperbolic_features(q_proj, q_shift)
     # Key stabiliser: one max over the real keys of a (row, head); padding must not move it.
-    k_proj, k_sq = projections(k * scale)
+    k_proj = torch.matmul(k, omega.T)
+    k_abs = k_proj.abs().amax(dim=-1, keepdim=True)  # [b,h,n,1]
     if key_padding_mask is not None:
         real = key_padding_mask[:, None, :, None]
-        k_max = k_proj.masked_fill(~real, -torch.inf).amax(dim=(-1, -2), keepdim=True)
-        k_max = torch.where(torch.isfinite(k_max), k_max, torch.zeros_like(k_max))  # all padding
-    else:
-        k_max = k_proj.amax(dim=(-1, -2), keepdim=True)
-    phi_k = (torch.exp(k_proj - k_sq - k_max) + NUMERICAL_STABILISER) * inv_sqrt_m
+        k_abs = k_abs.masked_fill(~real, -torch.inf)
+    k_max = k_abs.amax(dim=-2, keepdim=True)
+    k_max = torch.where(torch.isfinite(k_max), k_max, torch.zeros_like(k_max))  # all padding
+    phi_k = _hyperbolic_features(k_proj, k_max + (0.5 * scale**2) * k.pow(2).sum(-1, keepdim=True))
     if key_padding_mask is not None:  # padded keys leave numerator and denominator
-        phi_k = phi_k * real
+        phi_k.mul_(real)
     return phi_q, phi_k
 
 
 def _linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor) -> Tensor:
-    kv = torch.einsum("bhjm,bhjd->bhmd", phi_k, v)
-    numerator = torch.einsum("bhim,bhmd->bhid", phi_q, kv)
-    denominator = torch.einsum("bhim,bhm->bhi", phi_q, phi_k.sum(dim=2))
-    return numerator / denominator.clamp_min(torch.finfo(phi_q.dtype).tiny)[..., None]
+    # A ones column appended to v makes the denominator Σ_j φ(q)·φ(k_j) come out of the same
+    # matmul as the numerator.
+    v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)
+    kv = torch.matmul(phi_k.transpose(-1, -2), v1)  # [b,h,m,d+1]
+    out = torch.matmul(phi_q, kv)
+    return out[..., :-1] / out[..., -1:].clamp_min(torch.finfo(out.dtype).tiny)
 
 
 def _causal_linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk: int) -> Tensor:
     """Prefix-sum linear attention, one chunk at a time: O(L·m·d) time, O(chunk² + m·d) state."""
     b, h, n, m = phi_q.shape
-    state = phi_q.new_zeros(b, h, m, v.shape[-1])  # Σ_{j < chunk start} φ(k_j) v_jᵀ
-    norm = phi_q.new_zeros(b, h, m)  # Σ_{j < chunk start} φ(k_j)
-    outputs = []
+    v1 = torch.cat([v, torch.ones_like(v[..., :1])], dim=-1)  # last column: the denominator
+    state = phi_q.new_zeros(b, h, m, v1.shape[-1])  # Σ_{j < chunk start} φ(k_j) [v_j, 1]ᵀ
+    out = torch.empty(b, h, n, v.shape[-1], dtype=v.dtype, device=v.device)
     for start in range(0, n, chunk):
-        qc, kc, vc = (t[:, :, start : start + chunk] for t in (phi_q, phi_k, v))
-        local = torch.einsum("bhim,bhjm->bhij", qc, kc).tril()
-        numerator = torch.einsum("bhim,bhmd->bhid", qc, state) + local @ vc
-        denominator = torch.einsum("bhim,bhm->bhi", qc, norm) + local.sum(dim=-1)
-        outputs.append(numerator / denominator.clamp_min(torch.finfo(qc.dtype).tiny)[..., None])
-        state = state + torch.einsum("bhjm,bhjd->bhmd", kc, vc)
-        norm = norm + kc.sum(dim=2)
-    return torch.cat(outputs, dim=2)
+        stop = min(start + chunk, n)
+        qc, kc, vc = phi_q[:, :, start:stop], phi_k[:, :, start:stop], v1[:, :, start:stop]
+        local = torch.matmul(qc, kc.transpose(-1, -2)).tril_()
+        acc = torch.matmul(qc, state) + torch.matmul(local, vc)
+        out[:, :, start:stop] = acc[..., :-1] / acc[..., -1:].clamp_min(torch.finfo(acc.dtype).tiny)
+        state = state + torch.matmul(kc.transpose(-1, -2), vc)
+    return out
 
 
 def performer_attention(

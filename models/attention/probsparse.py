@@ -84,22 +84,29 @@ def _sample_positions(
 
 
 def _sparsity_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
-    """Max-mean measure ``M`` of each query on its sampled keys: ``[b, h, Lq]``."""
+    """Max-mean measure ``M`` of each query on its sampled keys: ``[b, h, Lq]``.
+
+    Samples are shared by the heads of a row, so keys are gathered as whole ``[h·d]`` rows
+    (contiguous copies) in chunks of sample slots that bound the memory.
+    """
     b, h, lq, d = q.shape
+    lk = k.shape[-2]
+    q_rows = q.permute(0, 2, 1, 3)[:, :, None]  # [b, Lq, 1, h, d]
+    k_rows = k.permute(0, 2, 1, 3).reshape(b, lk, h * d)  # [b, Lk, h·d]
+    batch = torch.arange(b, device=q.device)[:, None]
     n_used = used.sum(dim=-1).clamp_min(1)  # [b, Lq]
-    best = torch.full((b, h, lq), -torch.inf, dtype=q.dtype, device=q.device)
-    total = torch.zeros((b, h, lq), dtype=q.dtype, device=q.device)
+    best = torch.full((b, lq, h), -torch.inf, dtype=q.dtype, device=q.device)
+    total = torch.zeros((b, lq, h), dtype=q.dtype, device=q.device)
     chunk = max(1, _GATHER_BUDGET // max(1, b * h * lq * d))
     for s0 in range(0, positions.shape[-1], chunk):
         pos = positions[:, :, s0 : s0 + chunk]  # [b, Lq, s]
         s = pos.shape[-1]
-        index = pos.reshape(b, 1, lq * s, 1).expand(b, h, lq * s, d)
-        k_s = torch.gather(k, 2, index).reshape(b, h, lq, s, d)
-        scores = torch.einsum("bhid,bhisd->bhis", q, k_s)
-        ok = used[:, None, :, s0 : s0 + chunk]
-        best = torch.maximum(best, scores.masked_fill(~ok, -torch.inf).amax(dim=-1))
-        total = total + (scores * ok).sum(dim=-1)
-    return best - total / n_used[:, None, :]
+        k_s = k_rows[batch, pos.reshape(b, lq * s)].view(b, lq, s, h, d)
+        scores = (q_rows * k_s).sum(dim=-1)  # [b, Lq, s, h]
+        ok = used[:, :, s0 : s0 + chunk, None]
+        best = torch.maximum(best, scores.masked_fill(~ok, -torch.inf).amax(dim=2))
+        total = total + (scores * ok).sum(dim=2)
+    return (best - total / n_used[..., None]).permute(0, 2, 1)
 
 
 def _lazy_values(v: Tensor, key_padding_mask: Tensor | None, lq: int, causal: bool) -> Tensor:
