@@ -28,6 +28,7 @@ install-bench: $(VENV)/.installed-bench
 run: install
 	$(BIN)/attnserve serve
 
+# pytest exits 5 when it collects nothing: that is a failure here too, never a silent pass.
 test: install
 	$(BIN)/python -m pytest -q
 
