@@ -140,10 +140,10 @@ def probsparse_attention(
     q, k, v = q.to(work), k.to(work), v.to(work)
 
     # In self-attention the key padding mask also marks padded queries; they are never active.
-    self_attention = key_padding_mask is not None and lq == lk
+    query_mask = key_padding_mask if lq == lk else None
     n_queries = (
-        key_padding_mask.sum(dim=-1)
-        if self_attention
+        query_mask.sum(dim=-1)
+        if query_mask is not None
         else torch.full((b,), lq, dtype=torch.long, device=q.device)
     )
     n_active = _count(n_queries, factor)  # [b]
@@ -155,8 +155,8 @@ def probsparse_attention(
     )
     measure = _sparsity_measure(q * (1.0 / math.sqrt(d)), k, positions, used)
     idle = visible == 0
-    if self_attention:
-        idle = idle | ~key_padding_mask
+    if query_mask is not None:
+        idle = idle | ~query_mask
     measure = measure.masked_fill(idle[:, None, :], -torch.inf)
 
     u_max = int(n_active.max())
