@@ -7,6 +7,8 @@ must also beat the trivial "mean of the values" answer on them.
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 
@@ -47,7 +49,7 @@ def test_error_falls_as_budget_grows(backend):
     errors = [
         relative_error(attend(q, k, v, backend=backend, **{option: n}), exact) for n in budgets
     ]
-    assert all(a > b for a, b in zip(errors, errors[1:], strict=False)), dict(
+    assert all(a > b for a, b in itertools.pairwise(errors)), dict(
         zip(budgets, errors, strict=True)
     )
 

@@ -23,7 +23,7 @@ def test_backends_are_the_five_named():
 def test_unknown_backend_lists_valid_names():
     with pytest.raises(
         AttentionError,
-        match="unknown attention backend 'linformer'.*full, flash, probsparse, performer, nystrom",
+        match=r"unknown attention backend 'linformer'.*full, flash, probsparse, performer, nystrom",
     ):
         attend(*_qkv(), backend="linformer")
 
