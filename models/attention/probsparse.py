@@ -91,7 +91,7 @@ def _sparsity_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> 
     """
     b, h, lq, d = q.shape
     lk = k.shape[-2]
-    q_rows = q.permute(0, 2, 1, 3)[:, :, None]  # [b, Lq, 1, h, d]
+    q_rows = q.permute(0, 2, 1, 3)  # [b, Lq, h, d]
     k_rows = k.permute(0, 2, 1, 3).reshape(b, lk, h * d)  # [b, Lk, h·d]
     batch = torch.arange(b, device=q.device)[:, None]
     n_used = used.sum(dim=-1).clamp_min(1)  # [b, Lq]
@@ -102,7 +102,7 @@ def _sparsity_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> 
         pos = positions[:, :, s0 : s0 + chunk]  # [b, Lq, s]
         s = pos.shape[-1]
         k_s = k_rows[batch, pos.reshape(b, lq * s)].view(b, lq, s, h, d)
-        scores = (q_rows * k_s).sum(dim=-1)  # [b, Lq, s, h]
+        scores = torch.einsum("bihd,bishd->bish", q_rows, k_s)
         ok = used[:, :, s0 : s0 + chunk, None]
         best = torch.maximum(best, scores.masked_fill(~ok, -torch.inf).amax(dim=2))
         total = total + (scores * ok).sum(dim=2)
