@@ -21,7 +21,7 @@ from models.informer.timefeatures import (
     parse_timestamps,
     time_features,
 )
-from tests.unit.test_informer_helpers import needs_data
+from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
 
 
 def test_hourly_calendar_features_known_values():

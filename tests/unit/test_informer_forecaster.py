@@ -11,7 +11,7 @@ import torch
 from models.attention import BACKENDS, AttentionError
 from models.errors import ModelInputError
 from models.informer import InformerForecaster
-from tests.unit.test_informer_helpers import hourly_series, tiny_checkpoint
+from tests.unit.test_informer_helpers import hourly_series, one_thread, tiny_checkpoint  # noqa: F401
 
 
 @pytest.fixture(scope="module")

@@ -36,3 +36,12 @@ def hourly_series(rows: int, start: str = "2017-01-01 00:00:00", seed: int = 0):
     t = np.arange(rows)[:, None]
     values = 3.0 + np.sin(2 * np.pi * t / 24 + np.arange(7)) + 0.1 * rng.standard_normal((rows, 7))
     return [ts.strftime("%Y-%m-%d %H:%M:%S") for ts in index], values.tolist()
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Run each Informer test on one thread: on a small shared CPU, extra threads only contend."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -9,6 +9,7 @@ from models.attention import BACKENDS, AttentionError
 from models.informer.config import PRESETS, preset
 from models.informer.data import decoder_input
 from models.informer.model import Informer, attention_plan
+from tests.unit.test_informer_helpers import one_thread  # noqa: F401
 
 
 def _batch(cfg, b: int = 3, seed: int = 0):

@@ -9,7 +9,7 @@ import pytest
 from models.informer import InformerForecaster, shipped_models
 from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
 from models.informer.evaluate import slice_mse
-from tests.unit.test_informer_helpers import needs_data
+from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
 
 SHIPPED = shipped_models()
 EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168)}
