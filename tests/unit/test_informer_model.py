@@ -21,6 +21,7 @@ def _batch(cfg, b: int = 3, seed: int = 0):
     return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
 
 
+@torch.no_grad()
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("revin", [False, True])
 def test_output_shape_every_backend(backend, revin):
@@ -44,6 +45,7 @@ def test_decoder_input_is_start_token_then_zeros():
     assert dec.shape == (2, 10, 3) and (dec[:, 4:] == 0).all()
 
 
+@torch.no_grad()
 @pytest.mark.parametrize("backend", ["full", "probsparse", "performer"])
 def test_decoder_self_attention_is_causal(backend):
     """Changing the calendar mark of future step t leaves predictions before t untouched.
@@ -92,6 +94,7 @@ def test_plan_rejects_bad_backend_and_options():
         attention_plan(cfg, "full", {"factor": 3})
 
 
+@torch.no_grad()
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_forward_is_deterministic_and_batch_independent(backend):
     cfg = preset("tiny", revin=True)
