@@ -1,0 +1,1 @@
+"""Load tests for attnserve (locust workload, headless runner, CI smoke run)."""
