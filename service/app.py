@@ -1,0 +1,121 @@
+"""The app factory and its lifespan: load models, warm up every backend, report ready, drain.
+
+    from service.app import create_app
+    app = create_app(Settings(models=["all-MiniLM-L6-v2"]))
+
+Models are loaded in the lifespan, never at import, on a thread so the event loop keeps answering
+``/healthz`` (and ``/readyz`` with a 503) while weights load and every backend warms up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI
+
+from service import __version__
+from service.batching.batcher import Batcher
+from service.batching.device import DeviceRuntime, configure_threads, select_device
+from service.batching.policy import Limits
+from service.errors import install_error_handlers
+from service.metrics import Metrics
+from service.middleware import BodyLimit, RequestContext
+from service.registry import Loader, Registry, load_servables
+from service.routes import embeddings, encode, forecast, health, models
+from service.settings import Settings
+from service.state import AppState
+
+log = logging.getLogger("attnserve")
+
+
+async def start_serving(state: AppState) -> None:
+    """Load the models, warm up every backend each will serve, start the workers, mark ready."""
+    settings, lifecycle, metrics = state.settings, state.lifecycle, state.metrics
+    started = time.perf_counter()
+    configure_threads(settings.torch_threads)
+    runtime = DeviceRuntime(select_device(settings.device), settings.autocast)
+    state.device = str(runtime.device)
+    lifecycle.step(f"loading {', '.join(settings.models)} on {runtime.device}")
+    servables = await asyncio.to_thread(state.loader, settings, state.device)
+    registry = Registry(servables)
+    limits = Limits(settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms / 1000)
+    batcher = Batcher(
+        servables, limits, settings.max_queue, settings.request_timeout_s, runtime, metrics
+    )
+    lifecycle.step("warming up")
+    timings = await asyncio.to_thread(batcher.warm_up)
+    for name, per_backend in timings.items():
+        log.info(
+            "warmed up %s: %s",
+            name,
+            ", ".join(f"{b} {s * 1000:.0f} ms" for b, s in per_backend.items()),
+        )
+    batcher.start()
+    state.registry, state.batcher = registry, batcher
+    metrics.watch_device_memory(runtime.allocated_bytes, runtime.reserved_bytes)
+    metrics.models_loaded.set(len(servables))
+    lifecycle.mark_ready()
+    metrics.ready.set(1 if lifecycle.ready else 0)
+    log.info("ready in %.1f s: %s", time.perf_counter() - started, ", ".join(registry.names()))
+
+
+async def stop_serving(state: AppState) -> None:
+    """Refuse new model requests and let queued and running batches finish within the grace."""
+    lifecycle = state.lifecycle
+    lifecycle.begin_drain()
+    state.metrics.ready.set(0)
+    if state.batcher is not None:
+        grace = max(0.0, state.settings.shutdown_grace_s - lifecycle.draining_for())
+        if not await state.batcher.drain(grace):
+            log.warning("grace period over: requests still queued were answered 503")
+    lifecycle.mark_stopped()
+
+
+def create_app(settings: Settings | None = None, loader: Loader | None = None) -> FastAPI:
+    """Build the app. ``loader`` replaces model loading (tests pass small random-weight models)."""
+    settings = settings or Settings()
+    state = AppState(settings=settings, metrics=Metrics(), loader=loader or load_servables)
+
+    async def load_or_fail() -> None:
+        try:
+            await start_serving(state)
+        except Exception as exc:
+            log.exception("start-up failed")
+            state.lifecycle.fail(f"{type(exc).__name__}: {exc}")
+            raise
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        loading: asyncio.Task[None] | None = None
+        if settings.background_load:
+            loading = asyncio.create_task(load_or_fail())
+            loading.add_done_callback(lambda t: t.cancelled() or t.exception())
+        else:
+            await load_or_fail()
+        try:
+            yield
+        finally:
+            if loading is not None and not loading.done():
+                loading.cancel()
+                with contextlib.suppress(BaseException):
+                    await loading
+            await stop_serving(state)
+
+    app = FastAPI(
+        title="attnserve",
+        version=__version__,
+        summary="Informer forecasts and MiniLM embeddings; every request picks its attention.",
+        lifespan=lifespan,
+    )
+    app.state.attnserve = state
+    install_error_handlers(app)
+    for module in (encode, embeddings, forecast, models, health):
+        app.include_router(module.router)
+    # Added last = outermost: RequestContext sees every response, BodyLimit every body.
+    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, metrics=state.metrics)
+    app.add_middleware(RequestContext, metrics=state.metrics)
+    return app

@@ -1,0 +1,95 @@
+"""Running one batch on the worker thread, with split-and-retry so one request cannot sink others.
+
+A batch that runs out of device memory is split in two halves (by request) and each half is
+retried; a single request that still does not fit gets a clear ``out_of_memory`` error. Any other
+failure of a multi-request batch is bisected the same way, so the request that caused it fails
+alone and the requests batched beside it still get their answers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from service.batching.device import DeviceRuntime, is_out_of_memory
+from service.batching.job import BatchStats, Job
+from service.batching.policy import padded_tokens
+from service.errors import OutOfDeviceMemory, from_model_error
+
+log = logging.getLogger("attnserve.batching")
+
+RunRows = Callable[[list[Any]], list[Any]]
+
+
+@dataclass
+class Outcome:
+    """What one job got: a value or an error, and the (sub-)batch it ran in."""
+
+    job: Job
+    value: Any = None
+    error: Exception | None = None
+    stats: BatchStats | None = None
+
+
+def execute(
+    jobs: list[Job],
+    run_rows: RunRows,
+    runtime: DeviceRuntime,
+    backend: str,
+    on_split: Callable[[], None] = lambda: None,
+) -> list[Outcome]:
+    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order)."""
+    rows = [row for job in jobs for row in job.rows]
+    longest = max(job.longest for job in jobs)
+    started = time.perf_counter()
+    runtime.reset_peak()
+    try:
+        with runtime.inference(backend):
+            outputs = run_rows(rows)
+        if len(outputs) != len(rows):
+            raise RuntimeError(f"model returned {len(outputs)} outputs for {len(rows)} rows")
+    except Exception as exc:
+        oom = is_out_of_memory(exc)
+        if oom:
+            runtime.after_out_of_memory()
+        if len(jobs) > 1:
+            if oom:
+                log.warning("out of memory on a batch of %d requests: splitting", len(jobs))
+            else:
+                log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
+            on_split()
+            half = len(jobs) // 2
+            return execute(jobs[:half], run_rows, runtime, backend, on_split) + execute(
+                jobs[half:], run_rows, runtime, backend, on_split
+            )
+        if oom:
+            error: Exception = OutOfDeviceMemory(
+                f"this request ({len(rows)} rows, longest {longest}) does not fit in device memory "
+                "even on its own; send fewer or shorter inputs"
+            )
+        else:
+            if not isinstance(exc, ValueError):  # model input errors are the caller's, not ours
+                log.error("request %s failed in the model", jobs[0].request_id, exc_info=exc)
+            error = from_model_error(exc)
+        return [Outcome(jobs[0], error=error)]
+
+    stats = BatchStats(
+        rows=len(rows),
+        requests=len(jobs),
+        tokens=padded_tokens(len(rows), longest),
+        inference_s=time.perf_counter() - started,
+        peak_memory_bytes=runtime.peak_bytes(),
+    )
+    outcomes, start = [], 0
+    for job in jobs:
+        mine = outputs[start : start + job.n_rows]
+        start += job.n_rows
+        try:
+            outcomes.append(Outcome(job, value=job.finish(mine), stats=stats))
+        except Exception as exc:
+            log.error("request %s failed after the model", job.request_id, exc_info=exc)
+            outcomes.append(Outcome(job, error=from_model_error(exc), stats=stats))
+    return outcomes

@@ -1,0 +1,136 @@
+"""What runs next: the batching decision as a pure function of the queue, the clock and the limits.
+
+No threads, no asyncio, no torch: the worker calls :func:`next_batch` with its pending requests
+and does what the :class:`Decision` says. The rules (after TEI's ``core/src/queue.rs`` and
+LitServe's ``collate_requests``):
+
+1. Requests whose client left are dropped; requests past their deadline expire (a 504).
+2. The oldest live request picks the batch key (backend, resolved options, forward-call variant
+   and length bucket), so no key starves another.
+3. Requests with that key join in arrival order while the batch stays within ``max_batch_size``
+   rows and ``max_batch_tokens`` padded tokens (rows x longest row); the first one that does not
+   fit ends the batch (strict FIFO within a key). The oldest request always runs, even alone over
+   a limit: the model splits it into sub-batches itself.
+4. The batch runs now if it is full, if its oldest request has waited ``max_wait_s``, or when the
+   queue is being flushed (shutdown); otherwise the worker sleeps until the first of those times
+   or the earliest deadline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class BatchKey:
+    """Requests with equal keys may share a forward pass.
+
+    Attributes:
+        backend: attention backend name.
+        options: resolved backend options as sorted ``(name, value)`` pairs.
+        variant: other forward-call parameters that must agree (e.g. ``normalize``).
+        bucket: length bucket of the request's longest row (see :func:`length_bucket`).
+    """
+
+    backend: str
+    options: tuple[tuple[str, Hashable], ...] = ()
+    variant: tuple[Hashable, ...] = ()
+    bucket: int = 0
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Batching limits (from the settings)."""
+
+    max_batch_size: int
+    max_batch_tokens: int
+    max_wait_s: float
+
+
+class Pending(Protocol):
+    """What the policy needs to know about a waiting request."""
+
+    @property
+    def key(self) -> BatchKey: ...
+    @property
+    def n_rows(self) -> int: ...
+    @property
+    def longest(self) -> int: ...
+    @property
+    def enqueued_at(self) -> float: ...
+    @property
+    def deadline(self) -> float: ...
+    @property
+    def cancelled(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Indices into the pending sequence, in arrival order.
+
+    Attributes:
+        batch: requests to run now as one batch (empty: nothing to run yet).
+        expired: requests past their deadline: answer 504 and remove.
+        dropped: requests whose client left: remove silently.
+        wake_at: when to decide again if nothing new arrives (None: only on arrival).
+    """
+
+    batch: tuple[int, ...] = ()
+    expired: tuple[int, ...] = ()
+    dropped: tuple[int, ...] = ()
+    wake_at: float | None = None
+
+
+def length_bucket(length: int, smallest: int = 16) -> int:
+    """The power of two >= ``length`` (at least ``smallest``): rows of similar length batch
+    together, so padding a short text to a long neighbour stays under 2x."""
+    bucket = smallest
+    while bucket < length:
+        bucket *= 2
+    return bucket
+
+
+def padded_tokens(n_rows: int, longest: int) -> int:
+    """Size of a padded batch: rows x longest row."""
+    return n_rows * longest
+
+
+def next_batch(
+    pending: Sequence[Pending], now: float, limits: Limits, flush: bool = False
+) -> Decision:
+    """Decide what to run next; see the module docstring for the rules."""
+    dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
+    expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
+    gone = set(dropped) | set(expired)
+    live = [i for i in range(len(pending)) if i not in gone]
+    if not live:
+        return Decision(expired=expired, dropped=dropped)
+
+    head = pending[live[0]]
+    batch = [live[0]]
+    rows, longest = head.n_rows, head.longest
+    full = rows >= limits.max_batch_size
+    for i in live[1:]:
+        if full:
+            break
+        p = pending[i]
+        if p.key != head.key:
+            continue
+        new_rows, new_longest = rows + p.n_rows, max(longest, p.longest)
+        if (
+            new_rows > limits.max_batch_size
+            or padded_tokens(new_rows, new_longest) > limits.max_batch_tokens
+        ):
+            full = True  # the next request of this key waits for the next batch
+            break
+        batch.append(i)
+        rows, longest = new_rows, new_longest
+        full = rows >= limits.max_batch_size
+
+    waited_enough = now - head.enqueued_at >= limits.max_wait_s
+    if full or waited_enough or flush:
+        return Decision(batch=tuple(batch), expired=expired, dropped=dropped)
+    wake_at = min(head.enqueued_at + limits.max_wait_s, min(pending[i].deadline for i in live))
+    return Decision(expired=expired, dropped=dropped, wake_at=wake_at)

@@ -1,0 +1,217 @@
+"""One worker per model: a bounded queue, an asyncio loop that asks the policy what to run, and
+one thread that owns the model and runs the batches (so the event loop keeps answering)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from service.batching.device import DeviceRuntime
+from service.batching.execute import Outcome, execute
+from service.batching.job import Job, JobResult
+from service.batching.policy import Limits, next_batch
+from service.errors import QueueFull, RequestTimeout, ShuttingDown
+from service.metrics import Metrics
+from service.servables.base import Servable
+
+log = logging.getLogger("attnserve.batching")
+
+
+class ModelWorker:
+    """Queues requests for one model and runs them in batches on its own thread.
+
+    Args:
+        servable: the model.
+        limits: batch limits.
+        max_queue: most waiting requests; more get :class:`QueueFull` at once.
+        runtime: device, inference context, memory readings.
+        metrics: where queue depth, batch shapes and timings go.
+    """
+
+    def __init__(
+        self,
+        servable: Servable,
+        limits: Limits,
+        max_queue: int,
+        runtime: DeviceRuntime,
+        metrics: Metrics,
+    ) -> None:
+        self.servable = servable
+        self.name = servable.name
+        self.limits = limits
+        self.max_queue = max_queue
+        self.runtime = runtime
+        self.metrics = metrics
+        self._pending: list[Job] = []
+        self._wakeup = asyncio.Event()
+        self._accepting = True
+        self._busy = False
+        self._batch_seconds = 0.05  # running estimate, for Retry-After
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ queue side
+
+    @property
+    def depth(self) -> int:
+        """Requests waiting (not counting the batch running now)."""
+        return len(self._pending)
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending and not self._busy
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait."""
+        if not self._accepting:
+            self.metrics.rejections.labels(self.name, "shutting_down").inc()
+            raise ShuttingDown("the server is shutting down; retry on another replica")
+        if len(self._pending) >= self.max_queue:
+            self.metrics.rejections.labels(self.name, "queue_full").inc()
+            raise QueueFull(
+                f"the queue of {self.name} is full ({self.max_queue} requests waiting); retry later",
+                retry_after_s=self._retry_after_s(),
+            )
+        self._pending.append(job)
+        self.metrics.queue_depth.labels(self.name).set(len(self._pending))
+        self._wakeup.set()
+
+    def _retry_after_s(self) -> int:
+        batches_ahead = self.max_queue / max(1, self.limits.max_batch_size)
+        return max(1, math.ceil(batches_ahead * self._batch_seconds))
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        """Start the scheduling loop on the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"worker-{self.name}")
+
+    def warm_up(self) -> dict[str, float]:
+        """Run a small batch on every served backend (blocking; call from a thread).
+
+        Returns seconds per backend. Raises whatever the model raises: a model that cannot run
+        its own warm-up batch must not report ready.
+        """
+        rows, variant = self.servable.warmup_rows()
+        timings = {}
+        for backend in self.servable.backends():
+            options = self.servable.check_attention(backend, None)
+            started = time.perf_counter()
+            with self.runtime.inference(backend):
+                self.servable.run(rows, backend, options, variant)
+            timings[backend] = time.perf_counter() - started
+        return timings
+
+    async def drain(self, grace_s: float) -> bool:
+        """Stop taking requests, finish the queued ones within ``grace_s``, stop.
+
+        Returns True when everything queued was answered in time; requests still waiting after
+        the grace period get :class:`ShuttingDown`.
+        """
+        self._accepting = False
+        self._wakeup.set()
+        finished = True
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), grace_s)
+            except TimeoutError:
+                finished = False
+                self._task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._task
+        for job in self._pending:
+            if not job.future.done():
+                job.future.set_exception(ShuttingDown("the server shut down before this ran"))
+        self._pending.clear()
+        self.metrics.queue_depth.labels(self.name).set(0)
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        return finished
+
+    # ------------------------------------------------------------------ scheduling loop
+
+    async def _loop(self) -> None:
+        while True:
+            now = time.monotonic()
+            decision = next_batch(self._pending, now, self.limits, flush=not self._accepting)
+            taken = set(decision.batch) | set(decision.expired) | set(decision.dropped)
+            batch = [self._pending[i] for i in decision.batch]
+            for i in decision.expired:
+                job = self._pending[i]
+                if not job.future.done():
+                    job.future.set_exception(
+                        RequestTimeout("the request waited in the queue past its timeout")
+                    )
+            if taken:
+                self._pending = [j for i, j in enumerate(self._pending) if i not in taken]
+                self.metrics.queue_depth.labels(self.name).set(len(self._pending))
+            if batch:
+                await self._run(batch)
+                continue
+            if not self._pending and not self._accepting:
+                return  # drained
+            self._wakeup.clear()
+            timeout = None if decision.wake_at is None else max(0.0, decision.wake_at - now)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _run(self, batch: list[Job]) -> None:
+        key = batch[0].key
+        started = time.monotonic()
+        for job in batch:
+            job.started_at = started
+        options = dict(key.options)
+
+        def run_rows(rows: list[Any]) -> list[Any]:
+            return self.servable.run(rows, key.backend, options, key.variant)
+
+        def on_split() -> None:
+            self.metrics.batch_splits.labels(self.name).inc()
+
+        self._busy = True
+        try:
+            loop = asyncio.get_running_loop()
+            outcomes = await loop.run_in_executor(
+                self._executor, execute, batch, run_rows, self.runtime, key.backend, on_split
+            )
+        except Exception as exc:  # the executor itself failed (e.g. shut down)
+            log.exception("batch of %s failed outside the model", self.name)
+            outcomes = [Outcome(job, error=exc) for job in batch]
+        finally:
+            self._busy = False
+        elapsed = time.monotonic() - started
+        self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
+        self._record(outcomes, started)
+
+    def _record(self, outcomes: list[Outcome], started: float) -> None:
+        seen: set[int] = set()
+        for outcome in outcomes:
+            job, stats = outcome.job, outcome.stats
+            attention = job.key.backend
+            queue_s = started - job.enqueued_at
+            self.metrics.queue_duration.labels(self.name, attention).observe(queue_s)
+            if stats is not None and id(stats) not in seen:
+                seen.add(id(stats))
+                self.metrics.inference_duration.labels(self.name, attention).observe(
+                    stats.inference_s
+                )
+                self.metrics.batch_rows.labels(self.name, attention).observe(stats.rows)
+                self.metrics.batch_requests.labels(self.name, attention).observe(stats.requests)
+                self.metrics.batch_tokens.labels(self.name, attention).observe(stats.tokens)
+                if stats.peak_memory_bytes is not None:
+                    self.metrics.batch_peak_memory.labels(self.name).observe(
+                        stats.peak_memory_bytes
+                    )
+            if outcome.error is not None and getattr(outcome.error, "type", "") == "out_of_memory":
+                self.metrics.rejections.labels(self.name, "out_of_memory").inc()
+            if job.future.done() or job.cancelled:
+                continue  # the client left or timed out: nobody is waiting
+            if outcome.error is not None:
+                job.future.set_exception(outcome.error)
+            else:
+                assert stats is not None
+                job.future.set_result(JobResult(outcome.value, queue_s, stats))

@@ -1,0 +1,151 @@
+"""Every Prometheus metric the server exports, in one place (prefix ``attnserve_``, units in names).
+
+Each app gets its own :class:`Metrics` on its own ``CollectorRegistry``, so tests that build
+several apps in one process do not collide on the global registry. One process serves one device
+with one uvicorn worker, so prometheus-client's multiprocess mode is not needed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import psutil
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
+
+# Request latencies on CPU span ~1 ms (tiny forecast) to many seconds (a 512-token batch).
+LATENCY_BUCKETS = (
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+)  # fmt: skip
+BATCH_ROW_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+BATCH_TOKEN_BUCKETS = tuple(2**i for i in range(4, 21))  # 16 .. 1M
+MEMORY_BUCKETS = tuple(2.0**i for i in range(20, 38))  # 1 MiB .. 128 GiB
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+class Metrics:
+    """The collectors of one app. Labels: ``endpoint`` is the route path, ``attention`` the
+    backend name ("" where none applies), ``status`` the HTTP status code."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "attnserve_requests_total",
+            "HTTP requests answered, by endpoint, model, attention backend and status.",
+            ["endpoint", "model", "attention", "status"],
+            registry=r,
+        )
+        self.request_duration = Histogram(
+            "attnserve_request_duration_seconds",
+            "Time from request start to response start.",
+            ["endpoint", "model", "attention", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_duration = Histogram(
+            "attnserve_queue_duration_seconds",
+            "Time a request waited in its model's queue before its batch started.",
+            ["model", "attention"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.inference_duration = Histogram(
+            "attnserve_inference_duration_seconds",
+            "Time one batch spent in the model.",
+            ["model", "attention"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_rows = Histogram(
+            "attnserve_batch_size_rows",
+            "Rows (texts or series) in one batch run by the model.",
+            ["model", "attention"],
+            buckets=BATCH_ROW_BUCKETS,
+            registry=r,
+        )
+        self.batch_requests = Histogram(
+            "attnserve_batch_size_requests",
+            "Requests merged into one batch.",
+            ["model", "attention"],
+            buckets=BATCH_ROW_BUCKETS,
+            registry=r,
+        )
+        self.batch_tokens = Histogram(
+            "attnserve_batch_tokens",
+            "Padded tokens (texts) or time steps (series) in one batch: rows x longest row.",
+            ["model", "attention"],
+            buckets=BATCH_TOKEN_BUCKETS,
+            registry=r,
+        )
+        self.queue_depth = Gauge(
+            "attnserve_queue_depth_requests",
+            "Requests waiting in a model's queue.",
+            ["model"],
+            registry=r,
+        )
+        self.rejections = Counter(
+            "attnserve_rejections_total",
+            "Requests refused or dropped, by reason (queue_full, timeout, shutting_down, "
+            "not_ready, client_disconnected, out_of_memory, unauthorized, body_too_large).",
+            ["model", "reason"],
+            registry=r,
+        )
+        self.batch_splits = Counter(
+            "attnserve_batch_splits_total",
+            "Batches split in two and retried after a device out-of-memory error.",
+            ["model"],
+            registry=r,
+        )
+        self.batch_peak_memory = Histogram(
+            "attnserve_batch_peak_device_memory_bytes",
+            "Peak device memory allocated while one batch ran (CUDA only).",
+            ["model"],
+            buckets=MEMORY_BUCKETS,
+            registry=r,
+        )
+        self.device_memory_allocated = Gauge(
+            "attnserve_device_memory_allocated_bytes",
+            "Device memory held by tensors (CUDA; 0 on CPU).",
+            registry=r,
+        )
+        self.device_memory_reserved = Gauge(
+            "attnserve_device_memory_reserved_bytes",
+            "Device memory reserved by the caching allocator (CUDA; 0 on CPU).",
+            registry=r,
+        )
+        self.process_rss = Gauge(
+            "attnserve_process_resident_memory_bytes",
+            "Resident set size of the server process.",
+            registry=r,
+        )
+        self.ready = Gauge(
+            "attnserve_ready",
+            "1 when models are loaded and warmed up and the server is not draining.",
+            registry=r,
+        )
+        self.models_loaded = Gauge(
+            "attnserve_models_loaded",
+            "Models loaded and warmed up.",
+            registry=r,
+        )
+        process = psutil.Process()
+        self.process_rss.set_function(lambda: float(process.memory_info().rss))
+
+    def watch_device_memory(
+        self, allocated: Callable[[], float], reserved: Callable[[], float]
+    ) -> None:
+        """Read device memory at scrape time through these callables (the runtime owns torch)."""
+        self.device_memory_allocated.set_function(allocated)
+        self.device_memory_reserved.set_function(reserved)
+
+    def render(self) -> bytes:
+        """The text exposition of every collector in this app's registry."""
+        return generate_latest(self.registry)

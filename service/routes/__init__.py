@@ -1,0 +1,1 @@
+"""HTTP routes, one module per area. Routes validate, enqueue and await; they never touch torch."""

@@ -1,0 +1,1 @@
+"""Adapters from ``models/`` objects to what the batcher and routes need (``base.Servable``)."""

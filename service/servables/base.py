@@ -1,0 +1,53 @@
+"""What the batcher and the routes need from a loaded model, whatever its task.
+
+A servable wraps one model object from ``models/`` (which knows tensors) and speaks in plain
+Python values: token id lists, windows, lists of floats. Routes use these methods and never touch
+torch themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Servable(Protocol):
+    """A loaded model the server can batch for."""
+
+    name: str
+    task: str  # "encode" or "forecast"
+    default_attention: str
+
+    def backends(self) -> list[str]:
+        """Backends this model serves on its device (warmed up at start-up)."""
+        ...
+
+    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Canonical options for ``backend`` (defaults filled, derived ones left out).
+
+        Raises:
+            AttentionError: unknown backend or option, out-of-range value, or a backend that
+                cannot run this model on its device (the message gives the reason).
+        """
+        ...
+
+    def run(
+        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple[Any, ...]
+    ) -> list[Any]:
+        """One output per row, in order (called on the worker thread, under inference mode)."""
+        ...
+
+    def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
+        """A small valid batch (rows, variant) used to warm up every backend."""
+        ...
+
+    def card(self) -> dict[str, Any]:
+        """The model card served at ``GET /models``."""
+        ...
+
+
+def canonical_options(resolved: Mapping[str, Any]) -> dict[str, Any]:
+    """Resolved options without the ``None`` ones ("derive from the input"), so that ``{}`` and
+    the spelled-out defaults batch together and pass validation again downstream."""
+    return {k: v for k, v in sorted(resolved.items()) if v is not None}

@@ -1,0 +1,69 @@
+"""The sentence encoder as a servable: tokenize up front (validation), embed in batches."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from models.attention import BACKENDS, AttentionError
+from models.text import SentenceEncoder
+from models.text.encoder import DEFAULT_ATTENTION
+from service.servables.base import canonical_options
+
+
+class TextServable:
+    """Wraps a :class:`~models.text.SentenceEncoder`.
+
+    Args:
+        encoder: the loaded encoder.
+        max_batch_tokens: cap on one forward pass's padded tokens (the encoder sub-batches).
+        aliases: other names clients may use for it (e.g. the sentence-transformers hub id).
+    """
+
+    task = "encode"
+
+    def __init__(
+        self, encoder: SentenceEncoder, max_batch_tokens: int | None = None, aliases: tuple[str, ...] = ()
+    ) -> None:
+        self.encoder = encoder
+        self.name = encoder.name
+        self.aliases = aliases
+        self.default_attention = DEFAULT_ATTENTION
+        self.max_batch_tokens = max_batch_tokens
+        self.dim = encoder.dim
+        self.max_tokens = encoder.max_tokens
+        self._backends = [b for b in BACKENDS if self._accepts(b)]
+
+    def _accepts(self, backend: str) -> bool:
+        try:
+            self.encoder.check_attention(backend, None)
+        except AttentionError:
+            return False
+        return True
+
+    def backends(self) -> list[str]:
+        return list(self._backends)
+
+    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        return canonical_options(self.encoder.check_attention(backend, options))
+
+    def tokenize(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        """Token ids per text; ``ModelInputError`` for a text over the limit without truncate."""
+        return self.encoder.tokenize(texts, truncate)
+
+    def run(
+        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple[Any, ...]
+    ) -> list[Any]:
+        (normalize,) = variant
+        vectors = self.encoder.embed(rows, backend, options, normalize, self.max_batch_tokens)
+        return vectors.tolist()
+
+    def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
+        texts = ["warm-up", "a slightly longer sentence to warm up padded batches of text"]
+        return self.tokenize(texts, truncate=True), (True,)
+
+    def card(self) -> dict[str, Any]:
+        card = self.encoder.card()
+        card["aliases"] = list(self.aliases)
+        card["served_backends"] = self.backends()
+        return card

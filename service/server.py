@@ -1,0 +1,85 @@
+"""Running the app under uvicorn with a drain on SIGTERM.
+
+On the first SIGTERM/SIGINT the server keeps listening but turns ``/readyz`` and new model
+requests to 503 (so a load balancer still probing gets a clear answer), waits until every
+admitted model request is answered or ``shutdown_grace_s`` passes, then lets uvicorn shut down
+(close the listener, finish open responses, run the lifespan's drain). A second signal exits at
+once. The process then exits 0 (uvicorn's default re-raises the signal after a graceful stop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+from types import FrameType
+
+import uvicorn
+from fastapi import FastAPI
+
+from service.app import create_app
+from service.settings import Settings
+from service.state import AppState
+
+log = logging.getLogger("attnserve")
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` whose exit signal first drains the app (see the module docstring)."""
+
+    def __init__(self, config: uvicorn.Config, state: AppState) -> None:
+        super().__init__(config)
+        self.state = state
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def serve(self, sockets: list | None = None) -> None:  # type: ignore[override]
+        self._loop = asyncio.get_running_loop()
+        await super().serve(sockets)
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        lifecycle = self.state.lifecycle
+        if self.should_exit or lifecycle.draining or self._loop is None:
+            if self.should_exit and sig == signal.SIGINT:
+                self.force_exit = True
+            self.should_exit = True
+            return
+        log.info("signal %s: draining (grace %.0f s)", sig, self.state.settings.shutdown_grace_s)
+        lifecycle.begin_drain()
+        self.state.metrics.ready.set(0)
+        self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))  # type: ignore[union-attr]
+
+    async def _drain(self) -> None:
+        lifecycle = self.state.lifecycle
+        deadline = time.monotonic() + self.state.settings.shutdown_grace_s
+        while lifecycle.inflight > 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if lifecycle.inflight:
+            log.warning("grace period over with %d requests in flight", lifecycle.inflight)
+        else:
+            log.info("drained: every admitted request was answered")
+        self.should_exit = True
+
+
+def build_server(settings: Settings, app: FastAPI | None = None) -> DrainingServer:
+    """A configured server for ``settings`` (``app`` defaults to ``create_app(settings)``)."""
+    app = app or create_app(settings)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
+        # The body limit is ours (413 with the error body); keep-alive for benchmark clients.
+        timeout_keep_alive=30,
+        access_log=False,
+    )
+    return DrainingServer(config, app.state.attnserve)
+
+
+def serve(settings: Settings) -> None:
+    """Run until SIGTERM/SIGINT, drain, exit."""
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    build_server(settings).run()

@@ -1,0 +1,24 @@
+"""What one app instance holds: settings, metrics, lifecycle, and (once loaded) models."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from service.batching.batcher import Batcher
+from service.lifecycle import Lifecycle
+from service.metrics import Metrics
+from service.registry import Loader, Registry
+from service.settings import Settings
+
+
+@dataclass
+class AppState:
+    """Stored on ``app.state.attnserve``; ``registry``/``batcher`` are None until loaded."""
+
+    settings: Settings
+    metrics: Metrics
+    loader: Loader
+    lifecycle: Lifecycle = field(default_factory=Lifecycle)
+    registry: Registry | None = None
+    batcher: Batcher | None = None
+    device: str = "cpu"

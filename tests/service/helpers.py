@@ -1,0 +1,154 @@
+"""Small random-weight models, servable test doubles and request builders for the service tests."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from models.informer import InformerForecaster
+from models.informer.checkpoint import save_checkpoint
+from models.informer.config import preset
+from models.informer.data import ETTH1_CHANNELS, StandardScaler
+from models.informer.model import Informer
+from models.text import SentenceEncoder
+from models.text.bert import BertEncoder
+from models.text.config import BertConfig
+from models.text.tokenizer import TextTokenizer
+from models.text.weights import model_dir
+from service.app import create_app
+from service.servables.base import Servable
+from service.servables.forecast import ForecastServable
+from service.servables.text import TextServable
+from service.settings import Settings
+
+TINY_TEXT = "tiny-minilm"
+TINY_FORECAST = "informer-tiny"
+
+
+def tiny_encoder(max_tokens: int = 64, hidden: int = 32, heads: int = 2, seed: int = 0) -> SentenceEncoder:
+    """A random-weight 2-layer BERT with the real MiniLM tokenizer (runs in milliseconds)."""
+    torch.manual_seed(seed)
+    config = BertConfig(
+        hidden_size=hidden,
+        num_hidden_layers=2,
+        num_attention_heads=heads,
+        intermediate_size=2 * hidden,
+        max_position_embeddings=512,
+    )
+    model = BertEncoder(config).eval()
+    tokenizer = TextTokenizer(model_dir() / "tokenizer.json", max_tokens)
+    encoder = SentenceEncoder(model, tokenizer, max_tokens)
+    encoder.name = TINY_TEXT  # instance attributes: the class keeps the real name and dim
+    encoder.dim = hidden
+    return encoder
+
+
+def tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
+    """A random-weight tiny Informer (context 24, horizon 8, 7 channels) saved as safetensors."""
+    torch.manual_seed(seed)
+    model = Informer(preset("tiny", revin=True)).eval()
+    scaler = StandardScaler(np.linspace(1.0, 7.0, 7), np.linspace(0.5, 2.0, 7))
+    save_checkpoint(directory, model, scaler, list(ETTH1_CHANNELS), {"backend": "probsparse"})
+    return directory
+
+
+def tiny_forecaster(directory: Path) -> InformerForecaster:
+    if not (directory / "config.json").is_file():
+        tiny_checkpoint(directory)
+    return InformerForecaster.load(str(directory))
+
+
+def hourly_series(
+    rows: int, start: str = "2017-01-01 00:00:00", seed: int = 0
+) -> dict[str, list[Any]]:
+    """A regular hourly history with plausible 7-channel values, as a request ``series`` item."""
+    index = pd.date_range(start, periods=rows, freq="h")
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows)[:, None]
+    values = 3.0 + np.sin(2 * np.pi * t / 24 + np.arange(7)) + 0.1 * rng.standard_normal((rows, 7))
+    return {
+        "timestamps": [ts.strftime("%Y-%m-%d %H:%M:%S") for ts in index],
+        "values": values.tolist(),
+    }
+
+
+class Wrapped:
+    """A servable that delegates to another, with hooks to slow it down or inject faults."""
+
+    def __init__(self, inner: Servable) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.task = inner.task
+        self.default_attention = inner.default_attention
+        self.aliases: tuple[str, ...] = ()
+        self.delay_s = 0.0
+        self.fail: Callable[[list[Any]], None] | None = None
+        self.batches: list[int] = []  # rows per run() call after warm-up
+        self.gate: threading.Event | None = None  # when set, run() waits for it
+        self.recording = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def backends(self) -> list[str]:
+        return self.inner.backends()
+
+    def check_attention(self, backend: str, options: Any) -> dict[str, Any]:
+        return self.inner.check_attention(backend, options)
+
+    def warmup_rows(self) -> Any:
+        return self.inner.warmup_rows()
+
+    def card(self) -> dict[str, Any]:
+        return self.inner.card()
+
+    def run(self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple) -> list[Any]:
+        if self.recording:
+            self.batches.append(len(rows))
+        if self.gate is not None:
+            self.gate.wait(10)
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if self.fail is not None and self.recording:
+            self.fail(rows)
+        return self.inner.run(rows, backend, options, variant)
+
+
+def oom_over(limit: int) -> Callable[[list[Any]], None]:
+    """A fault: ``torch.OutOfMemoryError`` for batches of more than ``limit`` rows (what the CUDA
+    allocator raises), so the split-and-retry path runs on CPU."""
+
+    def fail(rows: list[Any]) -> None:
+        if len(rows) > limit:
+            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: {len(rows)} > {limit} rows)")
+
+    return fail
+
+
+def make_app(servables: list[Any], **overrides: Any) -> Any:
+    """An app serving ``servables`` (loaded at lifespan start, not in the background)."""
+    values: dict[str, Any] = {
+        "models": [s.name for s in servables],
+        "background_load": False,
+        "device": "cpu",
+        "max_wait_ms": 20.0,
+        "shutdown_grace_s": 5.0,
+    }
+    values.update(overrides)
+    settings = Settings(**values)
+    return create_app(settings, loader=lambda _s, _d: list(servables))
+
+
+def text_servable(**kwargs: Any) -> TextServable:
+    return TextServable(tiny_encoder(**kwargs))
+
+
+def forecast_servable(directory: Path) -> ForecastServable:
+    return ForecastServable(tiny_forecaster(directory))

@@ -1,0 +1,113 @@
+"""The batching decision as a pure function: no HTTP, no threads, no torch."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from service.batching.policy import BatchKey, Limits, length_bucket, next_batch
+
+FLASH = BatchKey("flash", (), (True,), 16)
+FULL = BatchKey("full", (), (True,), 16)
+LIMITS = Limits(max_batch_size=8, max_batch_tokens=1024, max_wait_s=0.010)
+
+
+@dataclass
+class P:
+    key: BatchKey = FLASH
+    n_rows: int = 1
+    longest: int = 10
+    enqueued_at: float = 0.0
+    deadline: float = 100.0
+    cancelled: bool = False
+
+
+def test_empty_queue_sleeps_until_arrival() -> None:
+    d = next_batch([], now=1.0, limits=LIMITS)
+    assert d.batch == () and d.wake_at is None
+
+
+def test_waits_for_more_until_max_wait_then_runs() -> None:
+    pending = [P(enqueued_at=1.0), P(enqueued_at=1.002)]
+    early = next_batch(pending, now=1.005, limits=LIMITS)
+    assert early.batch == ()
+    assert early.wake_at == pytest.approx(1.010)
+    late = next_batch(pending, now=1.010, limits=LIMITS)
+    assert late.batch == (0, 1)
+
+
+def test_full_batch_runs_without_waiting() -> None:
+    pending = [P(n_rows=4), P(n_rows=4), P(n_rows=1)]
+    d = next_batch(pending, now=0.0, limits=LIMITS)
+    assert d.batch == (0, 1)  # 8 rows = max_batch_size; the third waits
+
+
+def test_next_request_that_does_not_fit_makes_the_batch_full() -> None:
+    pending = [P(n_rows=5), P(n_rows=5)]
+    d = next_batch(pending, now=0.0, limits=LIMITS)
+    assert d.batch == (0,)
+
+
+def test_token_budget_counts_padding() -> None:
+    # 2 rows x longest 400 = 800 fits 1024; adding a 3rd row of 400 -> 1200 does not.
+    pending = [P(longest=400), P(longest=100), P(longest=400)]
+    d = next_batch(pending, now=0.0, limits=LIMITS)
+    assert d.batch == (0, 1)
+
+
+def test_oversized_head_runs_alone() -> None:
+    pending = [P(n_rows=20, longest=500), P()]
+    d = next_batch(pending, now=0.0, limits=LIMITS)
+    assert d.batch == (0,)
+
+
+def test_only_the_heads_key_joins_and_order_is_kept() -> None:
+    pending = [P(key=FULL), P(key=FLASH), P(key=FULL), P(key=FLASH, n_rows=2)]
+    d = next_batch(pending, now=1.0, limits=LIMITS)
+    assert d.batch == (0, 2)
+    rest = [pending[1], pending[3]]
+    assert next_batch(rest, now=1.0, limits=LIMITS).batch == (0, 1)
+
+
+def test_different_options_variant_or_bucket_do_not_mix() -> None:
+    keys = [
+        BatchKey("performer", (("num_features", 64),), (True,), 16),
+        BatchKey("performer", (("num_features", 128),), (True,), 16),
+        BatchKey("performer", (("num_features", 64),), (False,), 16),
+        BatchKey("performer", (("num_features", 64),), (True,), 32),
+    ]
+    pending = [P(key=k) for k in keys]
+    assert next_batch(pending, now=1.0, limits=LIMITS).batch == (0,)
+
+
+def test_expired_and_cancelled_are_reported_not_batched() -> None:
+    pending = [P(deadline=0.5), P(cancelled=True), P(enqueued_at=0.0)]
+    d = next_batch(pending, now=1.0, limits=LIMITS)
+    assert d.expired == (0,)
+    assert d.dropped == (1,)
+    assert d.batch == (2,)
+
+
+def test_wake_at_respects_earliest_deadline() -> None:
+    pending = [P(enqueued_at=1.0, deadline=1.004)]
+    d = next_batch(pending, now=1.001, limits=LIMITS)
+    assert d.batch == () and d.wake_at == pytest.approx(1.004)
+
+
+def test_flush_runs_immediately() -> None:
+    pending = [P(enqueued_at=1.0)]
+    assert next_batch(pending, now=1.0, limits=LIMITS, flush=True).batch == (0,)
+
+
+def test_batch_size_one_means_no_batching() -> None:
+    limits = Limits(max_batch_size=1, max_batch_tokens=10_000, max_wait_s=0.0)
+    pending = [P(), P(), P()]
+    assert next_batch(pending, now=0.0, limits=limits).batch == (0,)
+
+
+@pytest.mark.parametrize(
+    ("length", "bucket"), [(1, 16), (16, 16), (17, 32), (100, 128), (256, 256), (257, 512)]
+)
+def test_length_bucket(length: int, bucket: int) -> None:
+    assert length_bucket(length) == bucket
