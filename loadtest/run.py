@@ -215,6 +215,8 @@ def report(summary: dict[str, Any], offered_rps: float, out: Path) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # SIGTERM (e.g. from `timeout`) unwinds like Ctrl-C, so the server started below is stopped.
+    signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
     seconds = parse_duration(args.duration)
     if args.users < 1:
         raise SystemExit("--users must be >= 1")
