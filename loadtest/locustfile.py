@@ -222,7 +222,14 @@ WORKLOAD: Workload | None = None
 @events.test_start.add_listener
 def _on_test_start(environment: Environment, **_: Any) -> None:
     global WORKLOAD
-    WORKLOAD = Workload(environment)
+    try:
+        WORKLOAD = Workload(environment)
+    except Exception as exc:  # no cards, no data, a bad mix: stop at once with the reason
+        log.error("cannot set up the attnserve workload: %s", exc)
+        environment.process_exit_code = 1
+        if environment.runner is not None:
+            environment.runner.quit()
+        return
     log.info(
         "attnserve workload: endpoints %s, forecasters %s, encoders %s",
         WORKLOAD.endpoint_mix,
