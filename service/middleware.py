@@ -74,35 +74,48 @@ class RequestContext:
 
 
 class BodyLimit:
-    """Refuses bodies over ``max_bytes`` with a 413: at once from ``Content-Length``, or while
-    streaming for chunked bodies (the route's body read raises :class:`BodyTooLarge`)."""
+    """Refuses bodies over ``max_bytes`` with a 413 before any route runs: from
+    ``Content-Length`` at once, or, for chunked bodies, by reading at most ``max_bytes + 1``
+    bytes first and replaying them to the app (the server enforces ``Content-Length`` framing,
+    so a declared length cannot be exceeded)."""
 
     def __init__(self, app: ASGIApp, max_bytes: int, metrics: Metrics) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
 
-    def _too_large(self) -> BodyTooLarge:
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.rejections.labels("", "body_too_large").inc()
-        return BodyTooLarge(f"request body is over the limit of {self.max_bytes} bytes")
+        exc = BodyTooLarge(f"request body is over the limit of {self.max_bytes} bytes")
+        await error_response(exc)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         length = dict(scope.get("headers", ())).get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_bytes:
-            await error_response(self._too_large())(scope, receive, send)
+        if length is not None:
+            if length.isdigit() and int(length) > self.max_bytes:
+                await self._refuse(scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
+        # No declared length (chunked): buffer up to the limit, then replay.
+        buffered: list[Message] = []
         seen = 0
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise self._too_large()
-            return message
+            buffered.append(message)
+            if message["type"] != "http.request":
+                break
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
 
-        await self.app(scope, limited_receive, send)
+        async def replay() -> Message:
+            return buffered.pop(0) if buffered else await receive()
+
+        await self.app(scope, replay, send)

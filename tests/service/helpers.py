@@ -112,7 +112,7 @@ class Wrapped:
     def run(self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple) -> list[Any]:
         if self.recording:
             self.batches.append(len(rows))
-        if self.gate is not None:
+        if self.gate is not None and self.recording:
             self.gate.wait(10)
         if self.delay_s:
             time.sleep(self.delay_s)

@@ -1,0 +1,220 @@
+"""The batcher through HTTP: concurrent requests share a batch; OOM splits; full queues, timeouts
+and departed clients are handled; the event loop keeps answering during a long batch."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from asgi_lifespan import LifespanManager
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import metric
+from tests.service.helpers import TINY_FORECAST, TINY_TEXT, Wrapped, hourly_series, make_app, oom_over
+
+
+def post_all(client: TestClient, path: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(lambda b: client.post(path, json=b), bodies))
+
+
+def wait_until(condition: Any, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+def test_concurrent_requests_run_in_one_batch(text_double: Wrapped) -> None:
+    app = make_app([text_double], max_batch_size=6, max_wait_ms=2000)
+    with TestClient(app) as c:
+        text_double.recording = True
+        bodies = [{"inputs": [f"text number {i}"]} for i in range(6)]
+        responses = post_all(c, "/encode", bodies)
+        assert [r.status_code for r in responses] == [200] * 6
+        # Six one-text requests, one forward pass of six rows (the batch filled before max wait).
+        assert {r.headers["x-batch-requests"] for r in responses} == {"6"}
+        assert {r.headers["x-batch-size"] for r in responses} == {"6"}
+        assert text_double.batches == [6]
+        scrape = c.get("/metrics").text
+        assert metric(scrape, "attnserve_batch_size_requests_count", model=TINY_TEXT) == 1
+        assert metric(scrape, "attnserve_batch_size_rows_sum", model=TINY_TEXT) == 6
+        # Each answer equals the same text encoded alone.
+        alone = c.post("/encode", json=bodies[3]).json()["embeddings"][0]
+        together = responses[3].json()["embeddings"][0]
+        assert max(abs(a - b) for a, b in zip(alone, together, strict=True)) < 1e-5
+
+
+def test_forecasts_batch_together_and_match_alone(forecast_double: Wrapped) -> None:
+    app = make_app([forecast_double], max_batch_size=4, max_wait_ms=2000)
+    with TestClient(app) as c:
+        forecast_double.recording = True
+        bodies = [
+            {"model": TINY_FORECAST, "series": [hourly_series(24 + i, seed=i)], "horizon": 3 + i}
+            for i in range(4)
+        ]
+        responses = post_all(c, "/forecast", bodies)
+        assert [r.status_code for r in responses] == [200] * 4
+        assert {r.headers["x-batch-size"] for r in responses} == {"4"}
+        assert [len(r.json()["forecasts"][0]["values"]) for r in responses] == [3, 4, 5, 6]
+        alone = c.post("/forecast", json=bodies[2]).json()["forecasts"][0]["values"]
+        together = responses[2].json()["forecasts"][0]["values"]
+        diff = max(abs(a - b) for ra, rb in zip(alone, together, strict=True) for a, b in zip(ra, rb, strict=True))
+        assert diff < 1e-4
+
+
+def test_different_backends_do_not_share_a_batch(text_double: Wrapped) -> None:
+    app = make_app([text_double], max_batch_size=2, max_wait_ms=300)
+    with TestClient(app) as c:
+        text_double.recording = True
+        bodies = [{"inputs": ["same"], "attention": b} for b in ("full", "flash", "full", "flash")]
+        responses = post_all(c, "/encode", bodies)
+        assert all(r.status_code == 200 for r in responses)
+        assert sorted(text_double.batches) == [2, 2]
+        assert [r.json()["attention"] for r in responses] == ["full", "flash", "full", "flash"]
+
+
+def test_out_of_memory_splits_the_batch_and_everyone_gets_an_answer(text_double: Wrapped) -> None:
+    text_double.fail = oom_over(2)
+    app = make_app([text_double], max_batch_size=4, max_wait_ms=2000)
+    with TestClient(app) as c:
+        text_double.recording = True
+        responses = post_all(c, "/encode", [{"inputs": [f"t{i}"]} for i in range(4)])
+        assert [r.status_code for r in responses] == [200] * 4
+        assert text_double.batches == [4, 2, 2]  # tried 4, split into halves
+        assert {r.headers["x-batch-size"] for r in responses} == {"2"}
+        scrape = c.get("/metrics").text
+        assert metric(scrape, "attnserve_batch_splits_total", model=TINY_TEXT) == 1
+
+
+def test_single_request_that_cannot_fit_gets_a_clear_error_and_the_worker_lives(
+    text_double: Wrapped,
+) -> None:
+    text_double.fail = oom_over(2)
+    with TestClient(make_app([text_double])) as c:
+        text_double.recording = True
+        r = c.post("/encode", json={"inputs": ["a", "b", "c"]})
+        assert r.status_code == 507
+        assert r.json()["error"]["type"] == "out_of_memory"
+        assert "fewer or shorter" in r.json()["error"]["message"]
+        assert c.post("/encode", json={"inputs": ["a", "b"]}).status_code == 200
+        scrape = c.get("/metrics").text
+        assert metric(scrape, "attnserve_rejections_total", reason="out_of_memory") == 1
+
+
+def test_full_queue_is_429_with_retry_after(text_double: Wrapped) -> None:
+    text_double.gate = threading.Event()
+    app = make_app([text_double], max_batch_size=1, max_queue=2, max_wait_ms=0)
+    with TestClient(app) as c:
+        text_double.recording = True
+        worker = app.state.attnserve.batcher.workers[TINY_TEXT]
+        with ThreadPoolExecutor(3) as pool:
+            running = pool.submit(c.post, "/encode", json={"inputs": ["running"]})
+            wait_until(lambda: text_double.batches == [1])  # the worker is busy with it
+            queued = [pool.submit(c.post, "/encode", json={"inputs": [f"q{i}"]}) for i in range(2)]
+            wait_until(lambda: worker.depth == 2)
+            started = time.monotonic()
+            refused = c.post("/encode", json={"inputs": ["one too many"]})
+            assert time.monotonic() - started < 1.0  # refused at once, not after a wait
+            text_double.gate.set()
+            assert running.result().status_code == 200
+            assert [f.result().status_code for f in queued] == [200, 200]
+        assert refused.status_code == 429
+        assert refused.json()["error"]["type"] == "queue_full"
+        assert int(refused.headers["retry-after"]) >= 1
+
+
+def test_waiting_past_the_timeout_is_504(text_double: Wrapped) -> None:
+    text_double.gate = threading.Event()
+    app = make_app([text_double], max_batch_size=1, max_wait_ms=0, request_timeout_s=0.3)
+    with TestClient(app) as c:
+        text_double.recording = True
+        with ThreadPoolExecutor(2) as pool:
+            running = pool.submit(c.post, "/encode", json={"inputs": ["stuck"]})
+            wait_until(lambda: text_double.batches == [1])
+            queued = c.post("/encode", json={"inputs": ["waits behind it"]})
+            text_double.gate.set()
+            assert running.result().status_code == 504  # its batch ran longer than 0.3 s
+        assert queued.status_code == 504
+        assert queued.json()["error"]["type"] == "timeout"
+        assert text_double.batches == [1]  # the expired request never ran
+        assert c.post("/encode", json={"inputs": ["after"]}).status_code == 200
+
+
+def test_health_and_metrics_answer_during_a_long_batch(text_double: Wrapped) -> None:
+    text_double.gate = threading.Event()
+    with TestClient(make_app([text_double])) as c:
+        text_double.recording = True
+        with ThreadPoolExecutor(1) as pool:
+            busy = pool.submit(c.post, "/encode", json={"inputs": ["long batch"]})
+            wait_until(lambda: text_double.batches == [1])
+            started = time.monotonic()
+            assert c.get("/healthz").status_code == 200
+            assert c.get("/metrics").status_code == 200
+            assert time.monotonic() - started < 1.0
+            assert not busy.done()
+            text_double.gate.set()
+            assert busy.result().status_code == 200
+
+
+def test_a_request_whose_client_left_is_dropped(text_double: Wrapped) -> None:
+    """Raw ASGI: the client sends its body, then disconnects while queued behind a long batch."""
+    text_double.gate = threading.Event()
+    app = make_app([text_double], max_batch_size=1, max_wait_ms=0)
+
+    async def scenario() -> tuple[int, list[int], str]:
+        async with LifespanManager(app):
+            text_double.recording = True
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                running = asyncio.ensure_future(client.post("/encode", json={"inputs": ["first"]}))
+                while text_double.batches != [1]:
+                    await asyncio.sleep(0.005)
+                gone = asyncio.Event()
+                sent: list[dict[str, Any]] = []
+                body = b'{"inputs": ["the one who leaves"]}'
+                messages = [{"type": "http.request", "body": body, "more_body": False}]
+
+                async def receive() -> dict[str, Any]:
+                    if messages:
+                        return messages.pop(0)
+                    await gone.wait()
+                    return {"type": "http.disconnect"}
+
+                async def send(message: dict[str, Any]) -> None:
+                    sent.append(message)
+
+                scope = {
+                    "type": "http",
+                    "asgi": {"version": "3.0"},
+                    "http_version": "1.1",
+                    "method": "POST",
+                    "scheme": "http",
+                    "path": "/encode",
+                    "raw_path": b"/encode",
+                    "query_string": b"",
+                    "root_path": "",
+                    "headers": [(b"content-type", b"application/json"), (b"host", b"t")],
+                    "client": ("127.0.0.1", 1),
+                    "server": ("127.0.0.1", 80),
+                }
+                leaving = asyncio.ensure_future(app(scope, receive, send))
+                worker = app.state.attnserve.batcher.workers[TINY_TEXT]
+                while worker.depth != 1:
+                    await asyncio.sleep(0.005)
+                gone.set()  # the client hangs up while queued
+                await leaving
+                text_double.gate.set()
+                first = await running
+                scrape = (await client.get("/metrics")).text
+                return first.status_code, list(text_double.batches), scrape
+
+    status, batches, scrape = asyncio.run(scenario())
+    assert status == 200
+    assert batches == [1]  # only the first request ever ran
+    assert metric(scrape, "attnserve_rejections_total", reason="client_disconnected") == 1

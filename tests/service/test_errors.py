@@ -1,0 +1,233 @@
+"""Every bad input gets the one error body with the status from the one table, before it joins a
+batch, and requests batched at the same moment still succeed."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.errors import STATUS
+from tests.service.helpers import (
+    TINY_FORECAST,
+    TINY_TEXT,
+    Wrapped,
+    hourly_series,
+    make_app,
+    text_servable,
+)
+
+
+def assert_error(r: Any, status: int, type_: str, *needles: str) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}
+    assert body["error"]["type"] == type_ and STATUS[type_] == status
+    message = body["error"]["message"]
+    for needle in needles:
+        assert needle in message, message
+    assert "Traceback" not in message
+    return body
+
+
+def forecast_body(**overrides: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"model": TINY_FORECAST, "series": [hourly_series(24)]}
+    body.update(overrides)
+    return body
+
+
+def series_with(values: list[list[Any]] | None = None, timestamps: list[str] | None = None) -> dict:
+    s = hourly_series(24)
+    if values is not None:
+        s["values"] = values
+    if timestamps is not None:
+        s["timestamps"] = timestamps
+    return s
+
+
+GOOD = hourly_series(24)
+NAN_ROWS = [row[:] for row in GOOD["values"]]
+NAN_ROWS[5][2] = float("nan")
+HUGE_ROWS = [row[:] for row in GOOD["values"]]
+HUGE_ROWS[7][0] = 1e12
+RAGGED = [row[:] for row in GOOD["values"]]
+RAGGED[3] = RAGGED[3][:5]
+GAP = GOOD["timestamps"][:10] + ["2017-01-01 11:00:00"] + GOOD["timestamps"][11:]
+GAP[10] = "2017-01-01 12:00:00"  # a 2-hour step, then a zero step
+
+
+ENCODE_CASES = [
+    # (request json or raw bytes, status, type, words the message must hold)
+    (b'{"inputs": ["x"', 422, "invalid_request", ["malformed JSON"]),
+    ({}, 422, "invalid_request", ["inputs", "required"]),
+    ({"inputs": 12}, 422, "invalid_request", ["inputs"]),
+    ({"inputs": ["x"], "normalize": "yes"}, 422, "invalid_request", ["normalize"]),
+    ({"inputs": ["x"], "surprise": 1}, 422, "invalid_request", ["surprise"]),
+    ({"inputs": []}, 422, "invalid_request", ["empty"]),
+    ({"inputs": ["ok", "  "]}, 422, "invalid_request", ["input 1", "empty"]),
+    ({"inputs": ["x"] * 65}, 422, "invalid_request", ["too many", "64"]),
+    ({"inputs": ["word " * 100]}, 422, "invalid_request", ["input 0", "64 tokens", "truncate"]),
+    ({"inputs": ["x"], "model": "nope"}, 404, "model_not_found", ["nope", TINY_TEXT]),
+    ({"inputs": ["x"], "model": TINY_FORECAST}, 404, "model_not_found", [TINY_FORECAST]),
+    ({"inputs": ["x"], "attention": "sparse"}, 422, "invalid_request", ["sparse", "performer"]),
+    (
+        {"inputs": ["x"], "attention": "performer", "attention_options": {"features": 8}},
+        422,
+        "invalid_request",
+        ["features", "num_features"],
+    ),
+    (
+        {"inputs": ["x"], "attention": "performer", "attention_options": {"num_features": 2}},
+        422,
+        "invalid_request",
+        ["num_features", "[8, 4096]"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("request_body", "status", "type_", "needles"), ENCODE_CASES)
+def test_encode_errors(
+    client: TestClient, request_body: Any, status: int, type_: str, needles: list[str]
+) -> None:
+    if isinstance(request_body, bytes):
+        r = client.post("/encode", content=request_body, headers={"content-type": "application/json"})
+    else:
+        r = client.post("/encode", json=request_body)
+    assert_error(r, status, type_, *needles)
+
+
+FORECAST_CASES = [
+    ({"series": [GOOD]}, 422, "invalid_request", ["model"]),
+    ({"series": "x"}, 422, "invalid_request", ["series"]),
+    ({"series": []}, 422, "invalid_request", ["series", "empty"]),
+    ({"series": [GOOD] * 65}, 422, "invalid_request", ["too many series"]),
+    ({"series": [hourly_series(10)]}, 422, "invalid_request", ["series 0", "at least 24", "got 10"]),
+    (
+        {"series": [series_with(values=[row[:6] for row in GOOD["values"]])]},
+        422,
+        "invalid_request",
+        ["6 values", "7 values"],
+    ),
+    ({"series": [series_with(values=RAGGED)]}, 422, "invalid_request", ["row 3", "5 values"]),
+    ({"series": [series_with(values=NAN_ROWS)]}, 422, "invalid_request", ["row 5", "finite"]),
+    ({"series": [series_with(values=HUGE_ROWS)]}, 422, "invalid_request", ["row 7", "large"]),
+    (
+        {"series": [series_with(values=[["a"] * 7] * 24)]},
+        422,
+        "invalid_request",
+        ["values"],
+    ),
+    ({"series": [series_with(timestamps=GAP)]}, 422, "invalid_request", ["regular"]),
+    (
+        {"series": [series_with(timestamps=["yesterday", *GOOD["timestamps"][1:]])]},
+        422,
+        "invalid_request",
+        ["timestamp 0", "yesterday"],
+    ),
+    (
+        {"series": [series_with(timestamps=GOOD["timestamps"][:-1])]},
+        422,
+        "invalid_request",
+        ["23 timestamps", "24 value rows"],
+    ),
+    ({"series": [GOOD], "horizon": 9}, 422, "invalid_request", ["horizon", "between 1 and 8"]),
+    ({"series": [GOOD], "horizon": 0}, 422, "invalid_request", ["horizon"]),
+    ({"series": [GOOD], "model": "informer-etth1-h999"}, 404, "model_not_found", ["h999"]),
+    ({"series": [GOOD], "attention": "linear"}, 422, "invalid_request", ["valid backends"]),
+    (
+        {"series": [GOOD], "attention": "probsparse", "attention_options": {"factor": 0}},
+        422,
+        "invalid_request",
+        ["factor", "[1, 100]"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "status", "type_", "needles"), FORECAST_CASES)
+def test_forecast_errors(
+    client: TestClient, overrides: dict[str, Any], status: int, type_: str, needles: list[str]
+) -> None:
+    body = forecast_body(**overrides)
+    if "model" not in overrides and overrides.get("series") == [GOOD] and len(overrides) == 1:
+        body.pop("model")  # the "missing model" case
+    r = client.post("/forecast", content=json.dumps(body), headers={"content-type": "application/json"})
+    assert_error(r, status, type_, *needles)
+
+
+def test_embeddings_errors(client: TestClient) -> None:
+    assert_error(client.post("/v1/embeddings", json={"input": "x"}), 422, "invalid_request", "model")
+    assert_error(
+        client.post(
+            "/v1/embeddings", json={"input": "x", "model": TINY_TEXT, "encoding_format": "int8"}
+        ),
+        422,
+        "invalid_request",
+        "encoding_format",
+    )
+    assert_error(
+        client.post("/v1/embeddings", json={"input": "x", "model": TINY_TEXT, "dimensions": 8}),
+        422,
+        "invalid_request",
+        "dimensions",
+    )
+
+
+def test_backend_that_cannot_run_this_model_is_a_422_with_the_reason() -> None:
+    # One head of width 264: over flash's 256 limit, so this model cannot use flash at all.
+    wide = text_servable(hidden=264, heads=1)
+    with TestClient(make_app([wide])) as c:
+        r = c.post("/encode", json={"inputs": ["x"], "attention": "flash"})
+        assert_error(r, 422, "invalid_request", "flash", "head dimensions up to 256")
+        assert c.post("/encode", json={"inputs": ["x"], "attention": "full"}).status_code == 200
+        card = c.get("/models").json()["data"][0]
+        assert "flash" in card["unavailable_backends"] and "flash" not in card["served_backends"]
+
+
+def test_body_over_the_limit_is_413(text_double: Wrapped) -> None:
+    with TestClient(make_app([text_double], max_body_bytes=2048)) as c:
+        big = {"inputs": ["word " * 1000]}
+        assert_error(c.post("/encode", json=big), 413, "body_too_large", "2048 bytes")
+
+        def chunks() -> Any:  # no Content-Length: the limit applies while streaming
+            yield b'{"inputs": ["'
+            for _ in range(100):
+                yield b"word " * 10
+            yield b'"]}'
+
+        r = c.post("/encode", content=chunks(), headers={"content-type": "application/json"})
+        assert_error(r, 413, "body_too_large")
+
+
+def test_unknown_route_and_method(client: TestClient) -> None:
+    assert_error(client.get("/nowhere"), 404, "not_found")
+    assert_error(client.get("/encode"), 405, "method_not_allowed")
+
+
+def test_unexpected_error_is_a_500_without_internals(text_double: Wrapped) -> None:
+    def boom(rows: list[Any]) -> None:
+        raise RuntimeError("secret internal detail /srv/weights")
+
+    text_double.fail = boom
+    with TestClient(make_app([text_double])) as c:
+        text_double.recording = True
+        body = assert_error(c.post("/encode", json={"inputs": ["x"]}), 500, "internal_error")
+        assert "secret" not in json.dumps(body)
+
+
+def test_bad_requests_do_not_harm_the_batch_beside_them(client: TestClient) -> None:
+    good = {"inputs": ["a good text"]}
+    bad = [
+        {"inputs": ["word " * 100]},
+        {"inputs": ["x"], "attention": "nope"},
+        {"inputs": []},
+    ]
+    requests = [good, *bad, good, good]
+    with ThreadPoolExecutor(len(requests)) as pool:
+        responses = list(pool.map(lambda b: client.post("/encode", json=b), requests))
+    statuses = [r.status_code for r in responses]
+    assert statuses == [200, 422, 422, 422, 200, 200]
+    batched = [int(r.headers["x-batch-requests"]) for r in responses if r.status_code == 200]
+    assert max(batched) >= 2  # the good ones shared a batch while the bad ones were refused

@@ -1,0 +1,151 @@
+"""Start-up (ready only after loading and warm-up), draining, start-up failure, API keys."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.settings import Settings
+from tests.service.helpers import TINY_TEXT, Wrapped, make_app
+
+
+def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
+    loaded = threading.Event()
+    warmed: list[int] = []
+
+    def slow_loader(_settings: Settings, _device: str) -> list[Any]:
+        loaded.wait(10)
+        return [text_double]
+
+    original = text_double.warmup_rows
+
+    def counting_warmup() -> Any:
+        warmed.append(1)
+        return original()
+
+    text_double.warmup_rows = counting_warmup  # type: ignore[method-assign]
+    settings = Settings(models=[TINY_TEXT], background_load=True, device="cpu")
+    with TestClient(create_app(settings, loader=slow_loader)) as c:
+        assert c.get("/healthz").status_code == 200  # alive while loading
+        r = c.get("/readyz")
+        assert r.status_code == 503 and r.json()["error"]["type"] == "not_ready"
+        r = c.post("/encode", json={"inputs": ["too early"]})
+        assert r.status_code == 503 and r.json()["error"]["type"] == "not_ready"
+        assert c.get("/models").status_code == 503
+        loaded.set()
+        deadline = time.monotonic() + 10
+        while c.get("/readyz").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert warmed  # warm-up ran before ready
+        assert c.post("/encode", json={"inputs": ["now"]}).status_code == 200
+        assert "attnserve_ready 1.0" in c.get("/metrics").text
+
+
+def test_every_served_backend_is_warmed_up(text_double: Wrapped) -> None:
+    seen: list[str] = []
+    original = text_double.run
+
+    def spy(rows: list[Any], backend: str, options: dict[str, Any], variant: tuple) -> list[Any]:
+        seen.append(backend)
+        return original(rows, backend, options, variant)
+
+    text_double.run = spy  # type: ignore[method-assign]
+    with TestClient(make_app([text_double])):
+        assert sorted(seen) == sorted(text_double.backends())
+
+
+def test_draining_turns_readyz_and_model_routes_to_503(client: TestClient) -> None:
+    lifecycle = client.app.state.attnserve.lifecycle  # type: ignore[attr-defined]
+    lifecycle.begin_drain()
+    r = client.get("/readyz")
+    assert r.status_code == 503 and r.json()["error"]["type"] == "shutting_down"
+    r = client.post("/encode", json={"inputs": ["late"]})
+    assert r.status_code == 503 and r.json()["error"]["type"] == "shutting_down"
+    assert client.get("/healthz").status_code == 200
+    assert client.get("/metrics").status_code == 200
+
+
+def test_start_up_failure_fails_health(text_double: Wrapped) -> None:
+    def broken(_settings: Settings, _device: str) -> list[Any]:
+        raise FileNotFoundError("no Informer checkpoint 'informer-etth1-h24'")
+
+    settings = Settings(models=["informer-etth1-h24"], background_load=True, device="cpu")
+    with TestClient(create_app(settings, loader=broken)) as c:
+        deadline = time.monotonic() + 5
+        while c.get("/healthz").status_code != 503:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        body = c.get("/healthz").json()
+        assert "informer-etth1-h24" in body["error"]["message"]
+        assert c.get("/readyz").status_code == 503
+
+
+def test_start_up_failure_in_foreground_raises() -> None:
+    def broken(_settings: Settings, _device: str) -> list[Any]:
+        raise FileNotFoundError("missing weights")
+
+    settings = Settings(models=["x"], background_load=False, device="cpu")
+    with pytest.raises(FileNotFoundError), TestClient(create_app(settings, loader=broken)):
+        pass
+
+
+def test_queued_requests_finish_during_lifespan_drain(text_double: Wrapped) -> None:
+    gate = threading.Event()
+    text_double.gate = gate
+    app = make_app([text_double], max_batch_size=1, max_wait_ms=0)
+    results: list[int] = []
+    with TestClient(app) as c:
+        text_double.recording = True
+
+        def call(i: int) -> None:
+            results.append(c.post("/encode", json={"inputs": [f"t{i}"]}).status_code)
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+        for t in threads:
+            t.start()
+        worker = app.state.attnserve.batcher.workers[TINY_TEXT]
+        deadline = time.monotonic() + 5
+        while worker.depth < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.005)
+        threading.Timer(0.2, gate.set).start()
+        for t in threads:
+            t.join()
+    assert results == [200, 200, 200]
+
+
+class TestApiKey:
+    @pytest.fixture
+    def secured(self, text_double: Wrapped) -> Any:
+        with TestClient(make_app([text_double], api_key="s3cret")) as c:
+            yield c
+
+    def test_model_routes_need_the_key(self, secured: TestClient) -> None:
+        for method, path, body in [
+            ("post", "/encode", {"inputs": ["x"]}),
+            ("post", "/v1/embeddings", {"input": "x", "model": TINY_TEXT}),
+            ("post", "/forecast", {"model": "m", "series": []}),
+            ("get", "/models", None),
+        ]:
+            r = getattr(secured, method)(path, **({"json": body} if body else {}))
+            assert r.status_code == 401, path
+            assert r.json()["error"]["type"] == "unauthorized"
+            assert r.headers["www-authenticate"] == "Bearer"
+        wrong = secured.post(
+            "/encode", json={"inputs": ["x"]}, headers={"Authorization": "Bearer nope"}
+        )
+        assert wrong.status_code == 401
+
+    def test_right_key_passes_and_health_stays_open(self, secured: TestClient) -> None:
+        ok = secured.post(
+            "/encode", json={"inputs": ["x"]}, headers={"Authorization": "Bearer s3cret"}
+        )
+        assert ok.status_code == 200
+        for path in ("/healthz", "/readyz", "/metrics"):
+            assert secured.get(path).status_code == 200
