@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench run test lint format typecheck bench-attention clean
+.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -24,6 +24,12 @@ $(VENV)/.installed-bench: $(VENV)/.installed
 	touch $@
 
 install-bench: $(VENV)/.installed-bench
+
+$(VENV)/.installed-load: $(VENV)/.installed
+	$(BIN)/pip install -e ".[dev,load]"
+	touch $@
+
+install-load: $(VENV)/.installed-load
 
 run: install
 	$(BIN)/attnserve serve
@@ -45,6 +51,14 @@ typecheck: install
 
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention
+
+# make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
+loadtest: install-load
+	$(BIN)/python loadtest/run.py $(ARGS)
+
+# CI: a local CPU server, 20 s of load, fails on any non-2xx (~30 s with start-up)
+loadtest-ci: install-load
+	PY=$(BIN)/python bash loadtest/ci.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
