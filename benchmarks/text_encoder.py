@@ -1,0 +1,80 @@
+"""Encoding throughput of ``models.text.SentenceEncoder`` next to sentence-transformers.
+
+    .venv/bin/python -m benchmarks.text_encoder [--repeats 3] [--backends flash full]
+
+Two workloads from the stdlib-docstring corpus (``models.text.corpus.word_windows``): 1024 texts
+of 20 words and 64 texts of 200 words. Every encoder sees the same texts, batch size 32 and the
+same ``torch`` thread count, in one process; each timing is the best of ``--repeats`` full passes
+after one warm-up pass (best-of, because other processes share this CPU). The table gives texts/s
+and the ratio to sentence-transformers (> 1: we are faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from collections.abc import Callable
+from functools import partial
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # sentence-transformers must never reach a hub
+
+import torch
+
+from models.text import SentenceEncoder
+from models.text.corpus import word_windows
+from models.text.weights import model_dir
+
+WORKLOADS = {"20 words": (1024, 20), "200 words": (64, 200)}
+BATCH_SIZE = 32
+
+
+def best_time(fn: Callable[[], object], repeats: int) -> float:
+    """Best wall time of ``repeats`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--backends", nargs="+", default=["flash", "full"])
+    args = parser.parse_args()
+
+    from sentence_transformers import SentenceTransformer
+
+    st = SentenceTransformer(str(model_dir()), device="cpu")
+    ours = SentenceEncoder.load()
+    print(
+        f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch size {BATCH_SIZE}\n"
+    )
+
+    rows: list[tuple[str, dict[str, float]]] = []
+    for label, (count, words) in WORKLOADS.items():
+        texts = word_windows(count, words)
+        tokens = sum(len(ids) for ids in ours.tokenize(texts, truncate=True)) / count
+        rate = {
+            "st": count / best_time(partial(st.encode, texts, batch_size=BATCH_SIZE), args.repeats)
+        }
+        for backend in args.backends:
+            run = partial(ours.encode, texts, backend=backend, truncate=True)
+            rate[backend] = count / best_time(run, args.repeats)
+        rows.append((f"{count} x {label} (~{tokens:.0f} tokens)", rate))
+
+    columns = "".join(f" ours `{b}` | ratio `{b}` |" for b in args.backends)
+    print(f"| workload | sentence-transformers |{columns}")
+    print("|---" * (2 + 2 * len(args.backends)) + "|")
+    for workload, rate in rows:
+        cells = [workload, f"{rate['st']:.1f}/s"]
+        for b in args.backends:
+            cells += [f"{rate[b]:.1f}/s", f"{rate[b] / rate['st']:.2f}x"]
+        print("| " + " | ".join(cells) + " |")
+
+
+if __name__ == "__main__":
+    main()

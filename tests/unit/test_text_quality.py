@@ -1,0 +1,80 @@
+"""Approximate attention inside the text encoder: measured quality floors, and quality.json.
+
+Floors are measurements, not targets: ``cosines_to_reference`` on ``length_spread(2)`` (10 stdlib
+docstrings of 9 to 256 tokens, Python 3.11.7) gave the values in ``MEASURED``; each floor is the
+measurement minus 0.002 for float rounding across CPUs/BLAS builds. A backend that gets worse, or
+that silently turns exact, fails here. The full measurement over 550 texts is
+``python -m models.text.quality`` (written to ``models/text/quality.json``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+import torch
+
+from models.attention import BACKENDS, get_backend
+from models.text import SentenceEncoder
+from models.text.corpus import length_spread
+from models.text.encoder import load_quality
+from models.text.quality import cosines_to_reference
+
+APPROXIMATE = [b for b in BACKENDS if not get_backend(b).exact]
+SUBSET_SHA1 = "a802bd4f5f269abb7300daa0972f5dfec2334e86"
+SUBSET_TOKENS = [9, 11, 34, 40, 58, 116, 192, 256, 256, 256]
+# (mean, min) cosine to `full` over the subset at default options, measured 2026-11-22.
+MEASURED = {
+    "probsparse": (0.7327, 0.4776),
+    "performer": (0.5285, 0.3495),
+    "nystrom": (0.9479, 0.8438),
+}
+MARGIN = 0.002
+
+
+@pytest.fixture(scope="module")
+def subset_cosines() -> tuple[list[int], dict[str, torch.Tensor]]:
+    texts = length_spread(2)
+    if hashlib.sha1("\x00".join(texts).encode()).hexdigest() != SUBSET_SHA1:
+        pytest.skip("this Python's stdlib docstrings differ from the measured subset; re-measure")
+    encoder = SentenceEncoder.load()
+    ids = encoder.tokenize(texts, truncate=True)
+    return [len(x) for x in ids], cosines_to_reference(encoder, ids, APPROXIMATE)
+
+
+def test_every_approximate_backend_has_a_measured_floor():
+    assert set(MEASURED) == set(APPROXIMATE)
+
+
+@pytest.mark.parametrize("backend", APPROXIMATE)
+def test_quality_floor_at_default_options(subset_cosines, backend):
+    lengths, cosines = subset_cosines
+    assert lengths == SUBSET_TOKENS
+    cos = cosines[backend]
+    mean_floor, min_floor = (m - MARGIN for m in MEASURED[backend])
+    assert cos.mean() >= mean_floor, (backend, cos.tolist())
+    assert cos.min() >= min_floor, (backend, cos.tolist())
+    # ...and it really approximates: the 256-token texts are not reproduced exactly.
+    assert cos[-3:].max() < 0.999, (backend, cos.tolist())
+
+
+def test_exact_where_the_method_says_so(subset_cosines):
+    """Nystrom is exact up to 64 tokens; ProbSparse while u = 5*ceil(ln L) >= L (all active)."""
+    lengths, cosines = subset_cosines
+    short = torch.tensor([n <= 64 for n in lengths])
+    assert cosines["nystrom"][short].min() >= 0.99999
+    assert cosines["probsparse"][:2].min() >= 0.99999  # 9 and 11 tokens: every query active
+
+
+def test_quality_file_covers_a_real_corpus():
+    quality = load_quality()
+    corpus = quality["corpus"]
+    assert quality["reference"] == "full"
+    assert corpus["texts"] >= 500
+    assert corpus["tokens_min"] <= 8 and corpus["tokens_max_before_cut"] > 256
+    assert corpus["texts_cut_to_max_tokens"] > 0
+    for backend in APPROXIMATE:
+        row = quality["backends"][backend]
+        assert row["options"] == get_backend(backend).resolve_options(None)
+        assert -1.0 <= row["min_cosine"] <= row["mean_cosine"] < 0.999
+    assert quality["backends"]["flash"]["min_cosine"] >= 0.99999
