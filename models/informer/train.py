@@ -22,7 +22,12 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from models.informer.checkpoint import WEIGHTS_DIR, count_parameters, save_checkpoint
+from models.informer.checkpoint import (
+    WEIGHTS_DIR,
+    count_parameters,
+    load_checkpoint,
+    save_checkpoint,
+)
 from models.informer.config import PRESETS, preset
 from models.informer.data import ETTH1_CHANNELS, WindowDataset, decoder_input, make_splits
 from models.informer.metrics import evaluate_loader
@@ -55,6 +60,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--factor", type=int, default=5, help="ProbSparse factor c")
     p.add_argument("--seed", type=int, default=2021)
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    p.add_argument(
+        "--mix-backends",
+        nargs="*",
+        default=[],
+        help="extra backends: each training batch draws one of --backend and these (seeded), and "
+        "the validation loss is their mean, so the weights serve every backend (not in the paper)",
+    )
+    p.add_argument(
+        "--init-from",
+        type=Path,
+        default=None,
+        help="start from this checkpoint folder (its architecture; fine-tuning stage)",
+    )
     p.add_argument("--max-batches", type=int, default=0, help="cap batches per epoch (smoke runs)")
     p.add_argument(
         "--out",
@@ -75,7 +93,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.revin is not None:
         overrides["revin"] = args.revin
     config = preset(args.preset, **overrides)
-    out = args.out or WEIGHTS_DIR / f"informer-etth1-h{args.horizon}"
+    previous: dict = {}
+    if args.init_from is not None:
+        init_model, init_meta = load_checkpoint(args.init_from)
+        config, previous = init_model.config, init_meta.get("training", {})
+    out = args.out or WEIGHTS_DIR / f"informer-etth1-h{config.pred_len}"
 
     splits, scaler = make_splits(config.seq_len, config.freq)
     sets = {
@@ -88,6 +110,14 @@ def main(argv: list[str] | None = None) -> dict:
     test_loader = DataLoader(sets["test"], 256)
 
     model = Informer(config)
+    if args.init_from is not None:
+        model.load_state_dict(init_model.state_dict())
+    backends = [args.backend, *args.mix_backends]
+    draw = random.Random(args.seed)
+
+    def validate() -> float:  # mean validation MSE over the training backends
+        return sum(evaluate_loader(model, val_loader, b)[0] for b in backends) / len(backends)
+
     opt = torch.optim.Adam(model.parameters(), lr=args.lr)
     print(
         f"{out.name}: {count_parameters(model):,} parameters, windows "
@@ -97,6 +127,10 @@ def main(argv: list[str] | None = None) -> dict:
 
     best_val, best_state, best_epoch, bad_epochs, history = float("inf"), None, 0, 0, []
     start = time.time()
+    if args.init_from is not None:  # the starting point competes too: never end up worse
+        best_val, best_state = validate(), copy.deepcopy(model.state_dict())
+        history.append({"epoch": 0, "val_mse": best_val})
+        print(json.dumps(history[-1]), flush=True)
     for epoch in range(1, args.epochs + 1):
         for group in opt.param_groups:  # lradj type1: lr0 * 0.5^(epoch-1)
             group["lr"] = args.lr * 0.5 ** (epoch - 1)
@@ -105,15 +139,14 @@ def main(argv: list[str] | None = None) -> dict:
         for step, (x, xm, y, ym) in enumerate(train_loader):
             if args.max_batches and step >= args.max_batches:
                 break
-            pred = model(
-                x, xm, decoder_input(y, config.label_len, config.pred_len), ym, args.backend
-            )
+            backend = draw.choice(backends)
+            pred = model(x, xm, decoder_input(y, config.label_len, config.pred_len), ym, backend)
             loss = torch.nn.functional.mse_loss(pred, y[:, -config.pred_len :])
             opt.zero_grad()
             loss.backward()
             opt.step()
             total, n = total + loss.item(), n + 1
-        val_mse, _ = evaluate_loader(model, val_loader, args.backend)
+        val_mse = validate()
         history.append(
             {
                 "epoch": epoch,
@@ -138,6 +171,9 @@ def main(argv: list[str] | None = None) -> dict:
     record = {
         "command": "python -m models.informer.train " + " ".join(argv or sys.argv[1:]),
         "backend": args.backend,
+        "mix_backends": args.mix_backends,
+        "init_from": str(args.init_from) if args.init_from else None,
+        "previous_stage": previous or None,
         "lr": args.lr,
         "batch_size": args.batch_size,
         "seed": args.seed,
