@@ -1,0 +1,191 @@
+"""End to end: the real server (``python -m service serve``) in a subprocess on a free port, with
+the real all-MiniLM-L6-v2 and a tiny Informer checkpoint, talked to over HTTP. The last test sends
+SIGTERM during a burst and checks that no accepted request is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.service.conftest import metric
+from tests.service.helpers import hourly_series, tiny_checkpoint
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
+
+ROOT = Path(__file__).resolve().parents[2]
+TEXT = "all-MiniLM-L6-v2"
+MAX_BATCH = 4
+# ~200 tokens each: a batch of four takes long enough on CPU for a queue to form.
+LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Server:
+    """A server subprocess and its base URL."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ckpt = tiny_checkpoint(tmp / "informer-tiny-e2e")
+        self.log_path = tmp / "server.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTNSERVE_LOG_LEVEL": "info"}
+        args = [
+            sys.executable, "-m", "service", "serve",
+            "--port", str(self.port),
+            "--models", f"{TEXT},{self.ckpt}",
+            "--device", "cpu",
+            "--torch-threads", "1",
+            "--max-batch-size", str(MAX_BATCH),
+            "--max-wait-ms", "2",
+            "--shutdown-grace-s", "60",
+        ]  # fmt: skip
+        self.log = self.log_path.open("w")
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"server not ready in {timeout} s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    s = Server(tmp_path_factory.mktemp("e2e"))
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+def test_health_models_and_both_tasks_over_http(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/readyz").json()["status"] == "ready"
+        names = {card["name"] for card in c.get("/models").json()["data"]}
+        assert names == {TEXT, "informer-tiny-e2e"}
+        r = c.post("/encode", json={"inputs": ["hello world"], "attention": "flash"})
+        assert r.status_code == 200, r.text
+        assert len(r.json()["embeddings"][0]) == 384
+        for header in ("x-request-id", "x-queue-time-ms", "x-inference-time-ms", "x-batch-size"):
+            assert header in r.headers
+        r = c.post(
+            "/v1/embeddings", json={"input": "hello world", "model": TEXT, "attention": "full"}
+        )
+        assert r.status_code == 200 and r.json()["data"][0]["object"] == "embedding"
+        r = c.post(
+            "/forecast", json={"model": "informer-tiny-e2e", "series": [hourly_series(30)]}
+        )
+        assert r.status_code == 200, r.text
+        assert len(r.json()["forecasts"][0]["values"]) == 8
+        r = c.post("/encode", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 422 and r.json()["error"]["type"] == "invalid_request"
+        assert "attnserve_requests_total" in c.get("/metrics").text
+
+
+async def _burst(url: str, n: int) -> list[asyncio.Task[httpx.Response]]:
+    client = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n))
+    tasks = [
+        asyncio.create_task(client.post("/encode", json={"inputs": [f"{i} {LONG_TEXT}"]}))
+        for i in range(n)
+    ]
+    return tasks
+
+
+async def _queue_depth(client: httpx.AsyncClient) -> float:
+    return metric((await client.get("/metrics")).text, "attnserve_queue_depth_requests", model=TEXT)
+
+
+async def _wait_for_depth(client: httpx.AsyncClient, depth: int, tasks: list[Any]) -> None:
+    deadline = time.monotonic() + 30
+    while await _queue_depth(client) < depth:
+        failed = [t.result() for t in tasks if t.done() and t.result().status_code != 200]
+        assert not failed, failed[0].text
+        assert time.monotonic() < deadline, "the burst never queued"
+        await asyncio.sleep(0.01)
+
+
+def test_a_client_that_leaves_is_dropped(server: Server) -> None:
+    async def scenario() -> float:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            before = metric(
+                (await c.get("/metrics")).text,
+                "attnserve_rejections_total",
+                reason="client_disconnected",
+            )
+            tasks = await _burst(server.url, 12)
+            await _wait_for_depth(c, 4, tasks)  # the worker is busy and requests are waiting
+            body = b'{"inputs": ["I will not wait"]}'
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(
+                b"POST /encode HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
+                + f"Content-Length: {len(body)}\r\n\r\n".encode()
+                + body
+            )
+            await writer.drain()
+            await asyncio.sleep(0.1)
+            writer.close()  # hang up while queued
+            responses = await asyncio.gather(*tasks)
+            assert all(r.status_code == 200 for r in responses)
+            after = metric(
+                (await c.get("/metrics")).text,
+                "attnserve_rejections_total",
+                reason="client_disconnected",
+            )
+            return after - before
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_sigterm_during_a_burst_loses_no_accepted_request(server: Server) -> None:
+    n = 24
+
+    async def scenario() -> tuple[list[int], int, int, Any]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            tasks = await _burst(server.url, n)
+            # Every request admitted: all but the running batch are waiting in the queue.
+            await _wait_for_depth(c, n - MAX_BATCH, tasks)
+            server.proc.send_signal(signal.SIGTERM)
+            await asyncio.sleep(0.05)
+            ready = await c.get("/readyz")  # still listening while draining
+            late = await c.post("/encode", json={"inputs": ["arrived after SIGTERM"]})
+            responses = await asyncio.gather(*tasks)
+            return [r.status_code for r in responses], ready.status_code, late.status_code, late
+
+    statuses, ready, late_status, late = asyncio.run(scenario())
+    assert statuses == [200] * n
+    assert ready == 503
+    assert late_status == 503 and late.json()["error"]["type"] == "shutting_down"
+    assert server.proc.wait(60) == 0
+    log = server.log_path.read_text()
+    assert "drained: every admitted request was answered" in log
