@@ -27,7 +27,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, field in Settings.model_fields.items():
         env = f"ATTNSERVE_{name.upper()}"
         serve.add_argument(
-            _flag(name), dest=name, default=None, metavar="VALUE", help=f"{field.description} [{env}]"
+            _flag(name),
+            dest=name,
+            default=None,
+            metavar="VALUE",
+            help=f"{field.description} [{env}]",
         )
     commands.add_parser("settings", help="print the settings table (markdown)")
     return parser

@@ -42,8 +42,8 @@ class RequestContext:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        incoming = dict(scope.get("headers", ())).get(REQUEST_ID_HEADER.encode(), b"").decode(
-            "latin-1"
+        incoming = (
+            dict(scope.get("headers", ())).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
         )
         request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
         state = request_state(scope)

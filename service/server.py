@@ -33,7 +33,7 @@ class DrainingServer(uvicorn.Server):
         self.state = state
         self._loop: asyncio.AbstractEventLoop | None = None
 
-    async def serve(self, sockets: list | None = None) -> None:  # type: ignore[override]
+    async def serve(self, sockets: list | None = None) -> None:
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 

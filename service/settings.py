@@ -24,13 +24,15 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="ATTNSERVE_", extra="ignore", frozen=True)
 
-    host: str = Field("127.0.0.1", description="Interface to listen on (0.0.0.0 in containers).")
-    port: int = Field(8000, ge=0, le=65535, description="TCP port to listen on.")
+    host: str = Field(
+        default="127.0.0.1", description="Interface to listen on (0.0.0.0 in containers)."
+    )
+    port: int = Field(default=8000, ge=0, le=65535, description="TCP port to listen on.")
     device: Literal["auto", "cpu", "cuda"] = Field(
-        "auto", description="Where models run: cuda if available under auto, else cpu."
+        default="auto", description="Where models run: cuda if available under auto, else cpu."
     )
     models: Annotated[tuple[str, ...], NoDecode] = Field(
-        DEFAULT_MODELS,
+        default=DEFAULT_MODELS,
         min_length=1,
         description=(
             "Models to load, comma-separated: 'all-MiniLM-L6-v2', shipped Informer names "
@@ -38,50 +40,54 @@ class Settings(BaseSettings):
         ),
     )
     max_batch_size: int = Field(
-        32, ge=1, le=1024, description="Most rows (texts or series) one batch may hold."
+        default=32, ge=1, le=1024, description="Most rows (texts or series) one batch may hold."
     )
     max_batch_tokens: int = Field(
-        16384,
+        default=16384,
         ge=1,
         description=(
             "Most padded tokens (texts) or time steps (series) in one batch: rows x longest row."
         ),
     )
     max_wait_ms: float = Field(
-        5.0,
+        default=5.0,
         ge=0,
         le=10_000,
         description="Longest a request waits for others to fill its batch before it runs anyway.",
     )
     max_queue: int = Field(
-        256, ge=1, description="Requests that may wait per model; past this new ones get a 429."
+        default=256,
+        ge=1,
+        description="Requests that may wait per model; past this new ones get a 429.",
     )
     request_timeout_s: float = Field(
-        30.0, gt=0, description="A request not answered within this time gets a 504."
+        default=30.0, gt=0, description="A request not answered within this time gets a 504."
     )
     max_body_bytes: int = Field(
-        4 * 1024 * 1024, ge=1024, description="Largest accepted request body; larger gets a 413."
+        default=4 * 1024 * 1024,
+        ge=1024,
+        description="Largest accepted request body; larger gets a 413.",
     )
     max_inputs_per_request: int = Field(
-        64, ge=1, description="Most texts (encode) or series (forecast) in one request."
+        default=64, ge=1, description="Most texts (encode) or series (forecast) in one request."
     )
     max_text_tokens: int = Field(
-        256,
+        default=256,
         ge=2,
         le=512,
         description="Longest text in tokens, [CLS]/[SEP] included (the model's table has 512).",
     )
     api_key: SecretStr | None = Field(
-        None,
+        default=None,
         description="When set, model routes need 'Authorization: Bearer <key>' (health stays open).",
     )
     shutdown_grace_s: float = Field(
-        30.0,
+        default=30.0,
         ge=0,
         description="On SIGTERM, how long queued and running batches get to finish before exit.",
     )
     torch_threads: int = Field(
-        0,
+        default=0,
         ge=0,
         description=(
             "Intra-op CPU threads for torch (0: torch's default, one per core). 1 avoids "
@@ -89,17 +95,18 @@ class Settings(BaseSettings):
         ),
     )
     autocast: bool = Field(
-        True, description="On CUDA, run models under bf16 (or fp16) autocast where backends allow."
+        default=True,
+        description="On CUDA, run models under bf16 (or fp16) autocast where backends allow.",
     )
     background_load: bool = Field(
-        True,
+        default=True,
         description=(
             "Load and warm up after the server starts listening, so /healthz answers and /readyz "
             "says 503 meanwhile; off: the server listens only once it is ready."
         ),
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
-        "info", description="Log level of the server and uvicorn."
+        default="info", description="Log level of the server and uvicorn."
     )
 
     @field_validator("models", mode="before")

@@ -89,7 +89,9 @@ class ModelWorker:
 
     def start(self) -> None:
         """Start the scheduling loop on the running event loop."""
-        self._task = asyncio.get_running_loop().create_task(self._loop(), name=f"worker-{self.name}")
+        self._task = asyncio.get_running_loop().create_task(
+            self._loop(), name=f"worker-{self.name}"
+        )
 
     def warm_up(self) -> dict[str, float]:
         """Run a small batch on every served backend (blocking; call from a thread).

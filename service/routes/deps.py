@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import Depends, Request, Response

@@ -39,9 +39,7 @@ async def embeddings(
         request, response, serving, body.model, body.input, body.attention, body.attention_options
     )
     data = [
-        EmbeddingItem(
-            index=i, embedding=to_base64(v) if body.encoding_format == "base64" else v
-        )
+        EmbeddingItem(index=i, embedding=to_base64(v) if body.encoding_format == "base64" else v)
         for i, v in enumerate(out.vectors)
     ]
     usage = EmbeddingsUsage(prompt_tokens=out.tokens, total_tokens=out.tokens)

@@ -30,5 +30,8 @@ async def encode(
         body.truncate,
     )
     return EncodeResponse(
-        model=out.model, attention=out.attention, embeddings=out.vectors, usage=Usage(tokens=out.tokens)
+        model=out.model,
+        attention=out.attention,
+        embeddings=out.vectors,
+        usage=Usage(tokens=out.tokens),
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
@@ -20,6 +20,7 @@ from service.routes.deps import (
 )
 from service.routes.encode import ERRORS
 from service.schemas import ForecastOut, ForecastRequest, ForecastResponse
+from service.servables.base import ForecastModel
 
 router = APIRouter(tags=["models"], dependencies=AUTH)
 
@@ -34,7 +35,7 @@ async def forecast(
 ) -> ForecastResponse:
     """Forecast each series' next ``horizon`` steps in original units."""
     label(request, attention=body.attention)
-    servable: Any = serving.registry.get(body.model, "forecast")
+    servable = cast(ForecastModel, serving.registry.get(body.model, "forecast"))
     backend = body.attention or servable.default_attention
     label(request, servable.name, backend)
     check_count(len(body.series), serving.settings.max_inputs_per_request, "series")

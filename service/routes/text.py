@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from fastapi import Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from service.batching.policy import BatchKey, length_bucket
 from service.errors import InvalidRequest
+from service.middleware import request_state
 from service.routes.deps import (
     Serving,
     check_count,
@@ -17,7 +18,7 @@ from service.routes.deps import (
     label,
     set_timing_headers,
 )
-from service.middleware import request_state
+from service.servables.base import TextModel
 
 
 @dataclass
@@ -41,7 +42,7 @@ async def embed_texts(
 ) -> Embedded:
     """Validate (model, count, backend/options, token limits), then batch and await."""
     label(request, attention=attention)
-    servable = serving.registry.get(model, "encode")
+    servable = cast(TextModel, serving.registry.get(model, "encode"))
     backend = attention or servable.default_attention
     label(request, servable.name, backend)
     texts = [inputs] if isinstance(inputs, str) else inputs
@@ -50,9 +51,7 @@ async def embed_texts(
         if not text.strip():
             raise InvalidRequest(f"input {i} is empty; every input needs some text")
     options = servable.check_attention(backend, attention_options)
-    token_ids: list[list[int]] = await run_in_threadpool(
-        servable.tokenize, texts, truncate  # type: ignore[attr-defined]
-    )
+    token_ids = await run_in_threadpool(servable.tokenize, texts, truncate)
     lengths = [len(ids) for ids in token_ids]
     key = BatchKey(backend, tuple(options.items()), (normalize,), length_bucket(max(lengths)))
     result = await serving.batcher.submit(

@@ -51,3 +51,33 @@ def canonical_options(resolved: Mapping[str, Any]) -> dict[str, Any]:
     """Resolved options without the ``None`` ones ("derive from the input"), so that ``{}`` and
     the spelled-out defaults batch together and pass validation again downstream."""
     return {k: v for k, v in sorted(resolved.items()) if v is not None}
+
+
+class TextModel(Servable, Protocol):
+    """A servable for ``/encode`` and ``/v1/embeddings``."""
+
+    dim: int
+    max_tokens: int
+
+    def tokenize(self, texts: list[str], truncate: bool) -> list[list[int]]:
+        """Token ids per text; ``ModelInputError`` for a text over the limit without truncate."""
+        ...
+
+
+class ForecastModel(Servable, Protocol):
+    """A servable for ``/forecast``."""
+
+    context: int
+    horizon: int
+
+    def check_horizon(self, horizon: int | None) -> int:
+        """The horizon to return; ``ModelInputError`` when out of range."""
+        ...
+
+    def prepare(self, series: list[tuple[list[str], list[list[float]]]]) -> list[Any]:
+        """Validated windows, one per series; ``ModelInputError`` naming the series."""
+        ...
+
+    def cut(self, forecast: Any, horizon: int) -> dict[str, Any]:
+        """One forecast's first ``horizon`` steps as a response dict."""
+        ...

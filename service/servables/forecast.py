@@ -72,7 +72,9 @@ class ForecastServable:
 
     def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
         # The training mean at regular timestamps: always a valid, in-range history.
-        index = pd.date_range("2017-01-02 00:00:00", periods=self.context, freq=FREQ_STEPS[self.freq])
+        index = pd.date_range(
+            "2017-01-02 00:00:00", periods=self.context, freq=FREQ_STEPS[self.freq]
+        )
         mean = np.asarray(self.forecaster.scaler.mean, dtype=np.float64)
         values = np.tile(mean, (self.context, 1)).tolist()
         stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]

@@ -23,7 +23,10 @@ class TextServable:
     task = "encode"
 
     def __init__(
-        self, encoder: SentenceEncoder, max_batch_tokens: int | None = None, aliases: tuple[str, ...] = ()
+        self,
+        encoder: SentenceEncoder,
+        max_batch_tokens: int | None = None,
+        aliases: tuple[str, ...] = (),
     ) -> None:
         self.encoder = encoder
         self.name = encoder.name

@@ -14,7 +14,6 @@ from service.servables.forecast import ForecastServable
 from service.servables.text import TextServable
 from tests.service.helpers import Wrapped, forecast_servable, make_app, text_servable
 
-
 # Two intra-op threads on a shared two-core machine spin-wait for each other: tiny models then
 # take ~300 ms per call instead of ~1 ms. The tests' models are tiny; one thread is plenty.
 torch.set_num_threads(1)
@@ -61,6 +60,8 @@ def metric(text: str, name: str, **labels: Any) -> float:
     total = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == str(v) for k, v in labels.items()):
+            if sample.name == name and all(
+                sample.labels.get(k) == str(v) for k, v in labels.items()
+            ):
                 total += sample.value
     return total

@@ -32,7 +32,9 @@ TINY_TEXT = "tiny-minilm"
 TINY_FORECAST = "informer-tiny"
 
 
-def tiny_encoder(max_tokens: int = 64, hidden: int = 32, heads: int = 2, seed: int = 0) -> SentenceEncoder:
+def tiny_encoder(
+    max_tokens: int = 64, hidden: int = 32, heads: int = 2, seed: int = 0
+) -> SentenceEncoder:
     """A random-weight 2-layer BERT with the real MiniLM tokenizer (runs in milliseconds)."""
     torch.manual_seed(seed)
     config = BertConfig(
@@ -109,7 +111,9 @@ class Wrapped:
     def card(self) -> dict[str, Any]:
         return self.inner.card()
 
-    def run(self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple) -> list[Any]:
+    def run(
+        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple
+    ) -> list[Any]:
         if self.recording:
             self.batches.append(len(rows))
         if self.gate is not None and self.recording:
@@ -127,7 +131,9 @@ def oom_over(limit: int) -> Callable[[list[Any]], None]:
 
     def fail(rows: list[Any]) -> None:
         if len(rows) > limit:
-            raise torch.OutOfMemoryError(f"CUDA out of memory (injected: {len(rows)} > {limit} rows)")
+            raise torch.OutOfMemoryError(
+                f"CUDA out of memory (injected: {len(rows)} > {limit} rows)"
+            )
 
     return fail
 

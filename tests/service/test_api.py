@@ -117,7 +117,13 @@ def test_models_lists_cards_with_limits_and_backends(client: TestClient) -> None
     assert forecast["context"] == 24 and forecast["horizon"] == 8 and forecast["freq"] == "h"
     assert len(forecast["channels"]) == 7
     assert forecast["default_attention"] == "probsparse"
-    assert set(forecast["served_backends"]) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(forecast["served_backends"]) == {
+        "full",
+        "flash",
+        "probsparse",
+        "performer",
+        "nystrom",
+    }
     assert "factor" in forecast["backends"]["probsparse"]["options"]
     text = cards[TINY_TEXT]
     assert text["max_tokens"] == 64 and text["default_attention"] == "flash"

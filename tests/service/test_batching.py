@@ -14,10 +14,17 @@ from asgi_lifespan import LifespanManager
 from fastapi.testclient import TestClient
 
 from tests.service.conftest import metric
-from tests.service.helpers import TINY_FORECAST, TINY_TEXT, Wrapped, hourly_series, make_app, oom_over
+from tests.service.helpers import (
+    TINY_FORECAST,
+    TINY_TEXT,
+    Wrapped,
+    hourly_series,
+    make_app,
+    oom_over,
+)
 
 
-def post_all(client: TestClient, path: str, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
+def post_all(client: TestClient, path: str, bodies: list[dict[str, Any]]) -> list[Any]:
     with ThreadPoolExecutor(len(bodies)) as pool:
         return list(pool.map(lambda b: client.post(path, json=b), bodies))
 
@@ -64,7 +71,11 @@ def test_forecasts_batch_together_and_match_alone(forecast_double: Wrapped) -> N
         assert [len(r.json()["forecasts"][0]["values"]) for r in responses] == [3, 4, 5, 6]
         alone = c.post("/forecast", json=bodies[2]).json()["forecasts"][0]["values"]
         together = responses[2].json()["forecasts"][0]["values"]
-        diff = max(abs(a - b) for ra, rb in zip(alone, together, strict=True) for a, b in zip(ra, rb, strict=True))
+        diff = max(
+            abs(a - b)
+            for ra, rb in zip(alone, together, strict=True)
+            for a, b in zip(ra, rb, strict=True)
+        )
         assert diff < 1e-4
 
 
@@ -164,7 +175,7 @@ def test_health_and_metrics_answer_during_a_long_batch(text_double: Wrapped) -> 
 
 def test_a_request_whose_client_left_is_dropped(text_double: Wrapped) -> None:
     """Raw ASGI: the client sends its body, then disconnects while queued behind a long batch."""
-    text_double.gate = threading.Event()
+    gate = text_double.gate = threading.Event()
     app = make_app([text_double], max_batch_size=1, max_wait_ms=0)
 
     async def scenario() -> tuple[int, list[int], str]:
@@ -209,7 +220,7 @@ def test_a_request_whose_client_left_is_dropped(text_double: Wrapped) -> None:
                     await asyncio.sleep(0.005)
                 gone.set()  # the client hangs up while queued
                 await leaving
-                text_double.gate.set()
+                gate.set()
                 first = await running
                 scrape = (await client.get("/metrics")).text
                 return first.status_code, list(text_double.batches), scrape

@@ -56,7 +56,9 @@ class Server:
             "--shutdown-grace-s", "60",
         ]  # fmt: skip
         self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
 
     def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
@@ -103,9 +105,7 @@ def test_health_models_and_both_tasks_over_http(server: Server) -> None:
             "/v1/embeddings", json={"input": "hello world", "model": TEXT, "attention": "full"}
         )
         assert r.status_code == 200 and r.json()["data"][0]["object"] == "embedding"
-        r = c.post(
-            "/forecast", json={"model": "informer-tiny-e2e", "series": [hourly_series(30)]}
-        )
+        r = c.post("/forecast", json={"model": "informer-tiny-e2e", "series": [hourly_series(30)]})
         assert r.status_code == 200, r.text
         assert len(r.json()["forecasts"][0]["values"]) == 8
         r = c.post("/encode", content=b"{not json", headers={"content-type": "application/json"})
@@ -146,7 +146,7 @@ def test_a_client_that_leaves_is_dropped(server: Server) -> None:
             tasks = await _burst(server.url, 12)
             await _wait_for_depth(c, 4, tasks)  # the worker is busy and requests are waiting
             body = b'{"inputs": ["I will not wait"]}'
-            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
             writer.write(
                 b"POST /encode HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                 + f"Content-Length: {len(body)}\r\n\r\n".encode()

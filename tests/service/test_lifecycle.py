@@ -29,7 +29,7 @@ def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
         return original()
 
     text_double.warmup_rows = counting_warmup  # type: ignore[method-assign]
-    settings = Settings(models=[TINY_TEXT], background_load=True, device="cpu")
+    settings = Settings(models=(TINY_TEXT,), background_load=True, device="cpu")
     with TestClient(create_app(settings, loader=slow_loader)) as c:
         assert c.get("/healthz").status_code == 200  # alive while loading
         r = c.get("/readyz")
@@ -75,7 +75,7 @@ def test_start_up_failure_fails_health(text_double: Wrapped) -> None:
     def broken(_settings: Settings, _device: str) -> list[Any]:
         raise FileNotFoundError("no Informer checkpoint 'informer-etth1-h24'")
 
-    settings = Settings(models=["informer-etth1-h24"], background_load=True, device="cpu")
+    settings = Settings(models=("informer-etth1-h24",), background_load=True, device="cpu")
     with TestClient(create_app(settings, loader=broken)) as c:
         deadline = time.monotonic() + 5
         while c.get("/healthz").status_code != 503:
@@ -90,7 +90,7 @@ def test_start_up_failure_in_foreground_raises() -> None:
     def broken(_settings: Settings, _device: str) -> list[Any]:
         raise FileNotFoundError("missing weights")
 
-    settings = Settings(models=["x"], background_load=False, device="cpu")
+    settings = Settings(models=("x",), background_load=False, device="cpu")
     with pytest.raises(FileNotFoundError), TestClient(create_app(settings, loader=broken)):
         pass
 

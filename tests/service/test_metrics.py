@@ -12,7 +12,9 @@ def test_series_move_after_traffic(client: TestClient) -> None:
     before = client.get("/metrics").text
     assert metric(before, "attnserve_requests_total", endpoint="/encode") == 0
     for _ in range(3):
-        assert client.post("/encode", json={"inputs": ["a"], "attention": "full"}).status_code == 200
+        assert (
+            client.post("/encode", json={"inputs": ["a"], "attention": "full"}).status_code == 200
+        )
     forecast = {"model": TINY_FORECAST, "series": [hourly_series(24)] * 2}
     assert client.post("/forecast", json=forecast).status_code == 200
     assert client.post("/encode", json={"inputs": []}).status_code == 422
