@@ -19,7 +19,8 @@ from service.settings import Settings
 from service.state import AppState
 
 
-def get_app_state(request: Request) -> AppState:
+async def get_app_state(request: Request) -> AppState:
+    # async: FastAPI would run a plain def in its thread pool, a hop per request for nothing.
     state: AppState = request.app.state.attnserve
     return state
 
@@ -27,7 +28,7 @@ def get_app_state(request: Request) -> AppState:
 AppStateDep = Annotated[AppState, Depends(get_app_state)]
 
 
-def require_api_key(request: Request, state: AppStateDep) -> None:
+async def require_api_key(request: Request, state: AppStateDep) -> None:
     """401 unless ``Authorization: Bearer <api_key>`` matches (when a key is configured)."""
     expected = state.settings.api_key_value
     if expected is None:

@@ -21,6 +21,9 @@ from service.routes.deps import (
 from service.servables.base import TextModel
 
 
+INLINE_TOKENIZE_CHARS = 4096
+
+
 @dataclass
 class Embedded:
     model: str
@@ -51,7 +54,10 @@ async def embed_texts(
         if not text.strip():
             raise InvalidRequest(f"input {i} is empty; every input needs some text")
     options = servable.check_attention(backend, attention_options)
-    token_ids = await run_in_threadpool(servable.tokenize, texts, truncate)
+    if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
+        token_ids = servable.tokenize(texts, truncate)  # ~10 us: cheaper than a thread hop
+    else:  # long inputs: keep the event loop free while the tokenizer works
+        token_ids = await run_in_threadpool(servable.tokenize, texts, truncate)
     lengths = [len(ids) for ids in token_ids]
     key = BatchKey(backend, tuple(options.items()), (normalize,), length_bucket(max(lengths)))
     result = await serving.batcher.submit(

@@ -1,0 +1,402 @@
+"""Service throughput and latency: the real server under concurrent clients, per backend.
+
+    .venv/bin/python -m benchmarks.service [--clients 32] [--seconds 8] [--backends flash full]
+
+For ``/encode`` (one short text per request, 8-24 words from the stdlib-docstring corpus) and
+``/forecast`` (one ETTh1 test-split window per request) and each attention backend, three numbers:
+
+* **server, batched**: ``attnserve serve`` in a subprocess (max batch 32), driven for
+  ``--seconds`` by ``--clients`` concurrent ``httpx.AsyncClient`` s in a closed loop (each sends
+  its next request when the last is answered); throughput and p50/p95/p99 client latency.
+* **in-process**: the same model in this process, batches of 32 (tokenize/prepare included, as
+  the server must), best of ``--repeats`` passes: the ceiling the server is compared with.
+* **server, batching off**: the same server with ``--max-batch-size 1``.
+
+The last column, the same model in-process at batch 32 over batch 1, bounds what batching can
+gain at all: where the model's cost grows with the rows (compute-bound on CPU), no batcher can
+beat it.
+
+Every phase runs alone (never two at once) with the same ``--threads`` torch threads. The
+clients share the CPU with the server, so on a small machine they cost it throughput; the load
+average before and after is printed, to flag contention from other processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXT_MODEL = "all-MiniLM-L6-v2"
+BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
+BATCH = 32
+
+
+# ----------------------------------------------------------------------------- workloads
+
+
+def short_texts(n: int) -> list[str]:
+    """``n`` texts of 8 to 24 words."""
+    from models.text.corpus import word_windows
+
+    pool = word_windows(n, 24)
+    return [" ".join(t.split()[: 8 + (i * 7) % 17]) for i, t in enumerate(pool)]
+
+
+def etth1_windows(context: int, n: int) -> list[dict[str, Any]]:
+    """``n`` test-split histories of ``context`` rows (as request ``series`` items)."""
+    from models.informer.data import SPLIT_BORDERS, load_etth1
+
+    index, values = load_etth1()
+    start, end = SPLIT_BORDERS["test"]
+    stride = max(1, (end - start - context) // n)
+    out = []
+    for k in range(n):
+        lo = start - context + k * stride
+        out.append(
+            {
+                "timestamps": [t.strftime("%Y-%m-%d %H:%M:%S") for t in index[lo : lo + context]],
+                "values": values[lo : lo + context].round(3).tolist(),
+            }
+        )
+    return out
+
+
+@dataclass
+class Workload:
+    """Request bodies (pre-encoded JSON) for one task and backend."""
+
+    path: str
+    bodies: list[bytes]
+
+
+def encode_workload(texts: list[str], backend: str) -> Workload:
+    return Workload(
+        "/encode",
+        [json.dumps({"inputs": [t], "attention": backend}).encode() for t in texts],
+    )
+
+
+def forecast_workload(model: str, series: list[dict[str, Any]], backend: str) -> Workload:
+    return Workload(
+        "/forecast",
+        [
+            json.dumps({"model": model, "series": [s], "attention": backend}).encode()
+            for s in series
+        ],
+    )
+
+
+# ----------------------------------------------------------------------------- server
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``python -m service serve`` on a free port."""
+
+    def __init__(self, models: list[str], threads: int, max_batch_size: int, log: Path) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [
+            sys.executable, "-m", "service", "serve",
+            "--port", str(self.port),
+            "--models", ",".join(models),
+            "--device", "cpu",
+            "--torch-threads", str(threads),
+            "--max-batch-size", str(max_batch_size),
+            "--max-queue", "1024",
+            "--log-level", "warning",
+        ]  # fmt: skip
+        self.log = log.open("w")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
+
+    def wait_ready(self, timeout: float = 300) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited; see {self.log.name}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.25)
+        raise RuntimeError(f"server not ready after {timeout} s; see {self.log.name}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+# ----------------------------------------------------------------------------- load generation
+
+
+@dataclass
+class LoadResult:
+    requests: int
+    seconds: float
+    latencies_ms: list[float]
+    batch_sizes: list[int] = field(default_factory=list)
+    errors: int = 0
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.seconds if self.requests else float("nan")
+
+    def pct(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
+
+
+async def drive(
+    url: str, work: Workload, clients: int, seconds: float, warmup: float
+) -> LoadResult:
+    """``clients`` closed-loop clients for ``warmup + seconds``; only the last ``seconds`` count."""
+    headers = {"content-type": "application/json"}
+    latencies: list[float] = []
+    batches: list[int] = []
+    errors = 0
+    counted = 0
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + seconds
+
+    async def client(k: int) -> None:
+        nonlocal errors, counted
+        async with httpx.AsyncClient(base_url=url, timeout=120) as c:
+            i = k
+            while True:
+                sent = time.perf_counter()
+                if sent >= stop_at:
+                    return
+                r = await c.post(
+                    work.path, content=work.bodies[i % len(work.bodies)], headers=headers
+                )
+                done = time.perf_counter()
+                i += clients
+                if sent >= measure_from and done <= stop_at:
+                    if r.status_code != 200:
+                        errors += 1
+                        continue
+                    counted += 1
+                    latencies.append((done - sent) * 1000)
+                    batches.append(int(r.headers.get("x-batch-size", "0")))
+
+    await asyncio.gather(*(client(k) for k in range(clients)))
+    return LoadResult(counted, seconds, latencies, batches, errors)
+
+
+# ----------------------------------------------------------------------------- in-process
+
+
+def rows_per_s(
+    run: Callable[[list[Any]], object], rows: list[Any], batch: int, repeats: int
+) -> float:
+    """Rows per second of ``run`` over ``rows`` in chunks of ``batch``, best of ``repeats``."""
+    chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
+    run(chunks[0])
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for chunk in chunks:
+            run(chunk)
+        best = min(best, time.perf_counter() - started)
+    return len(rows) / best
+
+
+def measure_in_process(
+    texts: list[str],
+    series: list[dict[str, Any]],
+    forecast_model: str | None,
+    backends: list[str],
+    threads: int,
+    repeats: int,
+) -> dict[tuple[str, str, int], float]:
+    """Rows/s per (task, backend, batch size) for batch sizes 32 and 1 (64 rows each)."""
+    import torch
+
+    from models.informer import InformerForecaster
+    from models.text import SentenceEncoder
+
+    if threads:
+        torch.set_num_threads(threads)
+    out: dict[tuple[str, str, int], float] = {}
+    if texts:
+        encoder = SentenceEncoder.load()
+        for backend in backends:
+
+            def run_text(chunk: list[Any], backend: str = backend) -> None:
+                encoder.encode(chunk, backend=backend)
+
+            for batch in (BATCH, 1):
+                out[("encode", backend, batch)] = rows_per_s(run_text, texts[:64], batch, repeats)
+    if forecast_model:
+        forecaster = InformerForecaster.load(forecast_model)
+        for backend in backends:
+
+            def run_forecast(chunk: list[Any], backend: str = backend) -> None:
+                windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
+                forecaster.predict(windows, backend)
+
+            for batch in (BATCH, 1):
+                out[("forecast", backend, batch)] = rows_per_s(
+                    run_forecast, series[:64], batch, repeats
+                )
+    return out
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_server_phase(
+    label: str,
+    models: list[str],
+    workloads: dict[tuple[str, str], Workload],
+    args: argparse.Namespace,
+    max_batch_size: int,
+    seconds: float,
+) -> dict[tuple[str, str], LoadResult]:
+    log = Path(args.log_dir) / f"service-bench-{label}.log"
+    server = ServerProcess(models, args.threads, max_batch_size, log)
+    results = {}
+    try:
+        server.wait_ready()
+        for key, work in workloads.items():
+            result = asyncio.run(drive(server.url, work, args.clients, seconds, args.warmup))
+            results[key] = result
+            print(
+                f"  {label:>9} {key[0]:>8} {key[1]:>10}: {result.throughput:7.1f} req/s  "
+                f"p50 {result.pct(50):6.1f} ms  p99 {result.pct(99):6.1f} ms  "
+                f"batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  errors {result.errors}",
+                flush=True,
+            )
+    finally:
+        server.stop()
+    return results
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
+    parser.add_argument("--unbatched-seconds", type=float, default=5.0)
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
+    parser.add_argument("--tasks", nargs="+", default=["encode", "forecast"])
+    parser.add_argument("--forecast-model", default="informer-etth1-h24")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--log-dir", default="/tmp")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+
+    load_before = load_average()
+    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+    texts = short_texts(512) if "encode" in args.tasks else []
+    forecast_model = args.forecast_model if "forecast" in args.tasks else None
+    series: list[dict[str, Any]] = []
+    models = [TEXT_MODEL] if "encode" in args.tasks else []
+    if forecast_model:
+        from models.informer import InformerForecaster
+
+        context = InformerForecaster.load(forecast_model).context
+        series = etth1_windows(context, 256)
+        models.append(forecast_model)
+    workloads: dict[tuple[str, str], Workload] = {}
+    for backend in args.backends:
+        if "encode" in args.tasks:
+            workloads[("encode", backend)] = encode_workload(texts, backend)
+        if forecast_model:
+            workloads[("forecast", backend)] = forecast_workload(forecast_model, series, backend)
+
+    print("in-process (batches of 32 and of 1) ...", flush=True)
+    in_proc = measure_in_process(
+        texts, series, forecast_model, args.backends, args.threads, args.repeats
+    )
+    for (task, backend, batch), rate in in_proc.items():
+        print(f"  in-process {task:>8} {backend:>10} batch {batch:>2}: {rate:7.1f} rows/s")
+    print(f"server, batching on (max batch {BATCH}) ...", flush=True)
+    batched = run_server_phase("batched", models, workloads, args, BATCH, args.seconds)
+    print("server, batching off (max batch 1) ...", flush=True)
+    unbatched = run_server_phase("unbatched", models, workloads, args, 1, args.unbatched_seconds)
+    load_after = load_average()
+
+    lines = [
+        f"{args.clients} concurrent clients, one text / one series per request, torch threads "
+        f"{args.threads}, {os.cpu_count()} CPUs; load average before {load_before}, "
+        f"after {load_after}.",
+        "",
+        "| task | backend | server req/s | p50 ms | p95 ms | p99 ms | mean batch | "
+        "in-process rows/s (batch 32) | vs in-process | batching-off req/s | off p50 / p99 ms | "
+        "vs batching-off | in-process batch 32 / batch 1 |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    record = []
+    for key in workloads:
+        b, u = batched[key], unbatched[key]
+        ip = in_proc.get((*key, BATCH), float("nan"))
+        ip1 = in_proc.get((*key, 1), float("nan"))
+        lines.append(
+            f"| {key[0]} | {key[1]} | {b.throughput:.1f} | {b.pct(50):.1f} | {b.pct(95):.1f} | "
+            f"{b.pct(99):.1f} | {statistics.fmean(b.batch_sizes or [0]):.1f} | {ip:.1f} | "
+            f"{b.throughput / ip:.2f}x | {u.throughput:.1f} | {u.pct(50):.1f} / {u.pct(99):.1f} | "
+            f"{b.throughput / u.throughput:.2f}x | {ip / ip1:.2f}x |"
+        )
+        record.append(
+            {
+                "task": key[0],
+                "backend": key[1],
+                "server_rps": b.throughput,
+                "p50_ms": b.pct(50),
+                "p95_ms": b.pct(95),
+                "p99_ms": b.pct(99),
+                "mean_batch": statistics.fmean(b.batch_sizes or [0]),
+                "in_process_rows_per_s": ip,
+                "in_process_batch1_rows_per_s": ip1,
+                "unbatched_rps": u.throughput,
+                "unbatched_p50_ms": u.pct(50),
+                "unbatched_p99_ms": u.pct(99),
+                "errors": b.errors + u.errors,
+            }
+        )
+    table = "\n".join(lines)
+    print()
+    print(table)
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {"load_before": load_before, "load_after": load_after, "rows": record}, indent=2
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
