@@ -63,8 +63,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     from service.server import serve  # imports uvicorn and the app only when serving
 
-    serve(settings)
-    return 0
+    return serve(settings)
 
 
 if __name__ == "__main__":

@@ -56,7 +56,8 @@ class Lifecycle:
         return time.monotonic() - self.drain_started_at
 
     def mark_stopped(self) -> None:
-        self.phase, self.detail = Phase.STOPPED, "stopped"
+        if self.phase is not Phase.FAILED:  # keep the reason a failed start-up gave
+            self.phase, self.detail = Phase.STOPPED, "stopped"
 
     def fail(self, reason: str) -> None:
         self.phase, self.detail = Phase.FAILED, reason

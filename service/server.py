@@ -4,7 +4,8 @@ On the first SIGTERM/SIGINT the server keeps listening but turns ``/readyz`` and
 requests to 503 (so a load balancer still probing gets a clear answer), waits until every
 admitted model request is answered or ``shutdown_grace_s`` passes, then lets uvicorn shut down
 (close the listener, finish open responses, run the lifespan's drain). A second signal exits at
-once. The process then exits 0 (uvicorn's default re-raises the signal after a graceful stop).
+once. The process then exits 0 (uvicorn's default re-raises the signal after a graceful stop);
+a failed start-up (missing weights, ...) exits 1.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from service.app import create_app
+from service.lifecycle import Phase
 from service.settings import Settings
 from service.state import AppState
 
@@ -49,6 +51,14 @@ class DrainingServer(uvicorn.Server):
         self.state.metrics.ready.set(0)
         self._loop.call_soon_threadsafe(lambda: self._loop.create_task(self._drain()))  # type: ignore[union-attr]
 
+    async def on_tick(self, counter: int) -> bool:
+        # A failed start-up (e.g. missing weights) ends the process with status 1, so a
+        # supervisor (Docker restart policy, systemd, Kubernetes) sees it and acts.
+        if self.state.lifecycle.phase is Phase.FAILED:
+            log.error("start-up failed: %s; exiting", self.state.lifecycle.detail)
+            return True
+        return await super().on_tick(counter)
+
     async def _drain(self) -> None:
         lifecycle = self.state.lifecycle
         deadline = time.monotonic() + self.state.settings.shutdown_grace_s
@@ -77,9 +87,12 @@ def build_server(settings: Settings, app: FastAPI | None = None) -> DrainingServ
     return DrainingServer(config, app.state.attnserve)
 
 
-def serve(settings: Settings) -> None:
-    """Run until SIGTERM/SIGINT, drain, exit."""
+def serve(settings: Settings) -> int:
+    """Run until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or 1 when start-up
+    failed."""
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    build_server(settings).run()
+    server = build_server(settings)
+    server.run()
+    return 1 if server.state.lifecycle.phase is Phase.FAILED else 0

@@ -20,7 +20,6 @@ from service.routes.deps import (
 )
 from service.servables.base import TextModel
 
-
 INLINE_TOKENIZE_CHARS = 4096
 
 

@@ -113,6 +113,15 @@ def test_health_models_and_both_tasks_over_http(server: Server) -> None:
         assert "attnserve_requests_total" in c.get("/metrics").text
 
 
+def test_missing_weights_fail_start_up_with_exit_status_1(tmp_path: Path) -> None:
+    args = [sys.executable, "-m", "service", "serve", "--port", str(free_port())]
+    args += ["--models", "informer-etth1-h999", "--device", "cpu"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1
+    assert "no Informer checkpoint 'informer-etth1-h999'" in done.stderr
+
+
 async def _burst(url: str, n: int) -> list[asyncio.Task[httpx.Response]]:
     client = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n))
     tasks = [
