@@ -1,12 +1,14 @@
 """Pure ASGI middleware (not ``BaseHTTPMiddleware``, which hides client disconnects): request ids,
 request metrics and the body size limit.
 
-Order, outermost first: :class:`RequestContext` (id, timing, request metrics, status of anything
-that escaped as an exception) -> :class:`BodyLimit` -> the app's exception middleware -> routes.
+Order, outermost first: :class:`RequestContext` (id, timing, request metrics, and the 500 answer
+for anything that escaped the app's handlers) -> :class:`BodyLimit` -> the app's exception
+middleware -> routes.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 import uuid
@@ -15,8 +17,10 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BodyTooLarge, error_response
+from service.errors import BodyTooLarge, InternalError, error_response
 from service.metrics import Metrics
+
+log = logging.getLogger("attnserve")
 
 REQUEST_ID_HEADER = "x-request-id"
 _SAFE_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -48,20 +52,33 @@ class RequestContext:
         request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
         state = request_state(scope)
         state["request_id"] = request_id
-        status = 500
+        status, response_started = 500, False
 
         async def send_with_id(message: Message) -> None:
-            nonlocal status
+            nonlocal status, response_started
             if message["type"] == "http.response.start":
-                status = message["status"]
+                status, response_started = message["status"], True
                 MutableHeaders(scope=message).append(REQUEST_ID_HEADER, request_id)
             await send(message)
 
         try:
             await self.app(scope, receive, send_with_id)
-        except Exception:
-            status = 500  # the catch-all handler outside answers 500 (and re-raises)
-            raise
+        except Exception as exc:
+            # Anything the app's handlers did not turn into a response: answer the one 500 body
+            # here (with the request id; Starlette's outer handler would send it without), log
+            # the details, and record 500.
+            status = 500
+            if response_started:
+                raise
+            log.error(
+                "unexpected error in %s %s (request %s)",
+                scope.get("method"),
+                scope.get("path"),
+                request_id,
+                exc_info=exc,
+            )
+            internal = InternalError("internal error; the server logged the details")
+            await error_response(internal)(scope, receive, send_with_id)
         finally:
             self._record(scope, state, status, time.perf_counter() - started)
 
