@@ -8,6 +8,7 @@ middleware -> routes.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import re
 import time
@@ -40,6 +41,12 @@ class RequestContext:
     def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
         self.app = app
         self.metrics = metrics
+        # A random per-process prefix plus a counter: unique, and no urandom call per request.
+        self._prefix = uuid.uuid4().hex[:12]
+        self._counter = itertools.count(1)
+
+    def _new_id(self) -> str:
+        return f"{self._prefix}-{next(self._counter):08x}"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -49,7 +56,7 @@ class RequestContext:
         incoming = (
             dict(scope.get("headers", ())).get(REQUEST_ID_HEADER.encode(), b"").decode("latin-1")
         )
-        request_id = incoming if _SAFE_ID.match(incoming) else uuid.uuid4().hex
+        request_id = incoming if _SAFE_ID.match(incoming) else self._new_id()
         state = request_state(scope)
         state["request_id"] = request_id
         status, response_started = 500, False
