@@ -18,7 +18,9 @@ beat it.
 
 Every phase runs alone (never two at once) with the same ``--threads`` torch threads. The
 clients share the CPU with the server, so on a small machine they cost it throughput; the load
-average before and after is printed, to flag contention from other processes.
+average before and after is printed, to flag contention from other processes. CPU time per
+row (server process per request vs this process in-process) does not depend on contention: it
+shows what the HTTP path adds to the model's own work.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXT_MODEL = "all-MiniLM-L6-v2"
@@ -161,6 +164,12 @@ class LoadResult:
     latencies_ms: list[float]
     batch_sizes: list[int] = field(default_factory=list)
     errors: int = 0
+    server_cpu_s: float | None = None
+    client_cpu_s: float | None = None
+
+    def cpu_ms_per_request(self, which: str = "server") -> float:
+        cpu = self.server_cpu_s if which == "server" else self.client_cpu_s
+        return float("nan") if cpu is None or not self.requests else cpu * 1000 / self.requests
 
     @property
     def throughput(self) -> float:
@@ -173,10 +182,23 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
 async def drive(
-    url: str, work: Workload, clients: int, seconds: float, warmup: float
+    url: str,
+    work: Workload,
+    clients: int,
+    seconds: float,
+    warmup: float,
+    server_pid: int | None = None,
 ) -> LoadResult:
-    """``clients`` closed-loop clients for ``warmup + seconds``; only the last ``seconds`` count."""
+    """``clients`` closed-loop clients for ``warmup + seconds``; answers that arrive in the last
+    ``seconds`` count. With ``server_pid``, also the server's and this process's CPU time over
+    that window."""
     headers = {"content-type": "application/json"}
     latencies: list[float] = []
     batches: list[int] = []
@@ -198,7 +220,7 @@ async def drive(
                 )
                 done = time.perf_counter()
                 i += clients
-                if sent >= measure_from and done <= stop_at:
+                if measure_from <= done <= stop_at:
                     if r.status_code != 200:
                         errors += 1
                         continue
@@ -206,8 +228,22 @@ async def drive(
                     latencies.append((done - sent) * 1000)
                     batches.append(int(r.headers.get("x-batch-size", "0")))
 
-    await asyncio.gather(*(client(k) for k in range(clients)))
-    return LoadResult(counted, seconds, latencies, batches, errors)
+    cpu: dict[str, float] = {}
+
+    async def sample_cpu() -> None:
+        if server_pid is None:
+            return
+        me = os.getpid()
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        server0, client0 = cpu_seconds(server_pid), cpu_seconds(me)
+        await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
+        cpu["server"] = cpu_seconds(server_pid) - server0
+        cpu["client"] = cpu_seconds(me) - client0
+
+    await asyncio.gather(sample_cpu(), *(client(k) for k in range(clients)))
+    return LoadResult(
+        counted, seconds, latencies, batches, errors, cpu.get("server"), cpu.get("client")
+    )
 
 
 # ----------------------------------------------------------------------------- in-process
@@ -215,17 +251,20 @@ async def drive(
 
 def rows_per_s(
     run: Callable[[list[Any]], object], rows: list[Any], batch: int, repeats: int
-) -> float:
-    """Rows per second of ``run`` over ``rows`` in chunks of ``batch``, best of ``repeats``."""
+) -> tuple[float, float]:
+    """Rows per second of ``run`` over ``rows`` in chunks of ``batch`` (best of ``repeats``) and
+    CPU milliseconds per row (of that best pass)."""
     chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
     run(chunks[0])
-    best = float("inf")
+    best, best_cpu = float("inf"), float("nan")
     for _ in range(repeats):
-        started = time.perf_counter()
+        started, cpu0 = time.perf_counter(), time.process_time()
         for chunk in chunks:
             run(chunk)
-        best = min(best, time.perf_counter() - started)
-    return len(rows) / best
+        elapsed = time.perf_counter() - started
+        if elapsed < best:
+            best, best_cpu = elapsed, (time.process_time() - cpu0) * 1000 / len(rows)
+    return len(rows) / best, best_cpu
 
 
 def measure_in_process(
@@ -235,8 +274,8 @@ def measure_in_process(
     backends: list[str],
     threads: int,
     repeats: int,
-) -> dict[tuple[str, str, int], float]:
-    """Rows/s per (task, backend, batch size) for batch sizes 32 and 1 (64 rows each)."""
+) -> dict[tuple[str, str, int], tuple[float, float]]:
+    """(rows/s, CPU ms/row) per (task, backend, batch size) for batch sizes 32 and 1."""
     import torch
 
     from models.informer import InformerForecaster
@@ -244,7 +283,7 @@ def measure_in_process(
 
     if threads:
         torch.set_num_threads(threads)
-    out: dict[tuple[str, str, int], float] = {}
+    out: dict[tuple[str, str, int], tuple[float, float]] = {}
     if texts:
         encoder = SentenceEncoder.load()
         for backend in backends:
@@ -290,12 +329,16 @@ def run_server_phase(
     try:
         server.wait_ready()
         for key, work in workloads.items():
-            result = asyncio.run(drive(server.url, work, args.clients, seconds, args.warmup))
+            result = asyncio.run(
+                drive(server.url, work, args.clients, seconds, args.warmup, server.proc.pid)
+            )
             results[key] = result
             print(
                 f"  {label:>9} {key[0]:>8} {key[1]:>10}: {result.throughput:7.1f} req/s  "
                 f"p50 {result.pct(50):6.1f} ms  p99 {result.pct(99):6.1f} ms  "
-                f"batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  errors {result.errors}",
+                f"batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  "
+                f"cpu server {result.cpu_ms_per_request():5.2f} / client "
+                f"{result.cpu_ms_per_request('client'):5.2f} ms/req  errors {result.errors}",
                 flush=True,
             )
     finally:
@@ -341,34 +384,40 @@ def main(argv: list[str] | None = None) -> None:
     in_proc = measure_in_process(
         texts, series, forecast_model, args.backends, args.threads, args.repeats
     )
-    for (task, backend, batch), rate in in_proc.items():
-        print(f"  in-process {task:>8} {backend:>10} batch {batch:>2}: {rate:7.1f} rows/s")
+    for (task, backend, batch), (rate, cpu) in in_proc.items():
+        print(
+            f"  in-process {task:>8} {backend:>10} batch {batch:>2}: {rate:7.1f} rows/s  "
+            f"cpu {cpu:5.2f} ms/row",
+            flush=True,
+        )
     print(f"server, batching on (max batch {BATCH}) ...", flush=True)
     batched = run_server_phase("batched", models, workloads, args, BATCH, args.seconds)
     print("server, batching off (max batch 1) ...", flush=True)
     unbatched = run_server_phase("unbatched", models, workloads, args, 1, args.unbatched_seconds)
     load_after = load_average()
 
+    nan = (float("nan"), float("nan"))
     lines = [
         f"{args.clients} concurrent clients, one text / one series per request, torch threads "
         f"{args.threads}, {os.cpu_count()} CPUs; load average before {load_before}, "
         f"after {load_after}.",
         "",
-        "| task | backend | server req/s | p50 ms | p95 ms | p99 ms | mean batch | "
-        "in-process rows/s (batch 32) | vs in-process | batching-off req/s | off p50 / p99 ms | "
-        "vs batching-off | in-process batch 32 / batch 1 |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| task | backend | server req/s | p50 / p95 / p99 ms | mean batch | in-process rows/s "
+        "(batch 32) | vs in-process | batching-off req/s (p50 / p99 ms) | vs batching-off | "
+        "in-process batch 32 / 1 | CPU ms per row: server / in-process |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     record = []
     for key in workloads:
         b, u = batched[key], unbatched[key]
-        ip = in_proc.get((*key, BATCH), float("nan"))
-        ip1 = in_proc.get((*key, 1), float("nan"))
+        (ip, ip_cpu), (ip1, _) = in_proc.get((*key, BATCH), nan), in_proc.get((*key, 1), nan)
+        mean_batch = statistics.fmean(b.batch_sizes or [0])
         lines.append(
-            f"| {key[0]} | {key[1]} | {b.throughput:.1f} | {b.pct(50):.1f} | {b.pct(95):.1f} | "
-            f"{b.pct(99):.1f} | {statistics.fmean(b.batch_sizes or [0]):.1f} | {ip:.1f} | "
-            f"{b.throughput / ip:.2f}x | {u.throughput:.1f} | {u.pct(50):.1f} / {u.pct(99):.1f} | "
-            f"{b.throughput / u.throughput:.2f}x | {ip / ip1:.2f}x |"
+            f"| {key[0]} | {key[1]} | {b.throughput:.1f} | {b.pct(50):.0f} / {b.pct(95):.0f} / "
+            f"{b.pct(99):.0f} | {mean_batch:.1f} | {ip:.1f} | {b.throughput / ip:.2f}x | "
+            f"{u.throughput:.1f} ({u.pct(50):.0f} / {u.pct(99):.0f}) | "
+            f"{b.throughput / u.throughput:.2f}x | {ip / ip1:.2f}x | "
+            f"{b.cpu_ms_per_request():.2f} / {ip_cpu:.2f} |"
         )
         record.append(
             {
@@ -378,8 +427,11 @@ def main(argv: list[str] | None = None) -> None:
                 "p50_ms": b.pct(50),
                 "p95_ms": b.pct(95),
                 "p99_ms": b.pct(99),
-                "mean_batch": statistics.fmean(b.batch_sizes or [0]),
+                "mean_batch": mean_batch,
+                "server_cpu_ms_per_request": b.cpu_ms_per_request(),
+                "client_cpu_ms_per_request": b.cpu_ms_per_request("client"),
                 "in_process_rows_per_s": ip,
+                "in_process_cpu_ms_per_row": ip_cpu,
                 "in_process_batch1_rows_per_s": ip1,
                 "unbatched_rps": u.throughput,
                 "unbatched_p50_ms": u.pct(50),
