@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import attend
+from models.text import fused_linear
 from models.text.config import BertConfig
 
 
@@ -78,14 +78,26 @@ class PackedBatch:
         return int(self.lengths.shape[0])
 
     def pad(self, x: Tensor) -> Tensor:
-        """``[t, k] -> [b, n, k]`` with zeros at padded positions."""
-        out = x.new_zeros(self.batch_size, self.padded_length, x.shape[-1])
+        """``[t, k] -> [b, n, k]`` with zeros at padded positions (a view when nothing is padded)."""
+        b, n, k = self.batch_size, self.padded_length, x.shape[-1]
+        if self.key_padding_mask is None:
+            return x.view(b, n, k)
+        out = x.new_zeros(b, n, k)
         out[self.rows, self.positions] = x
         return out
 
     def unpad(self, x: Tensor) -> Tensor:
-        """``[b, n, ...] -> [t, ...]``: the real positions only (one gather, any strides)."""
+        """``[b, n, ...] -> [t, ...]``: the real positions only (one copy, any input strides)."""
+        if self.key_padding_mask is None:
+            return x.reshape(-1, *x.shape[2:])
         return x[self.rows, self.positions]
+
+    def mean(self, x: Tensor) -> Tensor:
+        """Per-text mean of packed rows: ``[t, c] -> [b, c]``."""
+        if self.key_padding_mask is None:
+            return x.view(self.batch_size, self.padded_length, -1).mean(dim=1)
+        sums = x.new_zeros(self.batch_size, x.shape[-1]).index_add_(0, self.rows, x)
+        return sums / self.lengths[:, None].to(x.dtype)
 
 
 class Embeddings(nn.Module):
@@ -121,15 +133,16 @@ class EncoderLayer(nn.Module):
     def forward(
         self, x: Tensor, batch: PackedBatch, backend: str, options: Mapping[str, Any]
     ) -> Tensor:
-        """``[t, c] -> [t, c]``."""
+        """``[t, c] -> [t, c]``; may overwrite ``x`` (see ``fused_linear.residual_linear``)."""
         b, n, h, d = batch.batch_size, batch.padded_length, self.heads, self.head_dim
-        qkv = batch.pad(self.qkv(x))  # [b, n, 3c]
+        qkv = batch.pad(fused_linear.linear(x, self.qkv))  # [t, c] -> [b, n, 3c]
         q, k, v = qkv.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x [b, h, n, d]
         a = attend(q, k, v, backend=backend, key_padding_mask=batch.key_padding_mask, **options)
         a = batch.unpad(a.transpose(1, 2)).reshape(-1, h * d)  # [b, h, n, d] -> [t, c]
-        x = self.attn_norm(x + self.attn_out(a))
+        x = self.attn_norm(fused_linear.residual_linear(x, a, self.attn_out))
         # Exact (erf) GELU, as BERT's "gelu"; the tanh approximation would drift from the reference.
-        return self.ffn_norm(x + self.ffn_out(F.gelu(self.ffn_in(x))))
+        hidden = fused_linear.linear_gelu(x, self.ffn_in)  # [t, f]
+        return self.ffn_norm(fused_linear.residual_linear(x, hidden, self.ffn_out))
 
 
 class BertEncoder(nn.Module):
@@ -159,6 +172,4 @@ class BertEncoder(nn.Module):
         sentence-transformers' ``Pooling(pooling_mode_mean_tokens=True)`` (Reimers & Gurevych,
         "Sentence-BERT", EMNLP 2019, section 3); padded positions never enter the sum.
         """
-        x = self(batch, backend, options)  # [t, c]
-        sums = x.new_zeros(batch.batch_size, x.shape[-1]).index_add_(0, batch.rows, x)
-        return sums / batch.lengths[:, None].to(x.dtype)
+        return batch.mean(self(batch, backend, options))  # [t, c] -> [b, c]
