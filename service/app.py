@@ -112,6 +112,7 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
         lifespan=lifespan,
     )
     app.state.attnserve = state
+    state.metrics.requests_in_flight.set_function(lambda: float(state.lifecycle.inflight))
     install_error_handlers(app)
     for module in (encode, embeddings, forecast, models, health):
         app.include_router(module.router)

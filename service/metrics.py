@@ -91,6 +91,11 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.requests_in_flight = Gauge(
+            "attnserve_requests_in_flight",
+            "Model requests admitted and not yet answered (queued, batching or running).",
+            registry=r,
+        )
         self.rejections = Counter(
             "attnserve_rejections_total",
             "Requests refused or dropped, by reason (queue_full, timeout, shutting_down, "

@@ -152,7 +152,7 @@ def test_a_client_that_leaves_is_dropped(server: Server) -> None:
                 "attnserve_rejections_total",
                 reason="client_disconnected",
             )
-            tasks = await _burst(server.url, 12)
+            tasks = await _burst(server.url, 40)
             await _wait_for_depth(c, 4, tasks)  # the worker is busy and requests are waiting
             body = b'{"inputs": ["I will not wait"]}'
             _reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
@@ -162,7 +162,7 @@ def test_a_client_that_leaves_is_dropped(server: Server) -> None:
                 + body
             )
             await writer.drain()
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(0.05)
             writer.close()  # hang up while queued
             responses = await asyncio.gather(*tasks)
             assert all(r.status_code == 200 for r in responses)
@@ -177,21 +177,34 @@ def test_a_client_that_leaves_is_dropped(server: Server) -> None:
 
 
 def test_sigterm_during_a_burst_loses_no_accepted_request(server: Server) -> None:
-    n = 24
+    n = 40
 
-    async def scenario() -> tuple[list[int], int, int, Any]:
+    async def scenario() -> tuple[list[int], float, int, int, Any]:
         async with httpx.AsyncClient(base_url=server.url, timeout=120) as c:
+            done_before = metric(
+                (await c.get("/metrics")).text, "attnserve_requests_total", endpoint="/encode"
+            )
             tasks = await _burst(server.url, n)
-            # Every request admitted: all but the running batch are waiting in the queue.
-            await _wait_for_depth(c, n - MAX_BATCH, tasks)
+            # Every request of the burst admitted: in flight or already answered.
+            deadline = time.monotonic() + 30
+            while True:
+                scrape = (await c.get("/metrics")).text
+                in_flight = metric(scrape, "attnserve_requests_in_flight")
+                answered = metric(scrape, "attnserve_requests_total", endpoint="/encode")
+                if in_flight + answered - done_before >= n:
+                    break
+                assert time.monotonic() < deadline, "the burst was never admitted"
+                await asyncio.sleep(0.005)
             server.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.05)
             ready = await c.get("/readyz")  # still listening while draining
             late = await c.post("/encode", json={"inputs": ["arrived after SIGTERM"]})
             responses = await asyncio.gather(*tasks)
-            return [r.status_code for r in responses], ready.status_code, late.status_code, late
+            statuses = [r.status_code for r in responses]
+            return statuses, in_flight, ready.status_code, late.status_code, late
 
-    statuses, ready, late_status, late = asyncio.run(scenario())
+    statuses, in_flight, ready, late_status, late = asyncio.run(scenario())
+    assert in_flight > MAX_BATCH  # SIGTERM arrived with queued requests, not after the burst
     assert statuses == [200] * n
     assert ready == 503
     assert late_status == 503 and late.json()["error"]["type"] == "shutting_down"
