@@ -11,9 +11,11 @@ LitServe's ``collate_requests``):
    rows and ``max_batch_tokens`` padded tokens (rows x longest row); the first one that does not
    fit ends the batch (strict FIFO within a key). The oldest request always runs, even alone over
    a limit: the model splits it into sub-batches itself.
-4. The batch runs now if it is full, if its oldest request has waited ``max_wait_s``, or when the
-   queue is being flushed (shutdown); otherwise the worker sleeps until the first of those times
-   or the earliest deadline.
+4. The batch runs now if it is full or the queue is being flushed (shutdown). Otherwise it runs
+   once its oldest request has waited ``max_wait_s`` *and* the worker has been free for
+   ``max_wait_s``: right after a batch, the clients it just answered send their next requests
+   within a few milliseconds, and this short pause lets them join instead of alternating with
+   the rest in half-full batches. Until then the worker sleeps (at most to the earliest deadline).
 """
 
 from __future__ import annotations
@@ -98,9 +100,21 @@ def padded_tokens(n_rows: int, longest: int) -> int:
 
 
 def next_batch(
-    pending: Sequence[Pending], now: float, limits: Limits, flush: bool = False
+    pending: Sequence[Pending],
+    now: float,
+    limits: Limits,
+    flush: bool = False,
+    free_since: float | None = None,
 ) -> Decision:
-    """Decide what to run next; see the module docstring for the rules."""
+    """Decide what to run next; see the module docstring for the rules.
+
+    Args:
+        pending: waiting requests in arrival order.
+        now: the current time (same clock as the requests' times).
+        limits: batch limits.
+        flush: run whatever is there now (shutdown).
+        free_since: when the worker finished its last batch (None: never ran one).
+    """
     dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
     expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
     gone = set(dropped) | set(expired)
@@ -129,8 +143,10 @@ def next_batch(
         rows, longest = new_rows, new_longest
         full = rows >= limits.max_batch_size
 
-    waited_enough = now - head.enqueued_at >= limits.max_wait_s
-    if full or waited_enough or flush:
+    start_at = head.enqueued_at + limits.max_wait_s
+    if free_since is not None:
+        start_at = max(start_at, free_since + limits.max_wait_s)
+    if full or flush or now >= start_at:
         return Decision(batch=tuple(batch), expired=expired, dropped=dropped)
-    wake_at = min(head.enqueued_at + limits.max_wait_s, min(pending[i].deadline for i in live))
+    wake_at = min(start_at, min(pending[i].deadline for i in live))
     return Decision(expired=expired, dropped=dropped, wake_at=wake_at)

@@ -51,6 +51,7 @@ class ModelWorker:
         self._wakeup = asyncio.Event()
         self._accepting = True
         self._busy = False
+        self._free_since: float | None = None
         self._batch_seconds = 0.05  # running estimate, for Retry-After
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
         self._task: asyncio.Task[None] | None = None
@@ -139,7 +140,9 @@ class ModelWorker:
     async def _loop(self) -> None:
         while True:
             now = time.monotonic()
-            decision = next_batch(self._pending, now, self.limits, flush=not self._accepting)
+            decision = next_batch(
+                self._pending, now, self.limits, not self._accepting, self._free_since
+            )
             taken = set(decision.batch) | set(decision.expired) | set(decision.dropped)
             batch = [self._pending[i] for i in decision.batch]
             for i in decision.expired:
@@ -185,6 +188,7 @@ class ModelWorker:
             outcomes = [Outcome(job, error=exc) for job in batch]
         finally:
             self._busy = False
+            self._free_since = time.monotonic()
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
         self._record(outcomes, started)

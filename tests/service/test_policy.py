@@ -95,6 +95,20 @@ def test_wake_at_respects_earliest_deadline() -> None:
     assert d.batch == () and d.wake_at == pytest.approx(1.004)
 
 
+def test_after_a_batch_the_worker_waits_for_the_clients_it_just_answered() -> None:
+    # The head has waited long, but the worker only just came free: give the clients of the
+    # batch that just finished max_wait to send their next requests.
+    pending = [P(enqueued_at=0.0)]
+    d = next_batch(pending, now=5.001, limits=LIMITS, free_since=5.0)
+    assert d.batch == () and d.wake_at == pytest.approx(5.010)
+    assert next_batch(pending, now=5.010, limits=LIMITS, free_since=5.0).batch == (0,)
+    # A full batch never waits.
+    full = [P(n_rows=8, enqueued_at=0.0)]
+    assert next_batch(full, now=5.001, limits=LIMITS, free_since=5.0).batch == (0,)
+    # A worker idle for long: only the head's own wait counts.
+    assert next_batch([P(enqueued_at=9.0)], now=9.010, limits=LIMITS, free_since=1.0).batch == (0,)
+
+
 def test_flush_runs_immediately() -> None:
     pending = [P(enqueued_at=1.0)]
     assert next_batch(pending, now=1.0, limits=LIMITS, flush=True).batch == (0,)
