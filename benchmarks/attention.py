@@ -84,6 +84,8 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
 def worker(args: argparse.Namespace) -> None:
     """Measure one implementation at one length; print one JSON line."""
     torch.manual_seed(0)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     device = args.device
     shape = (1, args.heads, args.length, args.head_dim)
@@ -129,7 +131,7 @@ def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None)
         sys.executable, "-m", "benchmarks.attention", "--worker", "--impl", impl,
         "--length", str(length), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
         "--dtype", args.dtype, "--device", args.device, "--seconds", str(args.seconds),
-        "--min-reps", str(args.min_reps),
+        "--min-reps", str(args.min_reps), "--threads", str(args.threads),
     ]  # fmt: skip
     if save:
         cmd += ["--save", save]
@@ -205,14 +207,18 @@ def main(args: argparse.Namespace) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     tag = f"attention-{args.device}-{args.dtype}"
     (RESULTS / f"{tag}.json").write_text(json.dumps(rows, indent=1))
-    title = f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype}, {args.device} ({os.cpu_count()} CPUs)"
+    threads = args.threads or torch.get_num_threads()
+    title = (
+        f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype}, {args.device}, {threads} threads"
+    )
     _plot(rows, RESULTS / f"{tag}.png", title)
     print(f"\nwrote {RESULTS / f'{tag}.json'} and {RESULTS / f'{tag}.png'}")
 
 
 def _table(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
-        f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device}; error vs exact "
+        f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device} "
+        f"({args.threads or torch.get_num_threads()} threads); error vs exact "
         f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}",
         "",
         "| implementation | L | median ms | peak MiB | rel. error |",
@@ -274,6 +280,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--min-reps", type=int, default=3)
     p.add_argument("--full-budget-gib", type=float, default=6.0, help="skip `full` above this")
     p.add_argument("--timeout", type=float, default=900.0)
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     # worker mode (internal)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", help=argparse.SUPPRESS)
