@@ -14,9 +14,15 @@ from service.servables.forecast import ForecastServable
 from service.servables.text import TextServable
 from tests.service.helpers import Wrapped, forecast_servable, make_app, text_servable
 
-# Two intra-op threads on a shared two-core machine spin-wait for each other: tiny models then
-# take ~300 ms per call instead of ~1 ms. The tests' models are tiny; one thread is plenty.
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Two intra-op threads on a shared two-core machine spin-wait for each other: the tiny
+    test models then take ~300 ms per call instead of ~1 ms. One thread, restored afterwards."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")
