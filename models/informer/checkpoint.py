@@ -7,6 +7,7 @@ names, frequency and calendar-feature names, context/label/horizon lengths and a
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -61,13 +62,18 @@ def scaler_of(meta: dict[str, Any]) -> StandardScaler:
     return StandardScaler(np.asarray(meta["scaler"]["mean"]), np.asarray(meta["scaler"]["std"]))
 
 
+def _natural_key(path: Path) -> list:
+    """Sort ``...-h24`` before ``...-h168``: digit runs compare as numbers."""
+    return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", path.name)]
+
+
 def shipped_dirs() -> dict[str, Path]:
     """Shipped Informer checkpoints by name (``informer-...`` folders with both files)."""
     if not WEIGHTS_DIR.is_dir():
         return {}
     return {
         p.name: p
-        for p in sorted(WEIGHTS_DIR.iterdir())
+        for p in sorted(WEIGHTS_DIR.iterdir(), key=_natural_key)
         if p.name.startswith(PREFIX)
         and (p / "model.safetensors").is_file()
         and (p / "config.json").is_file()
