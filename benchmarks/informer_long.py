@@ -9,7 +9,8 @@ length-dependent weights, so the trained weights run at any context, beyond the 
 only as a speed/memory probe) with the encoder context set to L and the decoder at its trained
 48 + 24 steps. Every (backend, L) runs in a fresh subprocess: peak memory is ``ru_maxrss`` after
 the first forward minus the RSS just before it; latency is the median of the timed repeats after
-one warm-up. Writes ``benchmarks/results/informer_long.{md,json,png}``.
+one warm-up (as many as fill about a second for fast points, one for points over 2 s).
+Writes ``benchmarks/results/informer_long.{md,json,png}``.
 """
 
 from __future__ import annotations
