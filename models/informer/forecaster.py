@@ -131,16 +131,16 @@ class InformerForecaster:
             raise ModelInputError("values must be numbers") from None
         if not np.isfinite(raw).all():
             r, c = np.argwhere(~np.isfinite(raw))[0]
-            row = len(values) - self.context + int(r)
+            at = len(values) - self.context + int(r)
             raise ModelInputError(
-                f"row {row}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
+                f"row {at}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
             )
         scaled = self.scaler.transform(raw)
         if np.abs(scaled).max() > MAX_ABS_SCALED:
             r, c = np.unravel_index(int(np.abs(scaled).argmax()), scaled.shape)
-            row = len(values) - self.context + int(r)
+            at = len(values) - self.context + int(r)
             raise ModelInputError(
-                f"row {row}, channel {self.channels[c]} = {raw[r, c]:g} is implausibly large for "
+                f"row {at}, channel {self.channels[c]} = {raw[r, c]:g} is implausibly large for "
                 f"this model (over {MAX_ABS_SCALED:g} training standard deviations from the mean); "
                 "check the units"
             )
