@@ -61,6 +61,9 @@ NUMERICAL_STABILISER = 1e-4
 
 def _hyperbolic_features(proj: Tensor, shift: Tensor) -> Tensor:
     """[exp(p − shift), exp(−p − shift)] + ε for projections ``p`` ``[b,h,n,m/2]`` → ``[b,h,n,m]``."""
+    if torch.is_grad_enabled() and (proj.requires_grad or shift.requires_grad):
+        # Training: the in-place, out= path below cannot be differentiated.
+        return torch.cat([proj - shift, -proj - shift], dim=-1).exp() + NUMERICAL_STABILISER
     out = torch.empty(*proj.shape[:-1], 2 * proj.shape[-1], dtype=proj.dtype, device=proj.device)
     half = proj.shape[-1]
     torch.sub(proj, shift, out=out[..., :half])
@@ -99,7 +102,7 @@ def _feature_maps(
     k_max = torch.where(torch.isfinite(k_max), k_max, torch.zeros_like(k_max))  # all padding
     phi_k = _hyperbolic_features(k_proj, k_max + (0.5 * scale**2) * k.pow(2).sum(-1, keepdim=True))
     if key_padding_mask is not None:  # padded keys leave numerator and denominator
-        phi_k.mul_(real)
+        phi_k = phi_k * real
     return phi_q, phi_k
 
 
@@ -121,7 +124,7 @@ def _causal_linear_attention(phi_q: Tensor, phi_k: Tensor, v: Tensor, chunk: int
     for start in range(0, n, chunk):
         stop = min(start + chunk, n)
         qc, kc, vc = phi_q[:, :, start:stop], phi_k[:, :, start:stop], v1[:, :, start:stop]
-        local = torch.matmul(qc, kc.transpose(-1, -2)).tril_()
+        local = torch.matmul(qc, kc.transpose(-1, -2)).tril()
         acc = torch.matmul(qc, state) + torch.matmul(local, vc)
         out[:, :, start:stop] = acc[..., :-1] / acc[..., -1:].clamp_min(torch.finfo(acc.dtype).tiny)
         state = state + torch.matmul(kc.transpose(-1, -2), vc)
