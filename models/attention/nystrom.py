@@ -28,13 +28,19 @@ from models.attention.base import Backend, Capabilities, IntOption
 from models.attention.full import full_attention
 
 
-def segment_means(x: Tensor, real: Tensor, num_segments: int) -> tuple[Tensor, Tensor]:
+def segment_means(x: Tensor, real: Tensor | None, num_segments: int) -> tuple[Tensor, Tensor]:
     """Means of ``num_segments`` near-equal segments of each row's real positions.
 
-    x: ``[b, h, n, d]``; real: bool ``[b, n]``. Returns landmarks ``[b, h, s, d]`` and which
-    segments are non-empty ``[b, s]`` (a row with fewer real tokens than segments has empties).
+    x: ``[b, h, n, d]``; real: bool ``[b, n]`` or None (every position real). Returns landmarks
+    ``[b, h, s, d]`` and which segments are non-empty ``[b, s]`` (a row with fewer real tokens
+    than segments has empties).
     """
-    b, n = real.shape
+    b, h, n, d = x.shape
+    if real is None and n % num_segments == 0:  # equal contiguous segments: a reshape
+        means = x.reshape(b, h, num_segments, n // num_segments, d).mean(dim=-2)
+        return means, torch.ones(b, num_segments, dtype=torch.bool, device=x.device)
+    if real is None:
+        real = torch.ones(b, n, dtype=torch.bool, device=x.device)
     count = real.sum(dim=-1, keepdim=True)  # [b, 1]
     rank = real.cumsum(dim=-1) - 1  # rank of each real token within its row
     segment = torch.div(rank * num_segments, count.clamp_min(1), rounding_mode="floor")
@@ -63,22 +69,36 @@ def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
     return z
 
 
-def _masked_softmax(scores: Tensor, allowed: Tensor) -> Tensor:
+def _masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+    if allowed is None:
+        return scores.softmax(dim=-1)
     scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
     return scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)
 
 
 def _nystrom(
-    q: Tensor, k: Tensor, v: Tensor, key_real: Tensor, query_real: Tensor, m: int, iterations: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_real: Tensor | None,
+    query_real: Tensor | None,
+    m: int,
+    iterations: int,
 ) -> Tensor:
+    """The Nyström product; ``*_real`` None means no padding (the fast, mask-free path)."""
     q = q * (1.0 / math.sqrt(q.shape[-1]))
     q_land, q_land_ok = segment_means(q, query_real, m)  # [b,h,m,d], [b,m]
     k_land, k_land_ok = segment_means(k, key_real, m)
-    kernel_1 = _masked_softmax(q @ k_land.transpose(-1, -2), k_land_ok[:, None, None, :])
-    kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), k_land_ok[:, None, None, :])
-    kernel_2 = kernel_2 * q_land_ok[:, None, :, None]  # empty query landmarks: zero rows
-    kernel_3 = _masked_softmax(q_land @ k.transpose(-1, -2), key_real[:, None, None, :])
-    kernel_3 = kernel_3 * q_land_ok[:, None, :, None]
+    # Every landmark is non-empty when each row has at least m real tokens (the usual case).
+    k_ok = None if bool(k_land_ok.all()) else k_land_ok[:, None, None, :]
+    q_ok = None if bool(q_land_ok.all()) else q_land_ok[:, None, :, None]
+    kernel_1 = _masked_softmax(q @ k_land.transpose(-1, -2), k_ok)
+    kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), k_ok)
+    kernel_3 = _masked_softmax(
+        q_land @ k.transpose(-1, -2), None if key_real is None else key_real[:, None, None, :]
+    )
+    if q_ok is not None:  # empty query landmarks: zero rows
+        kernel_2, kernel_3 = kernel_2 * q_ok, kernel_3 * q_ok
     return kernel_1 @ (iterative_pinv(kernel_2, iterations) @ (kernel_3 @ v))
 
 
@@ -103,7 +123,7 @@ def nystrom_attention(
     """Nyström attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]`` (non-causal)."""
     if causal:  # the registry refuses this first; kept for direct callers
         raise ValueError("nystrom has no causal variant")
-    b, _, lq, _ = q.shape
+    lq = q.shape[-2]
     lk = k.shape[-2]
     m = num_landmarks
     if lk <= m:  # every row has at most m keys: exact attention is as cheap as the approximation
@@ -111,13 +131,11 @@ def nystrom_attention(
     out_dtype = q.dtype
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     q, k, v = q.to(work), k.to(work), v.to(work)
-    key_real = (
-        key_padding_mask
-        if key_padding_mask is not None
-        else torch.ones(b, lk, dtype=torch.bool, device=q.device)
-    )
+    if key_padding_mask is None:
+        return _nystrom(q, k, v, None, None, m, pinv_iterations).to(out_dtype)
+    key_real = key_padding_mask
     # Self-attention: the key padding mask also marks padded queries (kept out of landmarks).
-    query_real = key_real if lq == lk else torch.ones(b, lq, dtype=torch.bool, device=q.device)
+    query_real = key_real if lq == lk else None
     short = key_real.sum(dim=-1) <= m  # [b]
     if bool(short.all()):
         return _exact_short_rows(q, k, v, key_real, m).to(out_dtype)
