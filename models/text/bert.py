@@ -105,9 +105,12 @@ class Embeddings(nn.Module):
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
-        self.word = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.position = nn.Embedding(config.max_position_embeddings, config.hidden_size)
-        self.token_type = nn.Embedding(config.type_vocab_size, config.hidden_size)
+        c = config.hidden_size
+        # Uninitialised tables (the checkpoint fills them): nn.Embedding's own random init calls
+        # normal_, which on the meta device imports torch._dynamo and costs ~1 s of start-up.
+        self.word = nn.Embedding.from_pretrained(torch.empty(config.vocab_size, c))
+        self.position = nn.Embedding.from_pretrained(torch.empty(config.max_position_embeddings, c))
+        self.token_type = nn.Embedding.from_pretrained(torch.empty(config.type_vocab_size, c))
         self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
 
     def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
