@@ -45,6 +45,9 @@ def tiny_encoder(
         max_position_embeddings=512,
     )
     model = BertEncoder(config).eval()
+    for module in model.modules():  # embedding tables start uninitialised (a checkpoint fills them)
+        if isinstance(module, torch.nn.Embedding):
+            torch.nn.init.normal_(module.weight, std=0.02)
     tokenizer = TextTokenizer(model_dir() / "tokenizer.json", max_tokens)
     encoder = SentenceEncoder(model, tokenizer, max_tokens)
     encoder.name = TINY_TEXT  # instance attributes: the class keeps the real name and dim
