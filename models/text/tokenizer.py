@@ -28,6 +28,10 @@ class TextTokenizer:
             raise ValueError(f"{path}: the vocabulary has no [SEP] token")
         self.sep_id: int = sep
         self.max_tokens = max_tokens
+        # encode_batch_fast (tokenizers >= 0.20) skips character offsets, which we never use.
+        self._encode_batch = getattr(
+            self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
+        )
 
     @property
     def vocab_size(self) -> int:
@@ -36,7 +40,7 @@ class TextTokenizer:
 
     def count(self, texts: list[str]) -> list[int]:
         """Token count of each text before any cut (special tokens included)."""
-        return [len(enc.ids) for enc in self._tokenizer.encode_batch_fast(list(texts))]
+        return [len(enc.ids) for enc in self._encode_batch(list(texts))]
 
     def __call__(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
         """Token ids per text, special tokens included.
@@ -50,7 +54,7 @@ class TextTokenizer:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ModelInputError(f"input {i} must be a string, got {type(text).__name__}")
-        encodings = self._tokenizer.encode_batch_fast(list(texts), add_special_tokens=True)
+        encodings = self._encode_batch(list(texts))
         limit, out = self.max_tokens, []
         for i, enc in enumerate(encodings):
             ids = enc.ids
