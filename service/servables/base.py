@@ -7,8 +7,10 @@ torch themselves.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
+
+from models.attention import BACKENDS, AttentionError
 
 
 @runtime_checkable
@@ -51,6 +53,18 @@ def canonical_options(resolved: Mapping[str, Any]) -> dict[str, Any]:
     """Resolved options without the ``None`` ones ("derive from the input"), so that ``{}`` and
     the spelled-out defaults batch together and pass validation again downstream."""
     return {k: v for k, v in sorted(resolved.items()) if v is not None}
+
+
+def accepted_backends(check: Callable[[str, dict[str, Any] | None], Any]) -> list[str]:
+    """The backends (in registry order) that ``check(backend, None)`` accepts on this model."""
+    accepted = []
+    for backend in BACKENDS:
+        try:
+            check(backend, None)
+        except AttentionError:
+            continue
+        accepted.append(backend)
+    return accepted
 
 
 class TextModel(Servable, Protocol):

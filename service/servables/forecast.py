@@ -9,12 +9,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from models.attention import BACKENDS, AttentionError
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
 from models.informer.forecaster import DEFAULT_ATTENTION
 from models.informer.timefeatures import FREQ_STEPS
-from service.servables.base import canonical_options
+from service.servables.base import accepted_backends, canonical_options
 
 
 class ForecastServable:
@@ -31,14 +30,7 @@ class ForecastServable:
         self.horizon = forecaster.horizon
         self.channels = list(forecaster.channels)
         self.freq = forecaster.freq
-        self._backends = [b for b in BACKENDS if self._accepts(b)]
-
-    def _accepts(self, backend: str) -> bool:
-        try:
-            self.forecaster.check_attention(backend, None)
-        except AttentionError:
-            return False
-        return True
+        self._backends = accepted_backends(self.forecaster.check_attention)
 
     def backends(self) -> list[str]:
         return list(self._backends)

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.attention import BACKENDS, AttentionError
 from models.text import SentenceEncoder
 from models.text.encoder import DEFAULT_ATTENTION
-from service.servables.base import canonical_options
+from service.servables.base import accepted_backends, canonical_options
 
 
 class TextServable:
@@ -35,14 +34,7 @@ class TextServable:
         self.max_batch_tokens = max_batch_tokens
         self.dim = encoder.dim
         self.max_tokens = encoder.max_tokens
-        self._backends = [b for b in BACKENDS if self._accepts(b)]
-
-    def _accepts(self, backend: str) -> bool:
-        try:
-            self.encoder.check_attention(backend, None)
-        except AttentionError:
-            return False
-        return True
+        self._backends = accepted_backends(self.encoder.check_attention)
 
     def backends(self) -> list[str]:
         return list(self._backends)
