@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import torch
 
 from models.attention import BACKENDS, get_backend
@@ -41,12 +40,13 @@ class ForecastWindow:
     Attributes:
         values: scaled history ``[context, channels]`` (float32).
         marks: calendar features of those rows ``[context, features]`` (float32).
-        last_timestamp: time of the last history row; forecasts start one step later.
+        last_timestamp: time of the last history row (``datetime64[s]``); forecasts start one
+            step later.
     """
 
     values: np.ndarray
     marks: np.ndarray
-    last_timestamp: pd.Timestamp
+    last_timestamp: np.datetime64
 
 
 @dataclass
@@ -145,15 +145,15 @@ class InformerForecaster:
                 "check the units"
             )
         try:
-            index = parse_timestamps(timestamps)
-            check_regular(index, self.freq)
+            stamps = parse_timestamps(timestamps)
+            check_regular(stamps, self.freq)
         except ValueError as exc:
             raise ModelInputError(str(exc)) from None
-        index = index[-self.context :]
+        stamps = stamps[-self.context :]
         return ForecastWindow(
             values=scaled.astype(np.float32),
-            marks=time_features(index, self.freq),
-            last_timestamp=index[-1],
+            marks=time_features(stamps, self.freq),
+            last_timestamp=stamps[-1],
         )
 
     # ------------------------------------------------------------------ inference
@@ -205,15 +205,15 @@ class InformerForecaster:
         dev, L, H = self.device, self.label_len, self.horizon
         x = torch.from_numpy(np.stack([w.values for w in windows])).to(dev)  # [b, context, c]
         mark = torch.from_numpy(np.stack([w.marks for w in windows])).to(dev)  # [b, context, f]
-        futures = [future_index(w.last_timestamp, H, self.freq) for w in windows]
-        fut_marks = np.stack([time_features(f, self.freq) for f in futures])  # [b, H, f]
+        futures = future_index(np.stack([w.last_timestamp for w in windows]), H, self.freq)
+        fut_marks = time_features(futures, self.freq)  # [b, H, f]
         x_dec = torch.cat([x[:, -L:], x.new_zeros(x.shape[0], H, x.shape[2])], dim=1)
         mark_dec = torch.cat([mark[:, -L:], torch.from_numpy(fut_marks).to(dev)], dim=1)
         out = self.model(x, mark, x_dec, mark_dec, backend, options)  # [b, H, c]
         values = self.scaler.inverse(out[:, :steps].double().cpu().numpy())
+        stamps = format_timestamps(futures[:, :steps])
         return [
-            Forecast(format_timestamps(f[:steps]), v.tolist())
-            for f, v in zip(futures, values, strict=True)
+            Forecast(stamps[i * steps : (i + 1) * steps], v.tolist()) for i, v in enumerate(values)
         ]
 
     # ------------------------------------------------------------------ description

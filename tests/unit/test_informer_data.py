@@ -15,6 +15,7 @@ from models.informer.data import (
     make_splits,
 )
 from models.informer.timefeatures import (
+    FEATURE_NAMES,
     check_regular,
     format_timestamps,
     future_index,
@@ -47,7 +48,43 @@ def test_timestamps_round_trip_and_future_steps():
         "2017-10-25 02:00:00",
     ]
     # ISO 8601 with a "T" separator parses to the same instants.
-    assert parse_timestamps([s.replace(" ", "T") for s in stamps]).equals(idx)
+    assert np.array_equal(parse_timestamps([s.replace(" ", "T") for s in stamps]), idx)
+    # Other ISO 8601 forms take the general (pandas) parser to the same instants.
+    assert np.array_equal(
+        parse_timestamps(["2017-10-24 22:00", "2017-10-24T23", "2017-10-25"]), idx
+    )
+
+
+def test_future_index_of_many_windows_at_once():
+    lasts = parse_timestamps(["2017-12-31 23:00:00", "2016-02-28 23:00:00"])
+    got = future_index(lasts, 3, "h")
+    assert got.shape == (2, 3)
+    assert format_timestamps(got[1]) == [
+        "2016-02-29 00:00:00",
+        "2016-02-29 01:00:00",
+        "2016-02-29 02:00:00",
+    ]
+    assert format_timestamps(got[0])[0] == "2018-01-01 00:00:00"
+
+
+@pytest.mark.parametrize("freq", ["h", "t"])
+def test_calendar_features_equal_pandas_fields(freq):
+    # The integer arithmetic must agree with pandas' calendar over leap years and month ends.
+    index = pd.date_range("2015-12-25", "2017-03-05", freq="h" if freq == "h" else "15min")
+    fields = {
+        "minute_of_hour": index.minute / 59.0,
+        "hour_of_day": index.hour / 23.0,
+        "day_of_week": index.day_of_week / 6.0,
+        "day_of_month": (index.day - 1) / 30.0,
+        "day_of_year": (index.day_of_year - 1) / 365.0,
+    }
+    expected = np.stack(
+        [np.asarray(fields[n] - 0.5, dtype=np.float32) for n in FEATURE_NAMES[freq]], axis=1
+    )
+    np.testing.assert_array_equal(time_features(index, freq), expected)
+    np.testing.assert_array_equal(
+        time_features(parse_timestamps(format_timestamps(index)), freq), expected
+    )
 
 
 @pytest.mark.parametrize(
@@ -63,9 +100,21 @@ def test_irregular_timestamps_are_refused(stamps, match):
         check_regular(parse_timestamps(stamps), "h")
 
 
-def test_unparsable_timestamp_names_the_entry():
-    with pytest.raises(ValueError, match="timestamp 1"):
-        parse_timestamps(["2017-01-01 00:00:00", "yesterday-ish"])
+@pytest.mark.parametrize(
+    ("stamps", "match"),
+    [
+        (["2017-01-01 00:00:00", "yesterday-ish"], "timestamp 1"),
+        (["2017-01-01 00:00:00", "2017-13-01 00:00:00"], "timestamp 1"),
+        (["2017-01-01 00:00:00", ""], "timestamp 1"),
+        (["2017-01-01 00:00:00", "NaT"], "timestamp 1"),
+        (["2017-01-01 00:00:00+01:00", "2017-01-01 01:00:00+01:00"], "time zone"),
+        (["2017-01-01 00:00:00Z", "2017-01-01 01:00:00Z"], "time zone"),
+        (["2017-01-01 00:00:00.5", "2017-01-01 01:00:00.5"], "whole seconds"),
+    ],
+)
+def test_unusable_timestamps_say_why(stamps, match):
+    with pytest.raises(ValueError, match=match):
+        parse_timestamps(stamps)
 
 
 def test_scaler_round_trip():

@@ -11,6 +11,7 @@ import torch
 from models.attention import BACKENDS, AttentionError
 from models.errors import ModelInputError
 from models.informer import InformerForecaster
+from models.informer.timefeatures import format_timestamps
 from tests.unit.test_informer_helpers import hourly_series, one_thread, tiny_checkpoint  # noqa: F401
 
 
@@ -38,7 +39,7 @@ def test_prepare_scales_last_context_rows(forecaster):
     np.testing.assert_allclose(
         forecaster.scaler.inverse(w.values.astype(np.float64)), values[-24:], rtol=1e-5
     )
-    assert str(w.last_timestamp) == stamps[-1]
+    assert format_timestamps(w.last_timestamp) == [stamps[-1]]
 
 
 def _bad(kind):
