@@ -11,10 +11,11 @@ from fastapi import APIRouter, Request, Response
 from service.errors import InvalidRequest
 from service.routes.deps import AUTH, ServingDep
 from service.routes.encode import ERRORS
+from service.routes.fast_json import FastJSONRoute
 from service.routes.text import embed_texts
 from service.schemas import EmbeddingItem, EmbeddingsRequest, EmbeddingsResponse, EmbeddingsUsage
 
-router = APIRouter(tags=["openai"], dependencies=AUTH)
+router = APIRouter(tags=["openai"], dependencies=AUTH, route_class=FastJSONRoute)
 
 
 def to_base64(vector: list[float]) -> str:

@@ -5,10 +5,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.routes.deps import AUTH, ServingDep
+from service.routes.fast_json import FastJSONRoute
 from service.routes.text import embed_texts
 from service.schemas import EncodeRequest, EncodeResponse, ErrorBody, Usage
 
-router = APIRouter(tags=["models"], dependencies=AUTH)
+router = APIRouter(tags=["models"], dependencies=AUTH, route_class=FastJSONRoute)
 
 ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503, 504, 507)}
 

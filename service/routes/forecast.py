@@ -19,10 +19,11 @@ from service.routes.deps import (
     set_timing_headers,
 )
 from service.routes.encode import ERRORS
+from service.routes.fast_json import FastJSONRoute
 from service.schemas import ForecastOut, ForecastRequest, ForecastResponse
 from service.servables.base import ForecastModel
 
-router = APIRouter(tags=["models"], dependencies=AUTH)
+router = APIRouter(tags=["models"], dependencies=AUTH, route_class=FastJSONRoute)
 
 INLINE_PREPARE_ROWS = 1024
 
