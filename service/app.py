@@ -41,6 +41,15 @@ async def start_serving(state: AppState) -> None:
     state.device = str(runtime.device)
     lifecycle.step(f"loading {', '.join(settings.models)} on {runtime.device}")
     servables = await asyncio.to_thread(state.loader, settings, state.device)
+    if settings.compile_backends:
+        lifecycle.step(f"compiling {', '.join(settings.compile_backends)} (torch.compile)")
+        for servable in servables:
+            servable.compile(
+                list(settings.compile_backends),
+                settings.compile_mode,
+                settings.compile_backend,
+                settings.batch_buckets,
+            )
     registry = Registry(servables)
     limits = Limits(settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms / 1000)
     batcher = Batcher(

@@ -43,7 +43,7 @@ def settings_table() -> str:
     for name, field in Settings.model_fields.items():
         default: Any = field.default
         if isinstance(default, tuple):
-            default = ",".join(default)
+            default = ",".join(map(str, default))
         rows.append(
             f"| `{_flag(name)}` | `ATTNSERVE_{name.upper()}` | `{default}` | {field.description} |"
         )

@@ -11,6 +11,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from models.attention.registry import BACKENDS
+from models.compile import DEFAULT_BATCH_BUCKETS
+
 DEFAULT_MODELS = (
     "all-MiniLM-L6-v2",
     "informer-etth1-h24",
@@ -98,6 +101,28 @@ class Settings(BaseSettings):
         default=True,
         description="On CUDA, run models under bf16 (or fp16) autocast where backends allow.",
     )
+    compile_backends: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(),
+        description=(
+            "Attention backends whose model forward runs torch.compile'd (comma-separated; empty: "
+            "all eager). Graphs compile during warm-up, before ready: one per batch bucket "
+            "(forecast) or per backend (text, symbolic shapes)."
+        ),
+    )
+    compile_mode: Literal[
+        "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
+    ] = Field(default="default", description="torch.compile mode for compiled backends.")
+    compile_backend: str = Field(
+        default="inductor",
+        description="torch.compile backend: inductor (generated kernels) or aot_eager (tracing only).",
+    )
+    batch_buckets: Annotated[tuple[int, ...], NoDecode] = Field(
+        default=DEFAULT_BATCH_BUCKETS,
+        description=(
+            "Batch sizes (rows) a compiled forecast batch is padded up to, so shapes repeat; "
+            "larger batches run eagerly."
+        ),
+    )
     background_load: bool = Field(
         default=True,
         description=(
@@ -116,6 +141,31 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("compile_backends", "batch_buckets", mode="before")
+    @classmethod
+    def _split_list(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("compile_backends")
+    @classmethod
+    def _known_backends(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [b for b in value if b not in BACKENDS]
+        if unknown:
+            raise ValueError(
+                f"unknown backend(s) in compile_backends: {', '.join(unknown)}; "
+                f"valid: {', '.join(BACKENDS)}"
+            )
+        return value
+
+    @field_validator("batch_buckets")
+    @classmethod
+    def _positive_buckets(cls, value: tuple[int, ...]) -> tuple[int, ...]:
+        if not value or min(value) < 1:
+            raise ValueError("batch_buckets must be positive batch sizes, e.g. 1,4,16,32")
+        return tuple(sorted(set(value)))
 
     @model_validator(mode="after")
     def _unique_models(self) -> Settings:

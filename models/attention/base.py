@@ -67,6 +67,34 @@ class IntOption:
 
 
 @dataclass(frozen=True)
+class ChoiceOption:
+    """A string option with a fixed set of values."""
+
+    default: str
+    choices: tuple[str, ...]
+    description: str
+
+    def validate(self, backend: str, name: str, value: Any) -> str:
+        if not isinstance(value, str) or value not in self.choices:
+            valid = ", ".join(repr(c) for c in self.choices)
+            raise AttentionError(
+                f"{backend}: option '{name}' must be one of {valid}, got {value!r}"
+            )
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "type": "string",
+            "default": self.default,
+            "enum": list(self.choices),
+            "description": self.description,
+        }
+
+
+Option = IntOption | ChoiceOption
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What inputs a backend accepts."""
 
@@ -103,9 +131,10 @@ class Backend:
     citation: str
     kernel: Kernel
     capabilities: Capabilities = field(default_factory=Capabilities)
-    options: Mapping[str, IntOption] = field(default_factory=dict)
-    # Extra device/dtype rules a capability table cannot express (e.g. SDPA fused kernels).
-    extra_check: Callable[[InputSpec], list[str]] | None = None
+    options: Mapping[str, Option] = field(default_factory=dict)
+    # Extra device/dtype/option rules a capability table cannot express (e.g. SDPA fused
+    # kernels); called with the input and the resolved options.
+    extra_check: Callable[[InputSpec, Mapping[str, Any]], list[str]] | None = None
 
     def resolve_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
         """Validate ``options`` and fill in defaults; raise :class:`AttentionError` if invalid."""
@@ -123,8 +152,11 @@ class Backend:
             )
         return resolved
 
-    def unsupported_reasons(self, spec: InputSpec) -> list[str]:
-        """Readable reasons why this backend cannot take ``spec``; empty when it can."""
+    def unsupported_reasons(
+        self, spec: InputSpec, options: Mapping[str, Any] | None = None
+    ) -> list[str]:
+        """Readable reasons why this backend cannot take ``spec`` with ``options`` (resolved;
+        None: the defaults); empty when it can."""
         caps, reasons = self.capabilities, []
         if spec.causal and not caps.causal:
             reasons.append(f"{self.name} has no causal (masked) variant")
@@ -153,7 +185,8 @@ class Backend:
                 f"{self.name} supports head dimensions up to {caps.max_head_dim}, got {spec.head_dim}"
             )
         if self.extra_check is not None:
-            reasons.extend(self.extra_check(spec))
+            resolved = self.resolve_options(None) if options is None else options
+            reasons.extend(self.extra_check(spec, resolved))
         return reasons
 
     def describe(self) -> dict[str, Any]:

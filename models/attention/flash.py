@@ -5,16 +5,33 @@ Same result as ``full`` without the Lq x Lk score matrix (Dao et al., "FlashAtte
 to the flash and memory-efficient kernels, so a silent fallback to the O(L²) math kernel becomes
 an error instead; on CPU it uses SDPA's fused CPU flash kernel, which takes a broadcast key
 padding mask without expanding it.
+
+Padded batches (option ``padding``): the FlashAttention kernel takes no mask, so a padded batch
+with ``padding='mask'`` runs the memory-efficient kernel with a broadcast key mask (and computes
+the padded positions too). ``padding='jagged'`` packs the real tokens of each row into a nested
+(jagged) tensor instead, which SDPA runs with the variable-length FlashAttention kernel (Dao,
+"FlashAttention-2", 2023, Sec. 3: sequences of different lengths in one launch, no padding
+work); CUDA only, since SDPA has no fused CPU kernel for nested tensors.
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from models.attention.base import AttentionError, Backend, Capabilities, InputSpec, visible_keys
+from models.attention.base import (
+    AttentionError,
+    Backend,
+    Capabilities,
+    ChoiceOption,
+    InputSpec,
+    visible_keys,
+)
 
 # CUDA: flash (fp16/bf16, no mask) first, then memory-efficient (any float, takes a mask).
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
@@ -27,10 +44,21 @@ def fused_kernels_for(device_type: str) -> list[SDPBackend]:
 
 
 def flash_attention(
-    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    padding: str = "mask",
 ) -> Tensor:
-    """``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``, exact, fused."""
+    """``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``, exact, fused.
+
+    With ``padding='jagged'``, padded non-causal self-attention runs on the real tokens only and
+    the rows at padded positions come back as zeros (other inputs take the mask path).
+    """
     lq, lk = q.shape[-2], k.shape[-2]
+    if padding == "jagged" and key_padding_mask is not None and not causal and lq == lk:
+        return jagged_self_attention(q, k, v, key_padding_mask, fused_kernels_for(q.device.type))
     if key_padding_mask is None:
         mask, is_causal = None, causal
     else:
@@ -48,8 +76,42 @@ def flash_attention(
     return out
 
 
-def _fused_kernel_rules(spec: InputSpec) -> list[str]:
+def jagged_self_attention(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor, kernels: list[SDPBackend]
+) -> Tensor:
+    """Self-attention over the real tokens of each row, as one nested (jagged) SDPA call.
+
+    ``key_padding_mask`` ``[b, L]`` marks the real tokens (queries and keys alike). Real tokens
+    are gathered into ``[total, h, d]`` with per-row offsets, attended, and scattered back;
+    padded positions get zeros. ``kernels``: the SDPA kernels allowed (tests pass MATH on CPU).
+    """
+    b, h, n, d = q.shape
+    real = key_padding_mask.reshape(b * n)
+    offsets = F.pad(key_padding_mask.sum(dim=1).cumsum(0), (1, 0))
+
+    def pack(t: Tensor) -> Tensor:  # [b, h, n, d] -> nested [b, h, j, d]
+        tokens = t.transpose(1, 2).reshape(b * n, h, d)[real]  # [total, h, d]
+        return torch.nested.nested_tensor_from_jagged(tokens, offsets=offsets).transpose(1, 2)
+
+    try:
+        with sdpa_kernel(kernels):
+            out = F.scaled_dot_product_attention(pack(q), pack(k), pack(v))
+    except RuntimeError as exc:
+        raise AttentionError(
+            f"flash: no fused SDPA kernel accepts this jagged input ({exc})"
+        ) from exc
+    dense = q.new_zeros(b * n, h, d)
+    dense[real] = out.transpose(1, 2).values()
+    return dense.view(b, n, h, d).transpose(1, 2)
+
+
+def _fused_kernel_rules(spec: InputSpec, options: Mapping[str, Any]) -> list[str]:
     reasons = []
+    if options.get("padding") == "jagged" and spec.device_type != "cuda":
+        reasons.append(
+            "flash: padding='jagged' runs the variable-length CUDA kernel; SDPA has no fused CPU "
+            "kernel for nested tensors, so use padding='mask' on CPU"
+        )
     if spec.device_type == "cuda":
         if spec.dtype == torch.float64:
             reasons.append(
@@ -69,5 +131,15 @@ BACKEND = Backend(
     citation="Dao et al., FlashAttention, NeurIPS 2022",
     kernel=flash_attention,
     capabilities=Capabilities(max_head_dim=256),
+    options={
+        "padding": ChoiceOption(
+            default="mask",
+            choices=("mask", "jagged"),
+            description=(
+                "How a padded batch reaches the kernel: 'mask' (memory-efficient kernel with a "
+                "key mask) or 'jagged' (real tokens only, variable-length flash kernel; CUDA)"
+            ),
+        )
+    },
     extra_check=_fused_kernel_rules,
 )

@@ -37,8 +37,7 @@ def resolve_options(name: str, options: Mapping[str, Any] | None = None) -> dict
 def check(name: str, spec: InputSpec, options: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`AttentionError` if backend ``name`` cannot run ``spec`` with ``options``."""
     backend = get_backend(name)
-    backend.resolve_options(options)
-    reasons = backend.unsupported_reasons(spec)
+    reasons = backend.unsupported_reasons(spec, backend.resolve_options(options))
     if reasons:
         raise AttentionError("; ".join(reasons))
 
@@ -101,7 +100,7 @@ def attend(
     chosen = get_backend(backend)
     resolved = chosen.resolve_options(options)
     _check_tensors(q, k, v, key_padding_mask)
-    reasons = chosen.unsupported_reasons(InputSpec.of(q, k, key_padding_mask, causal))
+    reasons = chosen.unsupported_reasons(InputSpec.of(q, k, key_padding_mask, causal), resolved)
     if reasons:
         raise AttentionError("; ".join(reasons))
     return chosen.kernel(q, k, v, key_padding_mask, causal, **resolved)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from models.attention import BACKENDS, get_backend
+from models.compile import DEFAULT_BATCH_BUCKETS, bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
 from models.informer.model import Informer, attention_plan
@@ -77,6 +78,9 @@ class InformerForecaster:
         self.channels: list[str] = list(meta["channels"])
         self.freq: str = meta["freq"]
         self.device = next(model.parameters()).device
+        self.compiled_backends: frozenset[str] = frozenset()
+        self.batch_buckets: tuple[int, ...] = ()
+        self._compiled: Any = None
         quality_path = directory / "quality.json"
         self.quality: dict[str, Any] = (
             json.loads(quality_path.read_text()) if quality_path.is_file() else {}
@@ -156,6 +160,29 @@ class InformerForecaster:
             last_timestamp=stamps[-1],
         )
 
+    # ------------------------------------------------------------------ compilation
+
+    def compile(
+        self,
+        backends: list[str],
+        batch_buckets: tuple[int, ...] = DEFAULT_BATCH_BUCKETS,
+        mode: str = "default",
+        compiler: str = "inductor",
+    ) -> None:
+        """Run ``backends`` through a ``torch.compile``-d forward from now on, with every batch
+        padded to the next of ``batch_buckets`` rows (see :mod:`models.compile`). The graphs
+        compile on first use: run :meth:`warmup_batch_sizes` batches before serving."""
+        for backend in backends:
+            self.check_attention(backend)
+        self.batch_buckets = tuple(sorted(set(batch_buckets)))
+        graphs = len(backends) * len(self.batch_buckets)
+        self._compiled = compile_forward(self.model, graphs, mode, compiler)
+        self.compiled_backends = frozenset(backends)
+
+    def warmup_batch_sizes(self, backend: str) -> list[int]:
+        """Batch sizes that compile every graph of ``backend`` (one eager size if not compiled)."""
+        return list(self.batch_buckets) if backend in self.compiled_backends else [2]
+
     # ------------------------------------------------------------------ inference
 
     def check_attention(self, backend: str, options: dict | None = None) -> dict:
@@ -209,7 +236,12 @@ class InformerForecaster:
         fut_marks = time_features(futures, self.freq)  # [b, H, f]
         x_dec = torch.cat([x[:, -L:], x.new_zeros(x.shape[0], H, x.shape[2])], dim=1)
         mark_dec = torch.cat([mark[:, -L:], torch.from_numpy(fut_marks).to(dev)], dim=1)
-        out = self.model(x, mark, x_dec, mark_dec, backend, options)  # [b, H, c]
+        forward, n = self.model, len(windows)
+        bucket = bucket_for(n, self.batch_buckets)
+        if backend in self.compiled_backends and bucket is not None:
+            forward = self._compiled
+            x, mark, x_dec, mark_dec = (pad_rows(t, bucket) for t in (x, mark, x_dec, mark_dec))
+        out = forward(x, mark, x_dec, mark_dec, backend, options)[:n]  # [b, H, c]
         values = self.scaler.inverse(out[:, :steps].double().cpu().numpy())
         stamps = format_timestamps(futures[:, :steps])
         return [

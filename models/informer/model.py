@@ -62,7 +62,7 @@ def attention_plan(
 
     def pick(lq: int, lk: int, causal: bool) -> LayerChoice:
         spec = InputSpec(lq, lk, head_dim, dtype, device_type, causal=causal)
-        reasons = chosen.unsupported_reasons(spec)
+        reasons = chosen.unsupported_reasons(spec, resolved)
         if reasons:
             return LayerChoice("full", {}, "; ".join(reasons))
         return LayerChoice(backend, resolved)

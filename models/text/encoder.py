@@ -17,6 +17,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.attention import BACKENDS, AttentionError, InputSpec, check, get_backend
+from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
@@ -44,6 +45,8 @@ class SentenceEncoder:
 
     def __init__(self, model: BertEncoder, tokenizer: TextTokenizer, max_tokens: int) -> None:
         self.model = model
+        self.compiled_backends: frozenset[str] = frozenset()
+        self._compiled: Any = None
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         first = next(model.parameters())
@@ -121,6 +124,21 @@ class SentenceEncoder:
         check(backend, spec, options)
         return resolved
 
+    # ------------------------------------------------------------------ compilation
+
+    def compile(
+        self, backends: list[str], mode: str = "default", compiler: str = "inductor"
+    ) -> None:
+        """Run ``backends`` through a ``torch.compile``-d forward from now on, with symbolic
+        shapes (packed batches vary in token count; see :mod:`models.compile`). Graphs compile on
+        first use: embed a few batches of different sizes before serving."""
+        for backend in backends:
+            self.check_attention(backend, None)
+        self._compiled = compile_forward(
+            self.model.pooled, 4 * len(backends), mode, compiler, dynamic=True
+        )
+        self.compiled_backends = frozenset(backends)
+
     # ------------------------------------------------------------------ inference
 
     @torch.inference_mode()
@@ -147,13 +165,14 @@ class SentenceEncoder:
         # The caller's options, not the resolved ones: a default of None means "derived from the
         # input" and is filled in by the backend on each call.
         chosen = dict(options or {})
+        forward = self._compiled if backend in self.compiled_backends else self.model.pooled
         out = torch.empty(len(token_ids), self.dim, dtype=torch.float32)
         lengths = [len(ids) for ids in token_ids]
         for sub in plan_batches(lengths, MAX_BATCH_SIZE, max_batch_tokens, PAD_MULTIPLE):
             batch = PackedBatch.from_lists(
                 [token_ids[i] for i in sub.indices], sub.padded_length, self.device
             )
-            pooled = self.model.pooled(batch, backend, chosen).float()  # [b, c]
+            pooled = forward(batch, backend, chosen).float()  # [b, c]
             if normalize:
                 pooled = F.normalize(pooled, p=2.0, dim=-1)
             out[list(sub.indices)] = pooled.cpu()

@@ -95,18 +95,19 @@ class ModelWorker:
         )
 
     def warm_up(self) -> dict[str, float]:
-        """Run a small batch on every served backend (blocking; call from a thread).
+        """Run the warm-up batches of every served backend (blocking; call from a thread): a
+        small batch, or for a compiled backend every shape bucket, so graphs compile here.
 
         Returns seconds per backend. Raises whatever the model raises: a model that cannot run
         its own warm-up batch must not report ready.
         """
-        rows, variant = self.servable.warmup_rows()
         timings = {}
         for backend in self.servable.backends():
             options = self.servable.check_attention(backend, None)
             started = time.perf_counter()
-            with self.runtime.inference(backend):
-                self.servable.run(rows, backend, options, variant)
+            for rows, variant in self.servable.warmup_batches(backend):
+                with self.runtime.inference(backend):
+                    self.servable.run(rows, backend, options, variant)
             timings[backend] = time.perf_counter() - started
         return timings
 

@@ -44,6 +44,17 @@ class Servable(Protocol):
         """A small valid batch (rows, variant) used to warm up every backend."""
         ...
 
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
+        """The batches (rows, variant) to run before ready: one small batch, or for a compiled
+        backend one per shape it will see (so no graph compiles while serving)."""
+        ...
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        """``torch.compile`` the forward for those of ``backends`` this model serves."""
+        ...
+
     def card(self) -> dict[str, Any]:
         """The model card served at ``GET /models``."""
         ...

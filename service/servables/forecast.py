@@ -72,6 +72,17 @@ class ForecastServable:
         stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]
         return self.prepare([(stamps, values)]) * 2, ()
 
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
+        rows, variant = self.warmup_rows()
+        return [(rows[:1] * n, variant) for n in self.forecaster.warmup_batch_sizes(backend)]
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        served = [b for b in backends if b in self._backends]
+        if served:
+            self.forecaster.compile(served, batch_buckets, mode, compiler)
+
     def card(self) -> dict[str, Any]:
         card = self.forecaster.card()
         card["aliases"] = list(self.aliases)

@@ -57,6 +57,21 @@ class TextServable:
         texts = ["warm-up", "a slightly longer sentence to warm up padded batches of text"]
         return self.tokenize(texts, truncate=True), (True,)
 
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
+        rows, variant = self.warmup_rows()
+        if backend not in self.encoder.compiled_backends:
+            return [(rows, variant)]
+        # Symbolic shapes: a few sizes settle the graph (sizes 1 and 2 specialise separately).
+        long = self.tokenize(["warm-up " * self.max_tokens], truncate=True)
+        return [(rows[:1], variant), (rows, variant), (rows * 4 + long, variant)]
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        served = [b for b in backends if b in self._backends]
+        if served:
+            self.encoder.compile(served, mode, compiler)
+
     def card(self) -> dict[str, Any]:
         card = self.encoder.card()
         card["aliases"] = list(self.aliases)

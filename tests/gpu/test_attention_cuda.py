@@ -65,3 +65,22 @@ def test_flash_memory_does_not_grow_with_l_squared():
     extra = torch.cuda.max_memory_allocated() - base
     scores_bytes = 8 * length * length * 2  # what one bf16 score matrix would take
     assert extra < scores_bytes / 100, f"{extra / 2**20:.0f} MiB extra"
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_flash_jagged_matches_mask_path_and_runs_the_varlen_kernel(head_dim):
+    q, k, v = (t.cuda().bfloat16() for t in structured_qkv(4, 8, 1024, 1024, head_dim))
+    mask = (
+        torch.arange(1024, device="cuda")[None, :]
+        < torch.tensor([1024, 700, 64, 1], device="cuda")[:, None]
+    )
+    masked = attend(q, k, v, backend="flash", key_padding_mask=mask)
+    jagged = attend(q, k, v, backend="flash", key_padding_mask=mask, padding="jagged")
+    real = mask[:, None, :, None]
+    assert relative_error((jagged * real).float(), (masked * real).float()) < 0.01
+    assert (jagged * ~real == 0).all()
+    names = _kernel_names(
+        lambda: attend(q, k, v, backend="flash", key_padding_mask=mask, padding="jagged")
+    )
+    assert "flash" in names or "efficient" in names or "fmha" in names, names
+    assert "softmax" not in names, f"math path ran for the jagged input: {names}"

@@ -80,6 +80,18 @@ ENCODE_CASES = [
         ["features", "num_features"],
     ),
     (
+        {"inputs": ["x"], "attention": "flash", "attention_options": {"padding": "ragged"}},
+        422,
+        "invalid_request",
+        ["padding", "'mask', 'jagged'"],
+    ),
+    (
+        {"inputs": ["x"], "attention": "flash", "attention_options": {"padding": "jagged"}},
+        422,
+        "invalid_request",
+        ["CUDA", "padding='mask' on CPU"],
+    ),
+    (
         {"inputs": ["x"], "attention": "performer", "attention_options": {"num_features": 2}},
         422,
         "invalid_request",

@@ -22,13 +22,13 @@ def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
         loaded.wait(10)
         return [text_double]
 
-    original = text_double.warmup_rows
+    original = text_double.warmup_batches
 
-    def counting_warmup() -> Any:
+    def counting_warmup(backend: str) -> Any:
         warmed.append(1)
-        return original()
+        return original(backend)
 
-    text_double.warmup_rows = counting_warmup  # type: ignore[method-assign]
+    text_double.warmup_batches = counting_warmup  # type: ignore[method-assign]
     settings = Settings(models=(TINY_TEXT,), background_load=True, device="cpu")
     with TestClient(create_app(settings, loader=slow_loader)) as c:
         assert c.get("/healthz").status_code == 200  # alive while loading

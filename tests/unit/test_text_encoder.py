@@ -194,7 +194,7 @@ def test_tokenize_rejects_non_strings(encoder, texts):
 
 
 def test_check_attention_resolves_or_refuses(encoder):
-    assert encoder.check_attention("flash", None) == {}
+    assert encoder.check_attention("flash", None) == {"padding": "mask"}
     assert encoder.check_attention("nystrom", {"num_landmarks": 16})["num_landmarks"] == 16
     with pytest.raises(AttentionError, match="valid backends"):
         encoder.check_attention("linformer", None)
