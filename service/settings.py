@@ -134,17 +134,10 @@ class Settings(BaseSettings):
         default="info", description="Log level of the server and uvicorn."
     )
 
-    @field_validator("models", mode="before")
+    @field_validator("models", "compile_backends", "batch_buckets", mode="before")
     @classmethod
-    def _split_models(cls, value: object) -> object:
+    def _split_commas(cls, value: object) -> object:
         # Env vars and flags give "a,b,c"; Python callers may pass a list.
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("compile_backends", "batch_buckets", mode="before")
-    @classmethod
-    def _split_list(cls, value: object) -> object:
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
         return value
