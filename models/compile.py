@@ -1,8 +1,8 @@
 """Static shape buckets and ``torch.compile`` for serving.
 
 A compiled forward is specialised to its input shapes (``dynamic=False``), so a server that
-compiles must keep the shapes it sees few: each batch is padded up to the next *bucket* (batch
-rows, and for text the padded length too) and one graph per (backend, bucket) is compiled during
+compiles must keep the shapes it sees few: each batch is padded up to the next *bucket* of batch
+rows and one graph per (backend, bucket) is compiled during
 warm-up, before the server reports ready. Batches larger than every bucket run eagerly rather than
 compile a new graph in the middle of serving.
 """

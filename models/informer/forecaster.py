@@ -237,8 +237,8 @@ class InformerForecaster:
         x_dec = torch.cat([x[:, -L:], x.new_zeros(x.shape[0], H, x.shape[2])], dim=1)
         mark_dec = torch.cat([mark[:, -L:], torch.from_numpy(fut_marks).to(dev)], dim=1)
         forward, n = self.model, len(windows)
-        bucket = bucket_for(n, self.batch_buckets)
-        if backend in self.compiled_backends and bucket is not None:
+        bucket = bucket_for(n, self.batch_buckets) if backend in self.compiled_backends else None
+        if bucket is not None:
             forward = self._compiled
             x, mark, x_dec, mark_dec = (pad_rows(t, bucket) for t in (x, mark, x_dec, mark_dec))
         out = forward(x, mark, x_dec, mark_dec, backend, options)[:n]  # [b, H, c]
