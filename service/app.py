@@ -84,6 +84,14 @@ async def stop_serving(state: AppState) -> None:
     lifecycle.mark_stopped()
 
 
+async def refresh_metrics(metrics: Metrics, every_s: float = 1.0) -> None:
+    """With several worker processes, keep this one's memory gauges current for scrapes that
+    another worker answers."""
+    while True:
+        metrics.refresh()
+        await asyncio.sleep(every_s)
+
+
 def create_app(settings: Settings | None = None, loader: Loader | None = None) -> FastAPI:
     """Build the app. ``loader`` replaces model loading (tests pass small random-weight models)."""
     settings = settings or Settings()
@@ -105,9 +113,16 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
             loading.add_done_callback(lambda t: t.cancelled() or t.exception())
         else:
             await load_or_fail()
+        refreshing = (
+            asyncio.create_task(refresh_metrics(state.metrics))
+            if state.metrics.multiprocess
+            else None
+        )
         try:
             yield
         finally:
+            if refreshing is not None:
+                refreshing.cancel()
             if loading is not None and not loading.done():
                 loading.cancel()
                 with contextlib.suppress(BaseException):
@@ -121,7 +136,6 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
         lifespan=lifespan,
     )
     app.state.attnserve = state
-    state.metrics.requests_in_flight.set_function(lambda: float(state.lifecycle.inflight))
     install_error_handlers(app)
     for module in (encode, embeddings, forecast, models, health):
         app.include_router(module.router)

@@ -1,12 +1,20 @@
 """Every Prometheus metric the server exports, in one place (prefix ``attnserve_``, units in names).
 
 Each app gets its own :class:`Metrics` on its own ``CollectorRegistry``, so tests that build
-several apps in one process do not collide on the global registry. One process serves one device
-with one uvicorn worker, so prometheus-client's multiprocess mode is not needed.
+several apps in one process do not collide on the global registry.
+
+With several worker processes (``--workers N``, see :mod:`service.workers`) the supervisor sets
+``PROMETHEUS_MULTIPROC_DIR`` before starting them: prometheus-client then keeps every value in
+per-process files there and any worker's ``/metrics`` reads them all, so counters and histograms
+add up across workers and each gauge says how it combines (``multiprocess_mode``). Gauges read
+through a callable (memory) cannot be evaluated at scrape time in another
+process, so there :meth:`Metrics.refresh` writes them, every second and before each scrape; the
+other gauges are set as things happen.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import psutil
@@ -18,6 +26,9 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.multiprocess import MultiProcessCollector
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 # Request latencies on CPU span ~1 ms (tiny forecast) to many seconds (a 512-token batch).
 LATENCY_BUCKETS = (
@@ -36,6 +47,9 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
+        # prometheus-client picks its value store when first imported, from the same variable.
+        self.multiprocess = bool(os.environ.get(MULTIPROC_ENV))
+        self._watched: list[tuple[Gauge, Callable[[], float]]] = []
         r = self.registry
         self.requests = Counter(
             "attnserve_requests_total",
@@ -87,14 +101,16 @@ class Metrics:
         )
         self.queue_depth = Gauge(
             "attnserve_queue_depth_requests",
-            "Requests waiting in a model's queue.",
+            "Requests waiting in a model's queue (summed over worker processes).",
             ["model"],
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.requests_in_flight = Gauge(
             "attnserve_requests_in_flight",
             "Model requests admitted and not yet answered (queued, batching or running).",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.rejections = Counter(
             "attnserve_rejections_total",
@@ -120,37 +136,62 @@ class Metrics:
             "attnserve_device_memory_allocated_bytes",
             "Device memory held by tensors (CUDA; 0 on CPU).",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.device_memory_reserved = Gauge(
             "attnserve_device_memory_reserved_bytes",
             "Device memory reserved by the caching allocator (CUDA; 0 on CPU).",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.process_rss = Gauge(
             "attnserve_process_resident_memory_bytes",
-            "Resident set size of the server process.",
+            "Resident set size of the server process (summed over worker processes).",
             registry=r,
+            multiprocess_mode="livesum",
         )
         self.ready = Gauge(
             "attnserve_ready",
-            "1 when models are loaded and warmed up and the server is not draining.",
+            "1 when models are loaded and warmed up and the server is not draining (every "
+            "worker process).",
             registry=r,
+            multiprocess_mode="livemin",
         )
         self.models_loaded = Gauge(
             "attnserve_models_loaded",
-            "Models loaded and warmed up.",
+            "Models loaded and warmed up (in the worker process that has the fewest).",
             registry=r,
+            multiprocess_mode="livemin",
         )
         process = psutil.Process()
-        self.process_rss.set_function(lambda: float(process.memory_info().rss))
+        self.watch(self.process_rss, lambda: float(process.memory_info().rss))
+
+    def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
+        """Give ``gauge`` the value of ``read()``: at scrape time in one process, at each
+        :meth:`refresh` with several."""
+        if self.multiprocess:
+            self._watched.append((gauge, read))
+            gauge.set(read())
+        else:
+            gauge.set_function(read)
 
     def watch_device_memory(
         self, allocated: Callable[[], float], reserved: Callable[[], float]
     ) -> None:
-        """Read device memory at scrape time through these callables (the runtime owns torch)."""
-        self.device_memory_allocated.set_function(allocated)
-        self.device_memory_reserved.set_function(reserved)
+        """Read device memory through these callables (the runtime owns torch)."""
+        self.watch(self.device_memory_allocated, allocated)
+        self.watch(self.device_memory_reserved, reserved)
+
+    def refresh(self) -> None:
+        """Write every watched gauge's current value (several processes only; a no-op else)."""
+        for gauge, read in self._watched:
+            gauge.set(read())
 
     def render(self) -> bytes:
-        """The text exposition of every collector in this app's registry."""
-        return generate_latest(self.registry)
+        """The text exposition: this app's registry, or every worker process's values."""
+        if not self.multiprocess:
+            return generate_latest(self.registry)
+        self.refresh()
+        merged = CollectorRegistry()
+        MultiProcessCollector(merged)
+        return generate_latest(merged)

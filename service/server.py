@@ -6,13 +6,18 @@ admitted model request is answered or ``shutdown_grace_s`` passes, then lets uvi
 (close the listener, finish open responses, run the lifespan's drain). A second signal exits at
 once. The process then exits 0 (uvicorn's default re-raises the signal after a graceful stop);
 a failed start-up (missing weights, ...) exits 1.
+
+With ``workers`` > 1, :func:`serve` hands over to :mod:`service.workers`, whose worker processes
+each run :func:`serve_worker`: the same server on a socket the supervisor bound.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
+import socket
 import time
 from types import FrameType
 
@@ -30,9 +35,12 @@ log = logging.getLogger("attnserve")
 class DrainingServer(uvicorn.Server):
     """``uvicorn.Server`` whose exit signal first drains the app (see the module docstring)."""
 
-    def __init__(self, config: uvicorn.Config, state: AppState) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: AppState, supervisor_pid: int | None = None
+    ) -> None:
         super().__init__(config)
         self.state = state
+        self.supervisor_pid = supervisor_pid
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self, sockets: list | None = None) -> None:
@@ -57,6 +65,11 @@ class DrainingServer(uvicorn.Server):
         if self.state.lifecycle.phase is Phase.FAILED:
             log.error("start-up failed: %s; exiting", self.state.lifecycle.detail)
             return True
+        # A worker whose supervisor died (killed without a word) is re-parented: drain and go.
+        orphaned = self.supervisor_pid is not None and os.getppid() != self.supervisor_pid
+        if orphaned and not (self.state.lifecycle.draining or self.should_exit):
+            log.warning("the supervisor (pid %d) is gone", self.supervisor_pid)
+            self.handle_exit(signal.SIGTERM, None)
         return await super().on_tick(counter)
 
     async def _drain(self) -> None:
@@ -71,8 +84,11 @@ class DrainingServer(uvicorn.Server):
         self.should_exit = True
 
 
-def build_server(settings: Settings, app: FastAPI | None = None) -> DrainingServer:
-    """A configured server for ``settings`` (``app`` defaults to ``create_app(settings)``)."""
+def build_server(
+    settings: Settings, app: FastAPI | None = None, supervisor_pid: int | None = None
+) -> DrainingServer:
+    """A configured server for ``settings`` (``app`` defaults to ``create_app(settings)``);
+    ``supervisor_pid``: the parent process of a worker (see :mod:`service.workers`)."""
     app = app or create_app(settings)
     config = uvicorn.Config(
         app,
@@ -84,15 +100,33 @@ def build_server(settings: Settings, app: FastAPI | None = None) -> DrainingServ
         timeout_keep_alive=30,
         access_log=False,
     )
-    return DrainingServer(config, app.state.attnserve)
+    return DrainingServer(config, app.state.attnserve, supervisor_pid)
+
+
+def configure_logging(settings: Settings) -> None:
+    """Log lines with time, level, pid and logger at ``settings.log_level``."""
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
+    )
 
 
 def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or 1 when start-up
-    failed."""
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    failed (of any worker, with several)."""
+    configure_logging(settings)
+    if settings.workers > 1:
+        from service.workers import Supervisor
+
+        return Supervisor(settings).run()
     server = build_server(settings)
     server.run()
+    return 1 if server.state.lifecycle.phase is Phase.FAILED else 0
+
+
+def serve_worker(settings: Settings, sockets: list[socket.socket], supervisor_pid: int) -> int:
+    """One worker process of several: serve on the supervisor's ``sockets`` until told to stop
+    (or the supervisor is gone). Returns the exit status, as :func:`serve`."""
+    server = build_server(settings, supervisor_pid=supervisor_pid)
+    server.run(sockets=sockets)
     return 1 if server.state.lifecycle.phase is Phase.FAILED else 0

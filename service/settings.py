@@ -89,12 +89,22 @@ class Settings(BaseSettings):
         ge=0,
         description="On SIGTERM, how long queued and running batches get to finish before exit.",
     )
+    workers: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description=(
+            "Server processes sharing the port, each with its own copy of the models, queue and "
+            "batcher (CPU only). On a CPU host about one per core: one process tops out near one "
+            "core, its event loop and model sharing one GIL."
+        ),
+    )
     torch_threads: int = Field(
         default=0,
         ge=0,
         description=(
-            "Intra-op CPU threads for torch (0: torch's default, one per core). 1 avoids "
-            "thread spin-waits on a shared or busy CPU."
+            "Intra-op CPU threads for torch per process (0: torch's default, one per core; with "
+            "several workers, cores / workers). 1 avoids thread spin-waits on a busy CPU."
         ),
     )
     autocast: bool = Field(
@@ -164,6 +174,14 @@ class Settings(BaseSettings):
     def _unique_models(self) -> Settings:
         if len(set(self.models)) != len(self.models):
             raise ValueError(f"models lists a name twice: {', '.join(self.models)}")
+        return self
+
+    @model_validator(mode="after")
+    def _workers_on_cpu(self) -> Settings:
+        # One process owns a GPU: several would each hold a CUDA context and a model copy, and
+        # their batches would contend for the device instead of merging.
+        if self.workers > 1 and self.device == "cuda":
+            raise ValueError("workers > 1 runs on CPU only; on CUDA use --workers 1")
         return self
 
     @property

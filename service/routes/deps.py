@@ -61,10 +61,12 @@ async def require_serving(state: AppStateDep) -> AsyncIterator[Serving]:
         state.metrics.rejections.labels("", "not_ready").inc()
         raise NotReady(f"the server is not ready yet ({lifecycle.detail})")
     lifecycle.inflight += 1
+    state.metrics.requests_in_flight.inc()  # set here, not read at scrape: exact across workers
     try:
         yield Serving(state.settings, state.registry, state.batcher)
     finally:
         lifecycle.inflight -= 1
+        state.metrics.requests_in_flight.dec()
 
 
 ServingDep = Annotated[Serving, Depends(require_serving)]

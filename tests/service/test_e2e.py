@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,64 +19,25 @@ import pytest
 
 from tests.service.conftest import metric
 from tests.service.helpers import hourly_series, tiny_checkpoint
+from tests.service.server_process import ROOT, ServerProcess, free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-ROOT = Path(__file__).resolve().parents[2]
 TEXT = "all-MiniLM-L6-v2"
 MAX_BATCH = 4
 # ~200 tokens each: a batch of four takes long enough on CPU for a queue to form.
 LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Server:
-    """A server subprocess and its base URL."""
+class Server(ServerProcess):
+    """The real text model and a tiny Informer, small batches so queues form."""
 
     def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.ckpt = tiny_checkpoint(tmp / "informer-tiny-e2e")
-        self.log_path = tmp / "server.log"
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTNSERVE_LOG_LEVEL": "info"}
-        args = [
-            sys.executable, "-m", "service", "serve",
-            "--port", str(self.port),
-            "--models", f"{TEXT},{self.ckpt}",
-            "--device", "cpu",
-            "--torch-threads", "1",
-            "--max-batch-size", str(MAX_BATCH),
-            "--max-wait-ms", "2",
-            "--shutdown-grace-s", "60",
-        ]  # fmt: skip
-        self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        args = ["--max-batch-size", str(MAX_BATCH), "--max-wait-ms", "2"]
+        super().__init__(
+            tmp / "server.log", [TEXT, str(self.ckpt)], [*args, "--shutdown-grace-s", "60"]
         )
-
-    def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
-            try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"server not ready in {timeout} s:\n{self.log_path.read_text()}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
-        self.log.close()
 
 
 @pytest.fixture(scope="module")

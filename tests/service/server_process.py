@@ -1,0 +1,64 @@
+"""The real server (``python -m service serve``) in a subprocess on a free port, for end-to-end
+tests."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """``python -m service serve --models ... <args>`` on CPU with one torch thread, its log in
+    ``log_path``."""
+
+    def __init__(self, log_path: Path, models: Sequence[str], args: Sequence[str] = ()) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = log_path
+        env = {**os.environ, "PYTHONPATH": str(ROOT), "ATTNSERVE_LOG_LEVEL": "info"}
+        command = [
+            sys.executable, "-m", "service", "serve",
+            "--port", str(self.port),
+            "--models", ",".join(models),
+            "--device", "cpu",
+            "--torch-threads", "1",
+            *args,
+        ]  # fmt: skip
+        self.log = log_path.open("w")
+        self.proc = subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"server exited early:\n{self.log_path.read_text()}")
+            try:
+                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"server not ready in {timeout} s:\n{self.log_path.read_text()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.log.close()
