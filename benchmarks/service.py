@@ -12,6 +12,10 @@ For ``/encode`` (one short text per request, 8-24 words from the stdlib-docstrin
   the server must), best of ``--repeats`` passes: the ceiling the server is compared with.
 * **server, batching off**: the same server with ``--max-batch-size 1``.
 
+With ``--workers N`` the server runs N processes (``attnserve serve --workers N``), and a fourth
+number joins: N in-process copies of the model running at once, one per process, the machine's
+ceiling for that server.
+
 The last column, the same model in-process at batch 32 over batch 1, bounds what batching can
 gain at all: where the model's cost grows with the rows (compute-bound on CPU), no batcher can
 beat it.
@@ -115,7 +119,9 @@ def free_port() -> int:
 class ServerProcess:
     """``python -m service serve`` on a free port."""
 
-    def __init__(self, models: list[str], threads: int, max_batch_size: int, log: Path) -> None:
+    def __init__(
+        self, models: list[str], threads: int, max_batch_size: int, log: Path, workers: int = 1
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [
@@ -125,6 +131,7 @@ class ServerProcess:
             "--device", "cpu",
             "--torch-threads", str(threads),
             "--max-batch-size", str(max_batch_size),
+            "--workers", str(workers),
             "--max-queue", "1024",
             "--log-level", "warning",
         ]  # fmt: skip
@@ -182,10 +189,18 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    times = psutil.Process(pid).cpu_times()
-    return float(times.user + times.system)
+def cpu_seconds(pid: int, children: bool = True) -> float:
+    """User + system CPU seconds so far of process ``pid`` and (``children``) its descendants:
+    the workers of a ``--workers N`` server."""
+    root = psutil.Process(pid)
+    total = 0.0
+    for proc in [root, *(root.children(recursive=True) if children else [])]:
+        try:
+            times = proc.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 async def drive(
@@ -235,10 +250,10 @@ async def drive(
             return
         me = os.getpid()
         await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-        server0, client0 = cpu_seconds(server_pid), cpu_seconds(me)
+        server0, client0 = cpu_seconds(server_pid), cpu_seconds(me, children=False)
         await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
         cpu["server"] = cpu_seconds(server_pid) - server0
-        cpu["client"] = cpu_seconds(me) - client0
+        cpu["client"] = cpu_seconds(me, children=False) - client0
 
     await asyncio.gather(sample_cpu(), *(client(k) for k in range(clients)))
     return LoadResult(
@@ -292,7 +307,7 @@ def measure_in_process(
                 encoder.encode(chunk, backend=backend)
 
             for batch in (BATCH, 1):
-                out[("encode", backend, batch)] = rows_per_s(run_text, texts[:64], batch, repeats)
+                out[("encode", backend, batch)] = rows_per_s(run_text, texts[:128], batch, repeats)
     if forecast_model:
         forecaster = InformerForecaster.load(forecast_model)
         for backend in backends:
@@ -303,9 +318,76 @@ def measure_in_process(
 
             for batch in (BATCH, 1):
                 out[("forecast", backend, batch)] = rows_per_s(
-                    run_forecast, series[:64], batch, repeats
+                    run_forecast, series[:128], batch, repeats
                 )
     return out
+
+
+def _parallel_member(
+    texts: list[str],
+    series: list[dict[str, Any]],
+    forecast_model: str | None,
+    backends: list[str],
+    threads: int,
+    repeats: int,
+    barrier: Any,
+    results: Any,
+) -> None:
+    """One of :func:`measure_in_process_parallel`'s processes: load, wait for the others, run
+    the batch-32 passes, report."""
+    import torch
+
+    from models.informer import InformerForecaster
+    from models.text import SentenceEncoder
+
+    if threads:
+        torch.set_num_threads(threads)
+    encoder = SentenceEncoder.load() if texts else None
+    forecaster = InformerForecaster.load(forecast_model) if forecast_model else None
+    out: dict[tuple[str, str], float] = {}
+    for backend in backends:
+
+        def run_text(chunk: list[Any], backend: str = backend) -> None:
+            assert encoder is not None
+            encoder.encode(chunk, backend=backend)
+
+        def run_forecast(chunk: list[Any], backend: str = backend) -> None:
+            assert forecaster is not None
+            windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
+            forecaster.predict(windows, backend)
+
+        if encoder is not None:
+            barrier.wait()  # every process runs the same backend at the same time
+            out[("encode", backend)] = rows_per_s(run_text, texts[:128], BATCH, repeats)[0]
+        if forecaster is not None:
+            barrier.wait()
+            out[("forecast", backend)] = rows_per_s(run_forecast, series[:128], BATCH, repeats)[0]
+    results.put(out)
+
+
+def measure_in_process_parallel(
+    processes: int,
+    texts: list[str],
+    series: list[dict[str, Any]],
+    forecast_model: str | None,
+    backends: list[str],
+    threads: int,
+    repeats: int,
+) -> dict[tuple[str, str], float]:
+    """Rows/s at batch 32 of ``processes`` copies of the model running at once, one per process
+    (summed): the machine's ceiling for a server with that many workers."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(processes), ctx.Queue()
+    args = (texts, series, forecast_model, backends, threads, repeats, barrier, results)
+    procs = [ctx.Process(target=_parallel_member, args=args) for _ in range(processes)]
+    for proc in procs:
+        proc.start()
+    parts = [results.get(timeout=1800) for _ in procs]
+    for proc in procs:
+        proc.join()
+    return {key: sum(part[key] for part in parts) for key in parts[0]}
 
 
 # ----------------------------------------------------------------------------- main
@@ -324,7 +406,7 @@ def run_server_phase(
     seconds: float,
 ) -> dict[tuple[str, str], LoadResult]:
     log = Path(args.log_dir) / f"service-bench-{label}.log"
-    server = ServerProcess(models, args.threads, max_batch_size, log)
+    server = ServerProcess(models, args.threads, max_batch_size, log, args.workers)
     results = {}
     try:
         server.wait_ready()
@@ -355,7 +437,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--tasks", nargs="+", default=["encode", "forecast"])
     parser.add_argument("--forecast-model", default="informer-etth1-h24")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads (0: default)")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch threads per process (0: default)"
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes; above 1 also measures that many in-process copies at once",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--json", type=Path, help="also write the results here")
@@ -390,6 +480,14 @@ def main(argv: list[str] | None = None) -> None:
             f"cpu {cpu:5.2f} ms/row",
             flush=True,
         )
+    in_parallel: dict[tuple[str, str], float] = {}
+    if args.workers > 1:
+        print(f"in-process, {args.workers} processes at once (batches of 32) ...", flush=True)
+        in_parallel = measure_in_process_parallel(
+            args.workers, texts, series, forecast_model, args.backends, args.threads, args.repeats
+        )
+        for (task, backend), rate in in_parallel.items():
+            print(f"  in-process x{args.workers} {task:>8} {backend:>10}: {rate:7.1f} rows/s")
     print(f"server, batching on (max batch {BATCH}) ...", flush=True)
     batched = run_server_phase("batched", models, workloads, args, BATCH, args.seconds)
     print("server, batching off (max batch 1) ...", flush=True)
@@ -398,14 +496,16 @@ def main(argv: list[str] | None = None) -> None:
 
     nan = (float("nan"), float("nan"))
     lines = [
-        f"{args.clients} concurrent clients, one text / one series per request, torch threads "
-        f"{args.threads}, {os.cpu_count()} CPUs; load average before {load_before}, "
-        f"after {load_after}.",
+        f"{args.clients} concurrent clients, one text / one series per request, "
+        f"{args.workers} server worker process(es), torch threads {args.threads} per process, "
+        f"{os.cpu_count()} CPUs; load average before {load_before}, after {load_after}.",
         "",
         "| task | backend | server req/s | p50 / p95 / p99 ms | mean batch | in-process rows/s "
-        "(batch 32) | vs in-process | batching-off req/s (p50 / p99 ms) | vs batching-off | "
-        "in-process batch 32 / 1 | CPU ms per row: server / in-process |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "(batch 32, 1 process) | vs in-process | batching-off req/s (p50 / p99 ms) | "
+        "vs batching-off | in-process batch 32 / 1 | CPU ms per row: server / in-process |"
+        + (f" in-process x{args.workers} rows/s | vs that |" if in_parallel else ""),
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+        + ("---:|---:|" if in_parallel else ""),
     ]
     record = []
     for key in workloads:
@@ -418,6 +518,11 @@ def main(argv: list[str] | None = None) -> None:
             f"{u.throughput:.1f} ({u.pct(50):.0f} / {u.pct(99):.0f}) | "
             f"{b.throughput / u.throughput:.2f}x | {ip / ip1:.2f}x | "
             f"{b.cpu_ms_per_request():.2f} / {ip_cpu:.2f} |"
+            + (
+                f" {in_parallel[key]:.1f} | {b.throughput / in_parallel[key]:.2f}x |"
+                if in_parallel
+                else ""
+            )
         )
         record.append(
             {
@@ -433,6 +538,7 @@ def main(argv: list[str] | None = None) -> None:
                 "in_process_rows_per_s": ip,
                 "in_process_cpu_ms_per_row": ip_cpu,
                 "in_process_batch1_rows_per_s": ip1,
+                "in_process_parallel_rows_per_s": in_parallel.get(key),
                 "unbatched_rps": u.throughput,
                 "unbatched_p50_ms": u.pct(50),
                 "unbatched_p99_ms": u.pct(99),
@@ -445,7 +551,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"load_before": load_before, "load_after": load_after, "rows": record}, indent=2
+                {
+                    "workers": args.workers,
+                    "threads": args.threads,
+                    "clients": args.clients,
+                    "load_before": load_before,
+                    "load_after": load_after,
+                    "rows": record,
+                },
+                indent=2,
             )
         )
 
