@@ -14,7 +14,6 @@ from typing import Any
 
 import torch
 
-DEFAULT_BATCH_BUCKETS: tuple[int, ...] = (1, 4, 16, 32)
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 
 

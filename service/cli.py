@@ -61,6 +61,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    if settings.workers > 1:
+        # The supervisor loads no model: keep torch and the app out of its process.
+        from service.logs import configure_logging
+        from service.workers import Supervisor
+
+        configure_logging(settings)
+        return Supervisor(settings).run()
     from service.server import serve  # imports uvicorn and the app only when serving
 
     return serve(settings)

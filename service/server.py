@@ -26,8 +26,10 @@ from fastapi import FastAPI
 
 from service.app import create_app
 from service.lifecycle import Phase
+from service.logs import configure_logging
 from service.settings import Settings
 from service.state import AppState
+from service.workers import Supervisor
 
 log = logging.getLogger("attnserve")
 
@@ -103,21 +105,11 @@ def build_server(
     return DrainingServer(config, app.state.attnserve, supervisor_pid)
 
 
-def configure_logging(settings: Settings) -> None:
-    """Log lines with time, level, pid and logger at ``settings.log_level``."""
-    logging.basicConfig(
-        level=settings.log_level.upper(),
-        format="%(asctime)s %(levelname)s [%(process)d] %(name)s: %(message)s",
-    )
-
-
 def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or 1 when start-up
     failed (of any worker, with several)."""
     configure_logging(settings)
     if settings.workers > 1:
-        from service.workers import Supervisor
-
         return Supervisor(settings).run()
     server = build_server(settings)
     server.run()

@@ -11,8 +11,9 @@ from typing import Annotated, Literal
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from models.attention.registry import BACKENDS
-from models.compile import DEFAULT_BATCH_BUCKETS
+# Names only: this module stays free of torch, so the supervisor of several workers is light.
+from models.names import BACKEND_NAMES as BACKENDS
+from models.names import DEFAULT_BATCH_BUCKETS
 
 DEFAULT_MODELS = (
     "all-MiniLM-L6-v2",

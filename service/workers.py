@@ -43,6 +43,7 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
+from service.logs import configure_logging
 from service.metrics import MULTIPROC_ENV
 from service.settings import Settings
 
@@ -80,8 +81,8 @@ def run_worker(settings: Settings, port: int, supervisor_pid: int) -> None:
     """A worker process's entry point: listen on ``port`` beside the other workers and serve;
     exits with the server's status."""
     os.setpgrp()  # out of the terminal's process group: Ctrl-C goes to the supervisor only
-    from service.batching.device import select_device
-    from service.server import configure_logging, serve_worker
+    from service.batching.device import select_device  # torch and the app: in the worker only
+    from service.server import serve_worker
 
     configure_logging(settings)
     if settings.device == "auto" and select_device("auto").type != "cpu":

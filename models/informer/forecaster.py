@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from models.attention import BACKENDS, get_backend
-from models.compile import DEFAULT_BATCH_BUCKETS, bucket_for, compile_forward, pad_rows
+from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
 from models.informer.model import Informer, attention_plan
@@ -27,6 +27,7 @@ from models.informer.timefeatures import (
     parse_timestamps,
     time_features,
 )
+from models.names import DEFAULT_BATCH_BUCKETS
 
 DEFAULT_ATTENTION = "probsparse"
 # A scaled value further than this from the training mean (in training standard deviations) is

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from pydantic import ValidationError
 
+from models.attention import BACKENDS
+from models.names import BACKEND_NAMES
 from service.cli import build_parser, main, settings_table
 from service.settings import DEFAULT_MODELS, Settings
 
@@ -59,3 +64,14 @@ def test_settings_table_documents_every_field() -> None:
     for name, field in Settings.model_fields.items():
         assert f"ATTNSERVE_{name.upper()}" in table
         assert field.description
+
+
+def test_torch_free_backend_names_match_the_registry() -> None:
+    assert BACKEND_NAMES == BACKENDS
+
+
+def test_settings_and_the_supervisor_do_not_import_torch() -> None:
+    # The supervisor of several workers loads no model; importing torch there cost ~240 MiB.
+    code = "import sys, service.cli, service.workers; print(sorted({'torch', 'fastapi'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

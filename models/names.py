@@ -1,0 +1,8 @@
+"""Names that code which must not import torch needs: the server's settings and its supervisor
+process (``service/workers.py``), which loads no model. ``models.attention.BACKENDS`` (the
+registry's own names) must equal ``BACKEND_NAMES``; a test checks it."""
+
+BACKEND_NAMES: tuple[str, ...] = ("full", "flash", "probsparse", "performer", "nystrom")
+
+# Batch sizes a compiled forecast batch is padded up to (see models/compile.py).
+DEFAULT_BATCH_BUCKETS: tuple[int, ...] = (1, 4, 16, 32)
