@@ -35,6 +35,9 @@ def default_num_features(head_dim: int) -> int:
     return max(1, int(head_dim * math.log(max(head_dim, 2))))
 
 
+# Run eagerly under torch.compile: traced, the cache would be bypassed and the seeded QR draws
+# re-run inside the graph; called as-is, the compiled graph gets the cached tensor.
+@torch.compiler.disable
 @functools.lru_cache(maxsize=64)
 def orthogonal_features(head_dim: int, num_features: int, device: str = "cpu") -> Tensor:
     """ω: ``[m, d]`` fp32, stacked orthogonal ``d x d`` blocks, each row scaled by a chi(d) norm.
