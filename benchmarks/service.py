@@ -40,6 +40,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -282,6 +283,42 @@ def rows_per_s(
     return len(rows) / best, best_cpu
 
 
+def in_process_runners(
+    texts: list[str], series: list[dict[str, Any]], forecast_model: str | None, threads: int
+) -> dict[str, tuple[Callable[[list[Any], str], None], list[Any]]]:
+    """Per task, a ``run(chunk, backend)`` that does what the server does for those rows
+    (tokenize or prepare, then the model), and the rows to run; models loaded here."""
+    import torch
+
+    from models.informer import InformerForecaster
+    from models.text import SentenceEncoder
+
+    if threads:
+        torch.set_num_threads(threads)
+    runners: dict[str, tuple[Callable[[list[Any], str], None], list[Any]]] = {}
+    if texts:
+        encoder = SentenceEncoder.load()
+
+        def run_text(chunk: list[Any], backend: str) -> None:
+            encoder.encode(chunk, backend=backend)
+
+        runners["encode"] = (run_text, texts[:128])
+    if forecast_model:
+        forecaster = InformerForecaster.load(forecast_model)
+
+        def run_forecast(chunk: list[Any], backend: str) -> None:
+            windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
+            forecaster.predict(windows, backend)
+
+        runners["forecast"] = (run_forecast, series[:128])
+    return runners
+
+
+def run_with(run: Callable[[list[Any], str], None], backend: str, chunk: list[Any]) -> None:
+    """``run(chunk, backend)``, for :func:`functools.partial` over ``run`` and ``backend``."""
+    run(chunk, backend)
+
+
 def measure_in_process(
     texts: list[str],
     series: list[dict[str, Any]],
@@ -291,34 +328,12 @@ def measure_in_process(
     repeats: int,
 ) -> dict[tuple[str, str, int], tuple[float, float]]:
     """(rows/s, CPU ms/row) per (task, backend, batch size) for batch sizes 32 and 1."""
-    import torch
-
-    from models.informer import InformerForecaster
-    from models.text import SentenceEncoder
-
-    if threads:
-        torch.set_num_threads(threads)
     out: dict[tuple[str, str, int], tuple[float, float]] = {}
-    if texts:
-        encoder = SentenceEncoder.load()
+    for task, (run, rows) in in_process_runners(texts, series, forecast_model, threads).items():
         for backend in backends:
-
-            def run_text(chunk: list[Any], backend: str = backend) -> None:
-                encoder.encode(chunk, backend=backend)
-
             for batch in (BATCH, 1):
-                out[("encode", backend, batch)] = rows_per_s(run_text, texts[:128], batch, repeats)
-    if forecast_model:
-        forecaster = InformerForecaster.load(forecast_model)
-        for backend in backends:
-
-            def run_forecast(chunk: list[Any], backend: str = backend) -> None:
-                windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
-                forecaster.predict(windows, backend)
-
-            for batch in (BATCH, 1):
-                out[("forecast", backend, batch)] = rows_per_s(
-                    run_forecast, series[:128], batch, repeats
+                out[(task, backend, batch)] = rows_per_s(
+                    partial(run_with, run, backend), rows, batch, repeats
                 )
     return out
 
@@ -333,35 +348,15 @@ def _parallel_member(
     barrier: Any,
     results: Any,
 ) -> None:
-    """One of :func:`measure_in_process_parallel`'s processes: load, wait for the others, run
-    the batch-32 passes, report."""
-    import torch
-
-    from models.informer import InformerForecaster
-    from models.text import SentenceEncoder
-
-    if threads:
-        torch.set_num_threads(threads)
-    encoder = SentenceEncoder.load() if texts else None
-    forecaster = InformerForecaster.load(forecast_model) if forecast_model else None
+    """One of :func:`measure_in_process_parallel`'s processes: load, then for each backend wait
+    for the others and run the batch-32 passes; report."""
     out: dict[tuple[str, str], float] = {}
-    for backend in backends:
-
-        def run_text(chunk: list[Any], backend: str = backend) -> None:
-            assert encoder is not None
-            encoder.encode(chunk, backend=backend)
-
-        def run_forecast(chunk: list[Any], backend: str = backend) -> None:
-            assert forecaster is not None
-            windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
-            forecaster.predict(windows, backend)
-
-        if encoder is not None:
-            barrier.wait()  # every process runs the same backend at the same time
-            out[("encode", backend)] = rows_per_s(run_text, texts[:128], BATCH, repeats)[0]
-        if forecaster is not None:
-            barrier.wait()
-            out[("forecast", backend)] = rows_per_s(run_forecast, series[:128], BATCH, repeats)[0]
+    for task, (run, rows) in in_process_runners(texts, series, forecast_model, threads).items():
+        for backend in backends:
+            barrier.wait()  # every process runs the same task and backend at the same time
+            out[(task, backend)] = rows_per_s(
+                partial(run_with, run, backend), rows, BATCH, repeats
+            )[0]
     results.put(out)
 
 

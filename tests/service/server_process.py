@@ -1,8 +1,9 @@
-"""The real server (``python -m service serve``) in a subprocess on a free port, for end-to-end
-tests."""
+"""The real server (``python -m service serve``) in a subprocess on a free port, and the bursts
+and waits its end-to-end tests share."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 import subprocess
@@ -13,7 +14,11 @@ from pathlib import Path
 
 import httpx
 
+from tests.service.conftest import metric
+
 ROOT = Path(__file__).resolve().parents[2]
+# ~200 tokens each: batches of four take long enough on CPU for queues to form.
+LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
 
 
 def free_port() -> int:
@@ -62,3 +67,26 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self.log.close()
+
+
+def long_text_burst(client: httpx.AsyncClient, n: int) -> list[asyncio.Task[httpx.Response]]:
+    """``n`` concurrent ``/encode`` requests of one long text each, as tasks."""
+    return [
+        asyncio.create_task(client.post("/encode", json={"inputs": [f"{i} {LONG_TEXT}"]}))
+        for i in range(n)
+    ]
+
+
+async def wait_until_admitted(client: httpx.AsyncClient, n: int, answered_before: float) -> float:
+    """Wait until ``n`` ``/encode`` requests sent after a scrape that counted
+    ``answered_before`` are all admitted (in flight or answered); returns the number in flight
+    then."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        scrape = (await client.get("/metrics")).text
+        in_flight = metric(scrape, "attnserve_requests_in_flight")
+        answered = metric(scrape, "attnserve_requests_total", endpoint="/encode")
+        if in_flight + answered - answered_before >= n:
+            return in_flight
+        assert asyncio.get_running_loop().time() < deadline, "the burst was never admitted"
+        await asyncio.sleep(0.005)

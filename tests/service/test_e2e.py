@@ -19,14 +19,18 @@ import pytest
 
 from tests.service.conftest import metric
 from tests.service.helpers import hourly_series, tiny_checkpoint
-from tests.service.server_process import ROOT, ServerProcess, free_port
+from tests.service.server_process import (
+    ROOT,
+    ServerProcess,
+    free_port,
+    long_text_burst,
+    wait_until_admitted,
+)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
 TEXT = "all-MiniLM-L6-v2"
 MAX_BATCH = 4
-# ~200 tokens each: a batch of four takes long enough on CPU for a queue to form.
-LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
 
 
 class Server(ServerProcess):
@@ -84,11 +88,7 @@ def test_missing_weights_fail_start_up_with_exit_status_1(tmp_path: Path) -> Non
 
 async def _burst(url: str, n: int) -> list[asyncio.Task[httpx.Response]]:
     client = httpx.AsyncClient(base_url=url, timeout=120, limits=httpx.Limits(max_connections=n))
-    tasks = [
-        asyncio.create_task(client.post("/encode", json={"inputs": [f"{i} {LONG_TEXT}"]}))
-        for i in range(n)
-    ]
-    return tasks
+    return long_text_burst(client, n)
 
 
 async def _queue_depth(client: httpx.AsyncClient) -> float:
@@ -145,16 +145,7 @@ def test_sigterm_during_a_burst_loses_no_accepted_request(server: Server) -> Non
                 (await c.get("/metrics")).text, "attnserve_requests_total", endpoint="/encode"
             )
             tasks = await _burst(server.url, n)
-            # Every request of the burst admitted: in flight or already answered.
-            deadline = time.monotonic() + 30
-            while True:
-                scrape = (await c.get("/metrics")).text
-                in_flight = metric(scrape, "attnserve_requests_in_flight")
-                answered = metric(scrape, "attnserve_requests_total", endpoint="/encode")
-                if in_flight + answered - done_before >= n:
-                    break
-                assert time.monotonic() < deadline, "the burst was never admitted"
-                await asyncio.sleep(0.005)
+            in_flight = await wait_until_admitted(c, n, done_before)
             server.proc.send_signal(signal.SIGTERM)
             await asyncio.sleep(0.05)
             ready = await c.get("/readyz")  # still listening while draining

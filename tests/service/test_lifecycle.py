@@ -28,7 +28,7 @@ def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
         warmed.append(1)
         return original(backend)
 
-    text_double.warmup_batches = counting_warmup  # type: ignore[method-assign]
+    text_double.warmup_batches = counting_warmup  # type: ignore[attr-defined]
     settings = Settings(models=(TINY_TEXT,), background_load=True, device="cpu")
     with TestClient(create_app(settings, loader=slow_loader)) as c:
         assert c.get("/healthz").status_code == 200  # alive while loading

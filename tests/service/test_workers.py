@@ -20,13 +20,11 @@ from service.settings import Settings
 from service.workers import worker_settings
 from tests.service.conftest import metric
 from tests.service.helpers import hourly_series, tiny_checkpoint
-from tests.service.server_process import ServerProcess
+from tests.service.server_process import ServerProcess, long_text_burst, wait_until_admitted
 
 MODEL = "informer-tiny-workers"
 TEXT = "all-MiniLM-L6-v2"
 MAX_BATCH = 4
-# ~200 tokens each: batches of four take long enough on CPU for queues to form.
-LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
 
 
 def worker_pids(server: ServerProcess) -> set[int]:
@@ -123,21 +121,8 @@ def test_sigterm_drains_every_worker_and_loses_no_accepted_request(server: Serve
             )
             limits = httpx.Limits(max_connections=n)
             async with httpx.AsyncClient(base_url=server.url, timeout=120, limits=limits) as burst:
-                tasks = [
-                    asyncio.create_task(
-                        burst.post("/encode", json={"inputs": [f"{i} {LONG_TEXT}"]})
-                    )
-                    for i in range(n)
-                ]
-                deadline = time.monotonic() + 30
-                while True:  # every request of the burst admitted by one worker or the other
-                    scrape = (await c.get("/metrics")).text
-                    in_flight = metric(scrape, "attnserve_requests_in_flight")
-                    answered = metric(scrape, "attnserve_requests_total", endpoint="/encode")
-                    if in_flight + answered - before >= n:
-                        break
-                    assert time.monotonic() < deadline, "the burst was never admitted"
-                    await asyncio.sleep(0.005)
+                tasks = long_text_burst(burst, n)  # admitted by one worker or the other
+                in_flight = await wait_until_admitted(c, n, before)
                 server.proc.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.1)
                 late = await c.post("/encode", json={"inputs": ["arrived after SIGTERM"]})
