@@ -82,6 +82,7 @@ class LocalServer:
             ATTNSERVE_HOST="127.0.0.1",
             ATTNSERVE_PORT=str(self.port),
             ATTNSERVE_DEVICE=args.device,
+            ATTNSERVE_WORKERS=str(args.workers),
             ATTNSERVE_LOG_LEVEL="warning",
         )
         if args.models:
@@ -195,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.add_argument("--device", default="cpu", choices=["cpu", "cuda", "auto"])
     server.add_argument(
         "--models", default="", help="ATTNSERVE_MODELS for the server (default: its own)."
+    )
+    server.add_argument(
+        "--workers", type=int, default=1, help="Server processes (ATTNSERVE_WORKERS; CPU only)."
     )
     server.add_argument(
         "--ready-timeout", type=float, default=90, help="Seconds to wait for /readyz."
