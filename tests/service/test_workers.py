@@ -151,6 +151,37 @@ def test_a_worker_whose_start_up_fails_stops_the_server_with_status_1(tmp_path: 
     assert re.search(r"worker \d+ exited with status [13]; stopping", log)  # 3: uvicorn's
 
 
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_workers_drain_and_exit_when_the_supervisor_is_killed(tmp_path: Path) -> None:
+    ckpt = tiny_checkpoint(tmp_path / MODEL)
+    s = ServerProcess(tmp_path / "server.log", [str(ckpt)], ["--workers", "2"])
+    pids: set[int] = set()
+    try:
+        s.wait_ready()
+        wait_for_log(s, "attnserve: ready in", count=2)
+        pids = worker_pids(s)
+        assert len(pids) == 2
+        s.proc.kill()  # no chance to forward anything
+        deadline = time.monotonic() + 60
+        while not all(gone(p) for p in pids):
+            assert time.monotonic() < deadline, s.log_path.read_text()
+            time.sleep(0.1)
+        wait_for_log(s, f"the supervisor (pid {s.proc.pid}) is gone", count=2)
+    finally:
+        s.stop()
+        for pid in pids:
+            if not gone(pid):
+                psutil.Process(pid).kill()
+
+
 def test_torch_threads_are_shared_out_among_workers() -> None:
     assert worker_settings(Settings(workers=2), cpus=8).torch_threads == 4
     assert worker_settings(Settings(workers=4), cpus=2).torch_threads == 1
