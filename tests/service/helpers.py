@@ -13,10 +13,6 @@ import pandas as pd
 import torch
 
 from models.informer import InformerForecaster
-from models.informer.checkpoint import save_checkpoint
-from models.informer.config import preset
-from models.informer.data import ETTH1_CHANNELS, StandardScaler
-from models.informer.model import Informer
 from models.text import SentenceEncoder
 from models.text.bert import BertEncoder
 from models.text.config import BertConfig
@@ -27,6 +23,7 @@ from service.servables.base import Servable
 from service.servables.forecast import ForecastServable
 from service.servables.text import TextServable
 from service.settings import Settings
+from tests.unit.test_informer_helpers import tiny_checkpoint
 
 TINY_TEXT = "tiny-minilm"
 TINY_FORECAST = "informer-tiny"
@@ -53,15 +50,6 @@ def tiny_encoder(
     encoder.name = TINY_TEXT  # instance attributes: the class keeps the real name and dim
     encoder.dim = hidden
     return encoder
-
-
-def tiny_checkpoint(directory: Path, seed: int = 0) -> Path:
-    """A random-weight tiny Informer (context 24, horizon 8, 7 channels) saved as safetensors."""
-    torch.manual_seed(seed)
-    model = Informer(preset("tiny", revin=True)).eval()
-    scaler = StandardScaler(np.linspace(1.0, 7.0, 7), np.linspace(0.5, 2.0, 7))
-    save_checkpoint(directory, model, scaler, list(ETTH1_CHANNELS), {"backend": "probsparse"})
-    return directory
 
 
 def tiny_forecaster(directory: Path) -> InformerForecaster:
