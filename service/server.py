@@ -8,7 +8,7 @@ once. The process then exits 0 (uvicorn's default re-raises the signal after a g
 a failed start-up (missing weights, ...) exits 1.
 
 With ``workers`` > 1, :func:`serve` hands over to :mod:`service.workers`, whose worker processes
-each run :func:`serve_worker`: the same server on a socket the supervisor bound.
+each run :func:`serve_worker`: the same server on its own ``SO_REUSEPORT`` listener.
 """
 
 from __future__ import annotations
@@ -117,8 +117,9 @@ def serve(settings: Settings) -> int:
 
 
 def serve_worker(settings: Settings, sockets: list[socket.socket], supervisor_pid: int) -> int:
-    """One worker process of several: serve on the supervisor's ``sockets`` until told to stop
-    (or the supervisor is gone). Returns the exit status, as :func:`serve`."""
+    """One worker process of several: serve on ``sockets`` (its listener on the shared port)
+    until told to stop, or until the supervisor is gone. Returns the exit status, as
+    :func:`serve`."""
     server = build_server(settings, supervisor_pid=supervisor_pid)
     server.run(sockets=sockets)
     return 1 if server.state.lifecycle.phase is Phase.FAILED else 0

@@ -18,9 +18,9 @@ The supervisor (the parent process, which loads no model):
 * on SIGTERM or SIGINT sends SIGTERM to every worker; each drains as a single server does
   (``/readyz`` 503, new model requests 503, admitted ones answered within the grace) and exits.
   A second signal is forwarded too, and stops the workers at once;
-* replaces a worker killed by a signal (the OOM killer, ``kill -9``) or stopped on its own; when
-  a worker exits with an error (its start-up failed: bad model name, missing weights) it stops the rest
-  and exits 1, since a replacement would fail the same way.
+* replaces a worker killed by a signal (the OOM killer, ``kill -9``) or stopped on its own;
+  when a worker exits with an error (its start-up failed: bad model name, missing weights) it
+  stops the rest and exits 1, since a replacement would fail the same way.
 
 Workers run in their own process group, so a terminal's Ctrl-C reaches only the supervisor (a
 second signal sent straight to a draining worker would cut its drain short), and each watches its
@@ -95,7 +95,7 @@ def run_worker(settings: Settings, port: int, supervisor_pid: int) -> None:
 
 
 class Supervisor:
-    """Starts ``settings.workers`` server processes on one socket, keeps them running, and stops
+    """Starts ``settings.workers`` server processes on one port, keeps them running, and stops
     them (see the module docstring)."""
 
     def __init__(self, settings: Settings) -> None:
@@ -105,7 +105,6 @@ class Supervisor:
         self.stopping = threading.Event()
         self.failed = False
         self._spawn = multiprocessing.get_context("spawn")
-        self._sock: socket.socket | None = None
 
     def run(self) -> int:
         """Serve until a signal (or a worker's failed start-up). Returns the exit status: 0, or
@@ -115,8 +114,8 @@ class Supervisor:
         os.environ[MULTIPROC_ENV] = str(metrics_dir)  # the spawned workers inherit it
         for stale in metrics_dir.glob("*.db"):  # values of an earlier run would add up
             stale.unlink()
-        self._sock = reuse_port_socket(self.settings.host, self.settings.port)
-        port = self._sock.getsockname()[1]
+        reservation = reuse_port_socket(self.settings.host, self.settings.port)
+        port = reservation.getsockname()[1]
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._forward)
         try:
@@ -134,7 +133,7 @@ class Supervisor:
                 self._replace_dead(port)
             self._wait_all(self.settings.shutdown_grace_s + KILL_MARGIN_S)
         finally:
-            self._sock.close()
+            reservation.close()
             if own_dir:
                 shutil.rmtree(metrics_dir, ignore_errors=True)
         return 1 if self.failed else 0
