@@ -7,9 +7,9 @@ With several worker processes (``--workers N``, see :mod:`service.workers`) the 
 ``PROMETHEUS_MULTIPROC_DIR`` before starting them: prometheus-client then keeps every value in
 per-process files there and any worker's ``/metrics`` reads them all, so counters and histograms
 add up across workers and each gauge says how it combines (``multiprocess_mode``). Gauges read
-through a callable (memory) cannot be evaluated at scrape time in another
-process, so there :meth:`Metrics.refresh` writes them, every second and before each scrape; the
-other gauges are set as things happen.
+through a callable (memory) cannot be evaluated at scrape time in another process, so there
+:meth:`Metrics.refresh` writes them, every second and before each scrape; the other gauges are
+set as things happen.
 """
 
 from __future__ import annotations
