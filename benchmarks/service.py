@@ -12,6 +12,10 @@ For ``/encode`` (one short text per request, 8-24 words from the stdlib-docstrin
   the server must), best of ``--repeats`` passes: the ceiling the server is compared with.
 * **server, batching off**: the same server with ``--max-batch-size 1``.
 
+``--device cuda`` runs the server and the in-process models on the GPU, the latter under the
+server's own inference context (``DeviceRuntime``: inference mode, bf16/fp16 autocast where the
+backend allows), so the two stay comparable.
+
 With ``--workers N`` the server runs N processes (``attnserve serve --workers N``), and a fourth
 number joins: N in-process copies of the model running at once, one per process, the machine's
 ceiling for that server.
@@ -121,7 +125,13 @@ class ServerProcess:
     """``python -m service serve`` on a free port."""
 
     def __init__(
-        self, models: list[str], threads: int, max_batch_size: int, log: Path, workers: int = 1
+        self,
+        models: list[str],
+        threads: int,
+        max_batch_size: int,
+        log: Path,
+        workers: int = 1,
+        device: str = "cpu",
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -129,7 +139,7 @@ class ServerProcess:
             sys.executable, "-m", "service", "serve",
             "--port", str(self.port),
             "--models", ",".join(models),
-            "--device", "cpu",
+            "--device", device,
             "--torch-threads", str(threads),
             "--max-batch-size", str(max_batch_size),
             "--workers", str(workers),
@@ -284,31 +294,40 @@ def rows_per_s(
 
 
 def in_process_runners(
-    texts: list[str], series: list[dict[str, Any]], forecast_model: str | None, threads: int
+    texts: list[str],
+    series: list[dict[str, Any]],
+    forecast_model: str | None,
+    threads: int,
+    device: str = "cpu",
 ) -> dict[str, tuple[Callable[[list[Any], str], None], list[Any]]]:
     """Per task, a ``run(chunk, backend)`` that does what the server does for those rows
-    (tokenize or prepare, then the model), and the rows to run; models loaded here."""
+    (tokenize or prepare, then the model under the server's inference context: inference
+    mode, and bf16/fp16 autocast on CUDA), and the rows to run; models loaded on ``device``."""
     import torch
 
     from models.informer import InformerForecaster
     from models.text import SentenceEncoder
+    from service.batching.device import DeviceRuntime, select_device
 
     if threads:
         torch.set_num_threads(threads)
+    runtime = DeviceRuntime(select_device(device))
     runners: dict[str, tuple[Callable[[list[Any], str], None], list[Any]]] = {}
     if texts:
-        encoder = SentenceEncoder.load()
+        encoder = SentenceEncoder.load(device=runtime.device)
 
         def run_text(chunk: list[Any], backend: str) -> None:
-            encoder.encode(chunk, backend=backend)
+            with runtime.inference(backend):
+                encoder.encode(chunk, backend=backend)
 
         runners["encode"] = (run_text, texts[:128])
     if forecast_model:
-        forecaster = InformerForecaster.load(forecast_model)
+        forecaster = InformerForecaster.load(forecast_model, device=str(runtime.device))
 
         def run_forecast(chunk: list[Any], backend: str) -> None:
             windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
-            forecaster.predict(windows, backend)
+            with runtime.inference(backend):
+                forecaster.predict(windows, backend)
 
         runners["forecast"] = (run_forecast, series[:128])
     return runners
@@ -326,10 +345,12 @@ def measure_in_process(
     backends: list[str],
     threads: int,
     repeats: int,
+    device: str = "cpu",
 ) -> dict[tuple[str, str, int], tuple[float, float]]:
     """(rows/s, CPU ms/row) per (task, backend, batch size) for batch sizes 32 and 1."""
     out: dict[tuple[str, str, int], tuple[float, float]] = {}
-    for task, (run, rows) in in_process_runners(texts, series, forecast_model, threads).items():
+    runners = in_process_runners(texts, series, forecast_model, threads, device)
+    for task, (run, rows) in runners.items():
         for backend in backends:
             for batch in (BATCH, 1):
                 out[(task, backend, batch)] = rows_per_s(
@@ -401,7 +422,7 @@ def run_server_phase(
     seconds: float,
 ) -> dict[tuple[str, str], LoadResult]:
     log = Path(args.log_dir) / f"service-bench-{label}.log"
-    server = ServerProcess(models, args.threads, max_batch_size, log, args.workers)
+    server = ServerProcess(models, args.threads, max_batch_size, log, args.workers, args.device)
     results = {}
     try:
         server.wait_ready()
@@ -442,9 +463,17 @@ def main(argv: list[str] | None = None) -> None:
         help="server processes; above 1 also measures that many in-process copies at once",
     )
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--device",
+        default="cpu",
+        choices=["cpu", "cuda"],
+        help="where the server and the in-process models run (cuda: with the server's autocast)",
+    )
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args(argv)
+    if args.workers > 1 and args.device != "cpu":
+        parser.error("--workers above 1 runs on CPU only (one process owns a GPU)")
 
     load_before = load_average()
     print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
@@ -467,7 +496,7 @@ def main(argv: list[str] | None = None) -> None:
 
     print("in-process (batches of 32 and of 1) ...", flush=True)
     in_proc = measure_in_process(
-        texts, series, forecast_model, args.backends, args.threads, args.repeats
+        texts, series, forecast_model, args.backends, args.threads, args.repeats, args.device
     )
     for (task, backend, batch), (rate, cpu) in in_proc.items():
         print(
@@ -492,8 +521,9 @@ def main(argv: list[str] | None = None) -> None:
     nan = (float("nan"), float("nan"))
     lines = [
         f"{args.clients} concurrent clients, one text / one series per request, "
-        f"{args.workers} server worker process(es), torch threads {args.threads} per process, "
-        f"{os.cpu_count()} CPUs; load average before {load_before}, after {load_after}.",
+        f"{args.workers} server worker process(es), device {args.device}, torch threads "
+        f"{args.threads} per process, {os.cpu_count()} CPUs; load average before {load_before}, "
+        f"after {load_after}.",
         "",
         "| task | backend | server req/s | p50 / p95 / p99 ms | mean batch | in-process rows/s "
         "(batch 32, 1 process) | vs in-process | batching-off req/s (p50 / p99 ms) | "
@@ -548,6 +578,7 @@ def main(argv: list[str] | None = None) -> None:
             json.dumps(
                 {
                     "workers": args.workers,
+                    "device": args.device,
                     "threads": args.threads,
                     "clients": args.clients,
                     "load_before": load_before,
