@@ -293,111 +293,99 @@ def rows_per_s(
     return len(rows) / best, best_cpu
 
 
-def in_process_runners(
-    texts: list[str],
-    series: list[dict[str, Any]],
-    forecast_model: str | None,
-    threads: int,
-    device: str = "cpu",
-) -> dict[str, tuple[Callable[[list[Any], str], None], list[Any]]]:
+@dataclass(frozen=True)
+class InProcessWork:
+    """What the in-process measurements run: the rows of each task, the backends, and how."""
+
+    texts: list[str]
+    series: list[dict[str, Any]]
+    forecast_model: str | None
+    backends: list[str]
+    threads: int
+    repeats: int
+    device: str = "cpu"
+
+
+Runner = Callable[[list[Any], str], None]
+
+
+def in_process_runners(work: InProcessWork) -> dict[str, tuple[Runner, list[Any]]]:
     """Per task, a ``run(chunk, backend)`` that does what the server does for those rows
     (tokenize or prepare, then the model under the server's inference context: inference
-    mode, and bf16/fp16 autocast on CUDA), and the rows to run; models loaded on ``device``."""
+    mode, and bf16/fp16 autocast on CUDA), and the rows to run; models loaded on the device."""
     import torch
 
     from models.informer import InformerForecaster
     from models.text import SentenceEncoder
     from service.batching.device import DeviceRuntime, select_device
 
-    if threads:
-        torch.set_num_threads(threads)
-    runtime = DeviceRuntime(select_device(device))
-    runners: dict[str, tuple[Callable[[list[Any], str], None], list[Any]]] = {}
-    if texts:
+    if work.threads:
+        torch.set_num_threads(work.threads)
+    runtime = DeviceRuntime(select_device(work.device))
+    runners: dict[str, tuple[Runner, list[Any]]] = {}
+    if work.texts:
         encoder = SentenceEncoder.load(device=runtime.device)
 
         def run_text(chunk: list[Any], backend: str) -> None:
             with runtime.inference(backend):
                 encoder.encode(chunk, backend=backend)
 
-        runners["encode"] = (run_text, texts[:128])
-    if forecast_model:
-        forecaster = InformerForecaster.load(forecast_model, device=str(runtime.device))
+        runners["encode"] = (run_text, work.texts[:128])
+    if work.forecast_model:
+        forecaster = InformerForecaster.load(work.forecast_model, device=str(runtime.device))
 
         def run_forecast(chunk: list[Any], backend: str) -> None:
             windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
             with runtime.inference(backend):
                 forecaster.predict(windows, backend)
 
-        runners["forecast"] = (run_forecast, series[:128])
+        runners["forecast"] = (run_forecast, work.series[:128])
     return runners
 
 
-def run_with(run: Callable[[list[Any], str], None], backend: str, chunk: list[Any]) -> None:
+def run_with(run: Runner, backend: str, chunk: list[Any]) -> None:
     """``run(chunk, backend)``, for :func:`functools.partial` over ``run`` and ``backend``."""
     run(chunk, backend)
 
 
-def measure_in_process(
-    texts: list[str],
-    series: list[dict[str, Any]],
-    forecast_model: str | None,
-    backends: list[str],
-    threads: int,
-    repeats: int,
-    device: str = "cpu",
-) -> dict[tuple[str, str, int], tuple[float, float]]:
+def measure_in_process(work: InProcessWork) -> dict[tuple[str, str, int], tuple[float, float]]:
     """(rows/s, CPU ms/row) per (task, backend, batch size) for batch sizes 32 and 1."""
     out: dict[tuple[str, str, int], tuple[float, float]] = {}
-    runners = in_process_runners(texts, series, forecast_model, threads, device)
-    for task, (run, rows) in runners.items():
-        for backend in backends:
+    for task, (run, rows) in in_process_runners(work).items():
+        for backend in work.backends:
             for batch in (BATCH, 1):
                 out[(task, backend, batch)] = rows_per_s(
-                    partial(run_with, run, backend), rows, batch, repeats
+                    partial(run_with, run, backend), rows, batch, work.repeats
                 )
     return out
 
 
-def _parallel_member(
-    texts: list[str],
-    series: list[dict[str, Any]],
-    forecast_model: str | None,
-    backends: list[str],
-    threads: int,
-    repeats: int,
-    barrier: Any,
-    results: Any,
-) -> None:
+def _parallel_member(work: InProcessWork, barrier: Any, results: Any) -> None:
     """One of :func:`measure_in_process_parallel`'s processes: load, then for each backend wait
     for the others and run the batch-32 passes; report."""
     out: dict[tuple[str, str], float] = {}
-    for task, (run, rows) in in_process_runners(texts, series, forecast_model, threads).items():
-        for backend in backends:
+    for task, (run, rows) in in_process_runners(work).items():
+        for backend in work.backends:
             barrier.wait()  # every process runs the same task and backend at the same time
             out[(task, backend)] = rows_per_s(
-                partial(run_with, run, backend), rows, BATCH, repeats
+                partial(run_with, run, backend), rows, BATCH, work.repeats
             )[0]
     results.put(out)
 
 
 def measure_in_process_parallel(
-    processes: int,
-    texts: list[str],
-    series: list[dict[str, Any]],
-    forecast_model: str | None,
-    backends: list[str],
-    threads: int,
-    repeats: int,
+    processes: int, work: InProcessWork
 ) -> dict[tuple[str, str], float]:
     """Rows/s at batch 32 of ``processes`` copies of the model running at once, one per process
-    (summed): the machine's ceiling for a server with that many workers."""
+    (summed): the machine's ceiling for a server with that many workers (CPU)."""
     import multiprocessing
 
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(processes), ctx.Queue()
-    args = (texts, series, forecast_model, backends, threads, repeats, barrier, results)
-    procs = [ctx.Process(target=_parallel_member, args=args) for _ in range(processes)]
+    procs = [
+        ctx.Process(target=_parallel_member, args=(work, barrier, results))
+        for _ in range(processes)
+    ]
     for proc in procs:
         proc.start()
     parts = [results.get(timeout=1800) for _ in procs]
@@ -495,9 +483,10 @@ def main(argv: list[str] | None = None) -> None:
             workloads[("forecast", backend)] = forecast_workload(forecast_model, series, backend)
 
     print("in-process (batches of 32 and of 1) ...", flush=True)
-    in_proc = measure_in_process(
+    work = InProcessWork(
         texts, series, forecast_model, args.backends, args.threads, args.repeats, args.device
     )
+    in_proc = measure_in_process(work)
     for (task, backend, batch), (rate, cpu) in in_proc.items():
         print(
             f"  in-process {task:>8} {backend:>10} batch {batch:>2}: {rate:7.1f} rows/s  "
@@ -507,9 +496,7 @@ def main(argv: list[str] | None = None) -> None:
     in_parallel: dict[tuple[str, str], float] = {}
     if args.workers > 1:
         print(f"in-process, {args.workers} processes at once (batches of 32) ...", flush=True)
-        in_parallel = measure_in_process_parallel(
-            args.workers, texts, series, forecast_model, args.backends, args.threads, args.repeats
-        )
+        in_parallel = measure_in_process_parallel(args.workers, work)
         for (task, backend), rate in in_parallel.items():
             print(f"  in-process x{args.workers} {task:>8} {backend:>10}: {rate:7.1f} rows/s")
     print(f"server, batching on (max batch {BATCH}) ...", flush=True)
