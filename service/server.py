@@ -7,8 +7,9 @@ admitted model request is answered or ``shutdown_grace_s`` passes, then lets uvi
 once. The process then exits 0 (uvicorn's default re-raises the signal after a graceful stop);
 a failed start-up (missing weights, ...) exits 1.
 
-With ``workers`` > 1, :func:`serve` hands over to :mod:`service.workers`, whose worker processes
-each run :func:`serve_worker`: the same server on its own ``SO_REUSEPORT`` listener.
+With ``workers`` > 1 the CLI starts :class:`service.workers.Supervisor` instead (it must not
+import this module, which pulls in torch and the app); its worker processes each run
+:func:`serve_worker`: the same server on its own ``SO_REUSEPORT`` listener.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from service.lifecycle import Phase
 from service.logs import configure_logging
 from service.settings import Settings
 from service.state import AppState
-from service.workers import Supervisor
 
 log = logging.getLogger("attnserve")
 
@@ -106,11 +106,9 @@ def build_server(
 
 
 def serve(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or 1 when start-up
-    failed (of any worker, with several)."""
+    """Run one server process until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or
+    1 when start-up failed. (``workers`` is the CLI's business: see the module docstring.)"""
     configure_logging(settings)
-    if settings.workers > 1:
-        return Supervisor(settings).run()
     server = build_server(settings)
     server.run()
     return 1 if server.state.lifecycle.phase is Phase.FAILED else 0
