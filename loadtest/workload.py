@@ -20,7 +20,7 @@ DATA_DIR_ENV = "ATTNSERVE_DATA_DIR"
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
 ENDPOINTS = ("forecast", "encode")
 
-# ETTh1 standard split (shared/data/ETT/README.md): test rows [11520, 14400), 0-based, no header.
+# ETTh1 standard split (data/ETT/README.md): test rows [11520, 14400), 0-based, no header.
 TEST_ROWS = (11_520, 14_400)
 
 
@@ -67,9 +67,9 @@ def pick(rng: random.Random, mix: Mapping[str, float]) -> str:
 
 
 def data_dir() -> Path:
-    """``$ATTNSERVE_DATA_DIR``, else ``../shared/data`` beside the repository root."""
+    """Root of the data sets: ``$ATTNSERVE_DATA_DIR``, else the repository's own ``data/``."""
     env = os.environ.get(DATA_DIR_ENV)
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+    return Path(env) if env else REPO_ROOT / "data"
 
 
 @dataclass(frozen=True)
@@ -107,7 +107,8 @@ def load_ett_test(path: Path | None = None, rows: tuple[int, int] = TEST_ROWS) -
     path = path or data_dir() / "ETT" / "ETTh1.csv"
     if not path.is_file():
         raise FileNotFoundError(
-            f"{path} not found: set {DATA_DIR_ENV} to the folder that holds ETT/ETTh1.csv"
+            f"{path} not found: ETTh1 ships in the repository's data/ETT/; if {DATA_DIR_ENV} "
+            "is set, it must name a folder that holds ETT/ETTh1.csv"
         )
     first, last = rows
     timestamps: list[str] = []

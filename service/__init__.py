@@ -1,4 +1,4 @@
-"""attnserve's HTTP service: routes -> batcher -> servable models (see /work/shared/DESIGN.md).
+"""attnserve's HTTP service: routes -> batcher -> servable models (see README.md).
 
 ``create_app`` builds the FastAPI app; ``attnserve serve`` / ``python -m service`` runs it.
 """

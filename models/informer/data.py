@@ -33,9 +33,9 @@ SPLIT_BORDERS = {  # rows [start, end) before the seq_len look-back is prepended
 
 
 def data_dir() -> Path:
-    """Root of the shared data: ``$ATTNSERVE_DATA_DIR`` or ``<repo>/../shared/data``."""
+    """Root of the data sets: ``$ATTNSERVE_DATA_DIR``, else the repository's own ``data/``."""
     env = os.environ.get(DATA_ENV)
-    return Path(env) if env else REPO_ROOT.parent / "shared" / "data"
+    return Path(env) if env else REPO_ROOT / "data"
 
 
 def etth1_path() -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -131,7 +133,7 @@ def test_data_dir_env_override(monkeypatch, tmp_path):
     monkeypatch.setenv("ATTNSERVE_DATA_DIR", str(tmp_path))
     assert data_dir() == tmp_path
     monkeypatch.delenv("ATTNSERVE_DATA_DIR")
-    assert data_dir().parts[-2:] == ("shared", "data")
+    assert data_dir() == Path(__file__).resolve().parents[2] / "data"
 
 
 @needs_data

@@ -1,8 +1,12 @@
-"""Shared helpers for the Informer tests (no tests here): a tiny checkpoint, the data skip."""
+"""Helpers for the Informer tests (no tests here): a tiny checkpoint, the data check."""
 
 from __future__ import annotations
 
+import functools
+import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -11,13 +15,27 @@ import torch
 
 from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
-from models.informer.data import ETTH1_CHANNELS, StandardScaler, etth1_path
+from models.informer.data import DATA_ENV, ETTH1_CHANNELS, StandardScaler, etth1_path
 from models.informer.model import Informer
 
-needs_data = pytest.mark.skipif(
-    not etth1_path().is_file(),
-    reason=f"ETTh1 not found at {etth1_path()} (set ATTNSERVE_DATA_DIR to the shared data folder)",
-)
+
+def needs_data(test: Callable[..., Any]) -> Callable[..., Any]:
+    """Mark a test that reads ETTh1. The file ships in ``data/ETT/``, so a missing one fails the
+    test with a clear message (a broken checkout or a wrong ``ATTNSERVE_DATA_DIR``), never skips.
+    ``functools.wraps`` keeps the signature, so fixtures and parametrize still work."""
+
+    @functools.wraps(test)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        path = etth1_path()
+        if not path.is_file():
+            pytest.fail(
+                f"ETTh1 missing at {path}; it ships in data/ETT/ "
+                f"(ATTNSERVE_DATA_DIR={os.environ.get(DATA_ENV)!r})",
+                pytrace=False,
+            )
+        return test(*args, **kwargs)
+
+    return checked
 
 
 def tiny_checkpoint(directory: Path, seed: int = 0) -> Path:

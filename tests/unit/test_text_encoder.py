@@ -1,7 +1,7 @@
 """all-MiniLM-L6-v2 in our own encoder: reference match, token limits, batching, errors, card.
 
 The reference is sentence-transformers 6.2's own output for 8 texts
-(``/work/shared/fixtures/minilm_reference.json``, one of them 302 tokens long and cut to 256).
+(``tests/fixtures/minilm_reference.json``, one of them 302 tokens long and cut to 256).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from models.text.bert import PackedBatch
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import model_dir
 
-FIXTURE = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "minilm_reference.json"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "minilm_reference.json"
 EXACT = [b for b in BACKENDS if get_backend(b).exact]
 # Same text alone or in a padded batch: exact backends agree to float32 rounding; the
 # approximate ones are built to be padding-invariant too, but reduce in a different order.
@@ -35,8 +35,8 @@ INVARIANCE_FLOOR = {b: 0.99999 if get_backend(b).exact else 0.9999 for b in BACK
 
 @pytest.fixture(scope="module")
 def reference() -> dict:
-    if not FIXTURE.is_file():
-        pytest.skip(f"reference fixture not found at {FIXTURE}")
+    # The fixture ships with the tests: a missing file is a broken checkout, not a skip.
+    assert FIXTURE.is_file(), f"reference fixture missing at {FIXTURE}; it ships in tests/fixtures/"
     return json.loads(FIXTURE.read_text(encoding="utf-8"))
 
 
