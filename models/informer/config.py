@@ -40,6 +40,15 @@ class InformerConfig:
             not in the paper.
         factor: ProbSparse sampling factor c used when the backend is ``probsparse`` and the
             caller gives no ``factor`` (the paper uses 3 at horizon 24, 5 elsewhere).
+        channel_independent: run every channel as its own univariate series through shared
+            weights (PatchTST, Nie et al., ICLR 2023); not in the Informer paper.
+        patch_len: steps per token (PatchTST patches); 0 keeps Informer's one token per step.
+        patch_stride: encoder patch stride (the decoder's patches never overlap); 0 means
+            ``patch_len // 2``.
+        linear_path: add the closed-form NLinear map (:mod:`models.informer.linear`) as a path
+            beside the network, whose output projection starts at zero: the untrained model is
+            the linear baseline, and training adds what attention finds on top.
+        default_attention: the backend a request gets when it names none (the one trained with).
     """
 
     enc_in: int = 7
@@ -61,6 +70,11 @@ class InformerConfig:
     time_features: int = 4
     revin: bool = False
     factor: int = 5
+    channel_independent: bool = False
+    patch_len: int = 0
+    patch_stride: int = 0
+    linear_path: bool = False
+    default_attention: str = "probsparse"
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -69,6 +83,28 @@ class InformerConfig:
             raise ValueError(f"label_len {self.label_len} must not exceed seq_len {self.seq_len}")
         if self.activation not in ("gelu", "relu"):
             raise ValueError(f"activation must be 'gelu' or 'relu', got {self.activation!r}")
+        if self.channel_independent and not self.enc_in == self.dec_in == self.c_out:
+            raise ValueError("channel_independent needs enc_in == dec_in == c_out")
+        if self.patch_len:
+            if not 0 < self.stride <= self.patch_len <= self.seq_len:
+                raise ValueError(
+                    f"need 0 < patch_stride <= patch_len <= seq_len, got stride {self.stride}, "
+                    f"patch_len {self.patch_len}, seq_len {self.seq_len}"
+                )
+            if self.label_len % self.patch_len:
+                raise ValueError(
+                    f"label_len {self.label_len} must be a multiple of patch_len {self.patch_len}"
+                )
+
+    @property
+    def stride(self) -> int:
+        """Encoder patch stride (``patch_stride``, or half a patch when 0)."""
+        return self.patch_stride or max(1, self.patch_len // 2)
+
+    @property
+    def series_channels(self) -> int:
+        """Channels inside one series the network sees (1 when channels run independently)."""
+        return 1 if self.channel_independent else self.enc_in
 
     @property
     def head_dim(self) -> int:
@@ -76,12 +112,23 @@ class InformerConfig:
 
     @property
     def dec_len(self) -> int:
-        """Decoder input length: start token plus placeholders."""
+        """Decoder input length in steps: start token plus placeholders."""
         return self.label_len + self.pred_len
 
+    @property
+    def dec_tokens(self) -> int:
+        """Decoder tokens: steps, or whole patches covering the start token and the horizon."""
+        if not self.patch_len:
+            return self.dec_len
+        return self.label_len // self.patch_len + -(-self.pred_len // self.patch_len)
+
     def encoder_lengths(self) -> list[int]:
-        """Sequence length seen by each encoder attention layer (halved by each distil step)."""
-        lengths, n = [], self.seq_len
+        """Tokens seen by each encoder attention layer (halved by each distil step)."""
+        n = self.seq_len
+        if self.patch_len:
+            # PatchTST pads the end with ``stride`` repeated steps before cutting patches.
+            n = (n + self.stride - self.patch_len) // self.stride + 1
+        lengths = []
         for i in range(self.e_layers):
             lengths.append(n)
             if self.distil and i < self.e_layers - 1:
@@ -102,6 +149,20 @@ PRESETS: dict[str, InformerConfig] = {
     "paper": InformerConfig(),
     # The shipped checkpoints: same layer structure, a quarter of the width.
     "small": InformerConfig(d_model=128, n_heads=8, d_ff=256, revin=True),
+    # Informer layers over patch tokens of single channels, refining a closed-form linear map:
+    # narrow and strongly regularised, as PatchTST found best on the small ETT sets.
+    "patch": InformerConfig(
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        dropout=0.2,
+        revin=True,
+        channel_independent=True,
+        patch_len=16,
+        patch_stride=8,
+        linear_path=True,
+        default_attention="flash",
+    ),
     # For tests: builds and runs in milliseconds.
     "tiny": InformerConfig(d_model=16, n_heads=2, d_ff=32, seq_len=24, label_len=12, pred_len=8),
 }

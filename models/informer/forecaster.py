@@ -29,7 +29,6 @@ from models.informer.timefeatures import (
 )
 from models.names import DEFAULT_BATCH_BUCKETS
 
-DEFAULT_ATTENTION = "probsparse"
 # A scaled value further than this from the training mean (in training standard deviations) is
 # taken as a unit or data error, not a reading: ETTh1's whole history stays within ~10.
 MAX_ABS_SCALED = 1000.0
@@ -78,6 +77,8 @@ class InformerForecaster:
         self.horizon: int = int(meta["horizon"])
         self.channels: list[str] = list(meta["channels"])
         self.freq: str = meta["freq"]
+        # The backend the checkpoint was trained with (older checkpoints: ProbSparse).
+        self.default_attention: str = model.config.default_attention
         self.device = next(model.parameters()).device
         self.compiled_backends: frozenset[str] = frozenset()
         self.batch_buckets: tuple[int, ...] = ()
@@ -218,14 +219,16 @@ class InformerForecaster:
     def predict(
         self,
         windows: list[ForecastWindow],
-        backend: str = DEFAULT_ATTENTION,
+        backend: str | None = None,
         options: dict | None = None,
         horizon: int | None = None,
     ) -> list[Forecast]:
         """Forecast every window in one batched forward pass; values in original units.
 
         The model always predicts its full horizon; a shorter ``horizon`` returns the first steps.
+        ``backend`` None means the checkpoint's default attention.
         """
+        backend = backend or self.default_attention
         steps = self._check_horizon(horizon)
         self.check_attention(backend, options)
         if not windows:
@@ -275,8 +278,11 @@ class InformerForecaster:
             "label_len": self.label_len,
             "channels": self.channels,
             "freq": self.freq,
-            "default_attention": DEFAULT_ATTENTION,
+            "default_attention": self.default_attention,
             "revin": c.revin,
+            "channel_independent": c.channel_independent,
+            "patch_len": c.patch_len,
+            "linear_path": c.linear_path,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "backends": backends,
             "quality": {k: v for k, v in self.quality.items() if k != "slice"},

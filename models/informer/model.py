@@ -5,6 +5,10 @@ layer -> LayerNorm. Decoder (generative, paper Sec. 3.3): the last ``label_len``
 followed by ``pred_len`` zero placeholders, masked self-attention, cross-attention to the encoder,
 LayerNorm, a linear projection; the whole horizon comes out of one forward pass.
 
+Options beyond the paper (see :class:`InformerConfig`): channel independence and patch tokens
+(PatchTST, Nie et al., ICLR 2023) and a linear path, the closed-form NLinear map of
+:mod:`models.informer.linear`, to which the network's output is added as a correction.
+
 Attention plan (which backend each layer runs), decided per call by :func:`attention_plan`:
     * every layer runs the requested backend with the requested options;
     * a layer the backend cannot run (e.g. causal decoder self-attention for ``nystrom``) runs
@@ -12,7 +16,8 @@ Attention plan (which backend each layer runs), decided per call by :func:`atten
     * with ``probsparse``, the decoder cross-attention is exact, as in the paper (Fig. 2; the
       reference builds it with ``FullAttention``): ProbSparse is a self-attention mechanism.
 
-Dimension legend: ``b`` batch, ``n`` steps, ``c`` channels, ``f`` calendar features, ``d`` width.
+Dimension legend: ``b`` batch (``b·c`` rows when channels run independently), ``n`` steps,
+``t`` tokens, ``c`` channels, ``f`` calendar features, ``d`` width, ``h`` horizon.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from models.attention import InputSpec, get_backend
 from models.informer.config import InformerConfig
 from models.informer.embed import DataEmbedding
 from models.informer.layers import DecoderLayer, DistilLayer, EncoderLayer
+from models.informer.patching import PatchEmbedding, fold_channels, pad_to_patches, unfold_channels
 from models.informer.revin import RevIN
 
 
@@ -58,7 +64,7 @@ def attention_plan(
     resolved = {k: v for k, v in chosen.resolve_options(opts).items() if v is not None}
     cfg = config if seq_len is None else _with_seq_len(config, seq_len)
     enc_lengths = cfg.encoder_lengths()
-    head_dim, dec_len = cfg.head_dim, cfg.dec_len
+    head_dim, dec_len = cfg.head_dim, cfg.dec_tokens
 
     def pick(lq: int, lk: int, causal: bool) -> LayerChoice:
         spec = InputSpec(lq, lk, head_dim, dtype, device_type, causal=causal)
@@ -83,6 +89,29 @@ def _with_seq_len(config: InformerConfig, seq_len: int) -> InformerConfig:
     return replace(config, seq_len=seq_len, label_len=min(config.label_len, seq_len))
 
 
+class LinearPath(nn.Module):
+    """NLinear's map ``W·(x - x_last) + x_last`` per channel, ``W`` of shape ``[h, n]``.
+
+    Frozen by default: it holds the closed-form fit (:meth:`LinearBaseline.fit
+    <models.informer.linear.LinearBaseline.fit>`), set by the trainer before the first step.
+    It commutes with RevIN (a map of differences without bias is shift- and scale-equivariant),
+    so it runs on the normalised window and still equals the baseline in original units.
+    """
+
+    def __init__(self, context: int, horizon: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.zeros(horizon, context), requires_grad=False)
+
+    def forward(self, x: Tensor, horizon: int) -> Tensor:  # [b, n, c] -> [b, h, c]
+        if (horizon, x.shape[1]) != tuple(self.weight.shape):
+            raise ValueError(
+                f"the linear path maps exactly {self.weight.shape[1]} steps to "
+                f"{self.weight.shape[0]}; got {x.shape[1]} steps and horizon {horizon}"
+            )
+        last = x[:, -1:]
+        return torch.einsum("hn,bnc->bhc", self.weight, x - last) + last
+
+
 class Informer(nn.Module):
     """Informer encoder-decoder forecaster; see the module docstring for the layout."""
 
@@ -91,8 +120,18 @@ class Informer(nn.Module):
         c = config
         self.config = c
         self.revin = RevIN(c.enc_in) if c.revin else None
-        self.enc_embedding = DataEmbedding(c.enc_in, c.time_features, c.d_model, c.dropout)
-        self.dec_embedding = DataEmbedding(c.dec_in, c.time_features, c.d_model, c.dropout)
+        self.linear = LinearPath(c.seq_len, c.pred_len) if c.linear_path else None
+        ch, marks = c.series_channels, c.time_features
+        if c.patch_len:
+            self.enc_embedding: nn.Module = PatchEmbedding(
+                c.patch_len, c.stride, ch, marks, c.d_model, c.dropout, pad_end=True
+            )
+            self.dec_embedding: nn.Module = PatchEmbedding(
+                c.patch_len, c.patch_len, ch, marks, c.d_model, c.dropout, pad_end=False
+            )
+        else:
+            self.enc_embedding = DataEmbedding(ch, marks, c.d_model, c.dropout)
+            self.dec_embedding = DataEmbedding(ch, marks, c.d_model, c.dropout)
         self.encoder = nn.ModuleList(
             EncoderLayer(c.d_model, c.n_heads, c.d_ff, c.dropout, c.activation)
             for _ in range(c.e_layers)
@@ -106,7 +145,11 @@ class Informer(nn.Module):
             for _ in range(c.d_layers)
         )
         self.decoder_norm = nn.LayerNorm(c.d_model)
-        self.projection = nn.Linear(c.d_model, c.c_out)
+        out_channels = 1 if c.channel_independent else c.c_out
+        self.projection = nn.Linear(c.d_model, max(c.patch_len, 1) * out_channels)
+        if self.linear is not None:  # start as the linear baseline exactly (ReZero-style)
+            nn.init.zeros_(self.projection.weight)
+            nn.init.zeros_(self.projection.bias)
 
     def forward(
         self,
@@ -125,8 +168,16 @@ class Informer(nn.Module):
             x_enc = self.revin.normalize(x_enc, mean, std)
             start = self.revin.normalize(x_dec[:, : c.label_len], mean, std)
             x_dec = torch.cat([start, torch.zeros_like(x_dec[:, c.label_len :])], dim=1)
+        base = self.linear(x_enc, pred_len) if self.linear is not None else None  # [b, h, c]
+        channels = x_enc.shape[2]
+        if c.channel_independent:  # [b, n, c] -> [b·c, n, 1]
+            x_enc, x_dec = fold_channels(x_enc), fold_channels(x_dec)
+            mark_enc = mark_enc.repeat_interleave(channels, dim=0)
+            mark_dec = mark_dec.repeat_interleave(channels, dim=0)
+        if c.patch_len:
+            x_dec, mark_dec = pad_to_patches(x_dec, mark_dec, c.patch_len)
 
-        h = self.enc_embedding(x_enc, mark_enc)  # [b, n, d]
+        h = self.enc_embedding(x_enc, mark_enc)  # [b, t, d]
         for i, layer in enumerate(self.encoder):
             choice = plan[f"encoder.{i}.self"]
             h = layer(h, choice.backend, choice.options)
@@ -138,7 +189,13 @@ class Informer(nn.Module):
         for i, layer in enumerate(self.decoder):
             s, x = plan[f"decoder.{i}.self"], plan[f"decoder.{i}.cross"]
             y = layer(y, memory, (s.backend, s.options), (x.backend, x.options))
-        out = self.projection(self.decoder_norm(y))[:, -pred_len:]  # [b, pred_len, c_out]
+        out = self.projection(self.decoder_norm(y))  # [b, t, patch_len·c_out]
+        out = out.reshape(out.shape[0], -1, out.shape[2] // max(c.patch_len, 1))  # [b, steps, c]
+        out = out[:, c.label_len : c.label_len + pred_len]  # [b, h, c_out]
+        if c.channel_independent:
+            out = unfold_channels(out, channels)
+        if base is not None:
+            out = out + base
         if self.revin is not None:
             out = self.revin.denormalize(out, mean, std)
         return out

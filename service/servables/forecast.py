@@ -11,8 +11,7 @@ import pandas as pd
 
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
-from models.informer.forecaster import DEFAULT_ATTENTION
-from models.informer.timefeatures import FREQ_STEPS
+from models.informer.timefeatures import freq_step
 from service.servables.base import accepted_backends, canonical_options
 
 
@@ -25,7 +24,7 @@ class ForecastServable:
         self.forecaster = forecaster
         self.name = forecaster.name
         self.aliases: tuple[str, ...] = ()
-        self.default_attention = DEFAULT_ATTENTION
+        self.default_attention = forecaster.default_attention
         self.context = forecaster.context
         self.horizon = forecaster.horizon
         self.channels = list(forecaster.channels)
@@ -65,7 +64,7 @@ class ForecastServable:
     def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
         # The training mean at regular timestamps: always a valid, in-range history.
         index = pd.date_range(
-            "2017-01-02 00:00:00", periods=self.context, freq=FREQ_STEPS[self.freq]
+            "2017-01-02 00:00:00", periods=self.context, freq=freq_step(self.freq)
         )
         mean = np.asarray(self.forecaster.scaler.mean, dtype=np.float64)
         values = np.tile(mean, (self.context, 1)).tolist()

@@ -1,0 +1,151 @@
+"""The linear baseline and the Informer options beyond the paper: linear path, patch tokens,
+channel independence."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from models.attention import BACKENDS
+from models.informer.config import preset
+from models.informer.data import decoder_input
+from models.informer.linear import LinearBaseline, sliding_windows
+from models.informer.model import Informer
+from models.informer.patching import fold_channels, unfold_channels
+from tests.unit.test_informer_helpers import one_thread  # noqa: F401
+
+
+def _series(rows: int = 400, channels: int = 3, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    t = np.arange(rows)[:, None]
+    return np.sin(2 * np.pi * t / 24 + np.arange(channels)) + 0.1 * rng.standard_normal(
+        (rows, channels)
+    )
+
+
+def test_linear_fit_equals_direct_least_squares():
+    """The chunked normal equations give the same map as one lstsq over explicit windows."""
+    values, ctx, horizon, ridge = _series(), 24, 6, 1e-3
+    fit = LinearBaseline.fit(values, ctx, horizon, ridge)
+    rows_x, rows_y = [], []
+    for i in range(len(values) - ctx - horizon + 1):
+        for c in range(values.shape[1]):
+            x, y = values[i : i + ctx, c], values[i + ctx : i + ctx + horizon, c]
+            rows_x.append(x - x[-1])
+            rows_y.append(y - x[-1])
+    X, Y = np.asarray(rows_x), np.asarray(rows_y)
+    lam = ridge * len(X)
+    # Ridge as an augmented least-squares problem: an independent route to the same solution.
+    X_aug = np.vstack([X, np.sqrt(lam) * np.eye(ctx)])
+    Y_aug = np.vstack([Y, np.zeros((ctx, horizon))])
+    expected = np.linalg.lstsq(X_aug, Y_aug, rcond=None)[0]
+    np.testing.assert_allclose(fit.weight, expected, rtol=1e-6, atol=1e-8)
+
+
+def test_linear_fit_recovers_a_persistence_series_exactly():
+    """On a random walk's noise-free analogue (a constant per window) the best map predicts the
+    last value: zero error."""
+    steps = np.repeat(np.arange(50.0), 10)[:, None]  # piecewise-constant, so x - x_last = 0 often
+    fit = LinearBaseline.fit(steps, 8, 4)
+    hist = np.full((2, 1, 8), 3.5)
+    np.testing.assert_allclose(fit.predict(hist), np.full((2, 1, 4), 3.5))
+
+
+def test_linear_score_counts_every_window():
+    values, ctx, horizon = _series(), 24, 6
+    fit = LinearBaseline.fit(values[:300], ctx, horizon)
+    x, y = sliding_windows(values[300:], ctx, horizon)
+    errs = [fit.predict(x[i]) - y[i] for i in range(len(x))]
+    mse, mae = fit.score(values[300:])
+    assert mse == pytest.approx(float(np.mean(np.square(errs))))
+    assert mae == pytest.approx(float(np.mean(np.abs(errs))))
+    assert mse < float(np.mean(np.square(y - x[..., -1:])))  # beats "repeat the last value"
+
+
+def test_linear_fit_refuses_too_few_rows():
+    with pytest.raises(ValueError, match="need at least 30 rows"):
+        LinearBaseline.fit(_series(rows=20), 24, 6)
+
+
+def _patch_config(**kw):
+    return preset("patch", seq_len=48, label_len=16, pred_len=20, **kw)
+
+
+def _batch(cfg, b: int = 2, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, cfg.seq_len, cfg.enc_in, generator=g).cumsum(1) * 0.1
+    xm = torch.rand(b, cfg.seq_len, cfg.time_features, generator=g) - 0.5
+    y = torch.randn(b, cfg.dec_len, cfg.dec_in, generator=g)
+    ym = torch.rand(b, cfg.dec_len, cfg.time_features, generator=g) - 0.5
+    return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_untrained_linear_path_model_is_the_linear_baseline(backend):
+    """The network's output projection starts at zero, so every backend returns exactly the
+    closed-form map's forecast (RevIN on: the map commutes with it)."""
+    cfg = _patch_config()
+    model = Informer(cfg).eval()
+    fit = LinearBaseline.fit(_series(rows=300, channels=7), cfg.seq_len, cfg.pred_len)
+    model.linear.weight.copy_(torch.from_numpy(fit.weight.T))
+    x, xm, xd, ym = _batch(cfg)
+    out = model(x, xm, xd, ym, backend=backend)
+    expected = fit.predict(x.double().numpy().transpose(0, 2, 1)).transpose(0, 2, 1)
+    np.testing.assert_allclose(out.double().numpy(), expected, atol=1e-4)
+
+
+def test_linear_path_refuses_another_length():
+    cfg = _patch_config()
+    model = Informer(cfg).eval()
+    x, xm, xd, ym = _batch(cfg)
+    with pytest.raises(ValueError, match="maps exactly 48 steps to 20"):
+        model(x[:, 8:], xm[:, 8:], xd, ym, backend="full")
+
+
+def test_linear_path_is_frozen_unless_asked():
+    model = Informer(_patch_config())
+    assert not model.linear.weight.requires_grad
+    assert model.projection.weight.abs().sum() == 0
+
+
+@torch.no_grad()
+def test_patch_token_counts_match_the_config():
+    cfg = _patch_config(linear_path=False)
+    model = Informer(cfg).eval()
+    x, xm, xd, ym = _batch(cfg)
+    tokens = model.enc_embedding(fold_channels(x), xm.repeat_interleave(cfg.enc_in, 0))
+    assert tokens.shape[1] == cfg.encoder_lengths()[0] == (48 + 8 - 16) // 8 + 1
+    assert cfg.dec_tokens == 16 // 16 + 2  # start token patch + ceil(20 / 16) horizon patches
+    assert model(x, xm, xd, ym, backend="flash").shape == (2, 20, 7)
+
+
+def test_fold_and_unfold_channels_round_trip():
+    x = torch.randn(3, 10, 4)
+    folded = fold_channels(x)
+    assert folded.shape == (12, 10, 1)
+    assert torch.equal(folded[5, :, 0], x[1, :, 1])  # row b·c + channel
+    assert torch.equal(unfold_channels(folded, 4), x)
+
+
+@torch.no_grad()
+def test_independent_channels_are_permutation_equivariant():
+    """With shared weights and no mixing, permuting the input channels permutes the forecast."""
+    cfg = _patch_config(linear_path=False, dropout=0.0)
+    torch.manual_seed(1)
+    model = Informer(cfg).eval()
+    x, xm, xd, ym = _batch(cfg)
+    perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
+    out = model(x, xm, xd, ym, backend="full")
+    out_perm = model(x[..., perm], xm, xd[..., perm], ym, backend="full")
+    torch.testing.assert_close(out_perm, out[..., perm], atol=1e-5, rtol=1e-5)
+
+
+def test_patch_config_is_checked():
+    with pytest.raises(ValueError, match="multiple of patch_len"):
+        preset("patch", label_len=20)
+    with pytest.raises(ValueError, match="patch_stride <= patch_len"):
+        preset("patch", patch_stride=32)
+    with pytest.raises(ValueError, match="channel_independent"):
+        preset("patch", c_out=1)
