@@ -24,7 +24,7 @@ from service.batching.policy import Limits
 from service.errors import install_error_handlers
 from service.metrics import Metrics
 from service.middleware import BodyLimit, RequestContext
-from service.registry import Loader, Registry, load_servables
+from service.registry import Loader, ModelLoadError, Registry, load_servables
 from service.routes import embeddings, encode, forecast, health, models
 from service.settings import Settings
 from service.state import AppState
@@ -39,7 +39,8 @@ async def start_serving(state: AppState) -> None:
     configure_threads(settings.torch_threads)
     runtime = DeviceRuntime(select_device(settings.device), settings.autocast)
     state.device = str(runtime.device)
-    lifecycle.step(f"loading {', '.join(settings.models)} on {runtime.device}")
+    extra = f" and the checkpoints in {settings.model_dir}" if settings.model_dir else ""
+    lifecycle.step(f"loading {', '.join(settings.models)}{extra} on {runtime.device}")
     servables = await asyncio.to_thread(state.loader, settings, state.device)
     if settings.compile_backends:
         lifecycle.step(f"compiling {', '.join(settings.compile_backends)} (torch.compile)")
@@ -100,6 +101,13 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     async def load_or_fail() -> None:
         try:
             await start_serving(state)
+        except ModelLoadError as exc:
+            # A bad model name or checkpoint folder: the message is the whole story (the
+            # traceback at debug level); the server exits with status 1 (service.server).
+            log.error("start-up failed: %s", exc)
+            log.debug("start-up failure", exc_info=True)
+            state.lifecycle.fail(str(exc))
+            raise
         except Exception as exc:
             log.exception("start-up failed")
             state.lifecycle.fail(f"{type(exc).__name__}: {exc}")

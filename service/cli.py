@@ -1,12 +1,14 @@
 """``attnserve serve`` (and ``python -m service``): run the server; every setting is a flag.
 
 Precedence: flags > ``ATTNSERVE_*`` env vars > defaults. ``attnserve settings`` prints the
-settings table (name, env var, default, description).
+settings table (name, env var, default, description). ``attnserve train`` and ``attnserve
+evaluate`` fit and score forecasters on any CSV (their own ``--help`` lists their flags).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -34,7 +36,22 @@ def build_parser() -> argparse.ArgumentParser:
             help=f"{field.description} [{env}]",
         )
     commands.add_parser("settings", help="print the settings table (markdown)")
+    for name, text in MODEL_TOOLS.items():  # flags parsed by the tool itself
+        commands.add_parser(name, help=text, add_help=False)
     return parser
+
+
+# Training and evaluation live in ``models/``: their argument parsers are their own.
+MODEL_TOOLS = {
+    "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
+    "evaluate": "score checkpoints per backend beside the linear baseline (see evaluate --help)",
+}
+
+
+def run_model_tool(name: str, argv: list[str]) -> int:
+    """Run ``attnserve train|evaluate`` with its own arguments."""
+    importlib.import_module(f"models.informer.{name}").main(argv)
+    return 0
 
 
 def settings_table() -> str:
@@ -51,6 +68,9 @@ def settings_table() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in MODEL_TOOLS:
+        return run_model_tool(argv[0], argv[1:])
     args = build_parser().parse_args(argv)
     if args.command == "settings":
         print(settings_table())

@@ -5,10 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from service.errors import ModelNotFound
 from service.servables.base import Servable
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from models.informer import InformerForecaster
 
 log = logging.getLogger("attnserve")
 
@@ -18,14 +22,99 @@ TEXT_ALIASES = ("sentence-transformers/all-MiniLM-L6-v2",)
 Loader = Callable[[Settings, str], list[Servable]]
 
 
-def load_servables(settings: Settings, device: str) -> list[Servable]:
-    """Load every model named in ``settings.models`` on ``device`` (weights from safetensors)."""
-    # Imported here: building an app (and its tests) must not pay for torch models up front.
+class ModelLoadError(ValueError):
+    """A model the settings ask for cannot be loaded. The message names the model (or folder),
+    what is wrong and how to fix it, so start-up reports it in one line, without a traceback."""
+
+
+def model_dir_checkpoints(model_dir: Path) -> dict[str, Path]:
+    """The checkpoint folders in ``model_dir`` by model name (the folder's name), in name order:
+    every immediate subfolder, followed if it is a link. Entries whose name starts with "." (such
+    as ``.ipynb_checkpoints``) and plain files (a README) are skipped. The folders themselves are
+    checked when they load.
+
+    Raises:
+        ModelLoadError: ``model_dir`` is not a folder, or is itself a checkpoint folder.
+    """
+    if not model_dir.is_dir():
+        problem = "is not a folder" if model_dir.exists() else "does not exist"
+        raise ModelLoadError(f"model_dir {str(model_dir)!r} {problem}")
+    if (model_dir / "config.json").is_file():
+        raise ModelLoadError(
+            f"model_dir {str(model_dir)!r} is itself a checkpoint folder (it holds config.json); "
+            "set model_dir to the folder above it, or name this folder in models"
+        )
+    return {
+        entry.name: entry
+        for entry in sorted(model_dir.iterdir())
+        if not entry.name.startswith(".") and entry.is_dir()
+    }
+
+
+def _check_names(models: tuple[str, ...], folders: dict[str, Path]) -> None:
+    """Refuse two models that would answer to one name, before any weights load."""
+    taken: dict[str, str] = {}  # name (or alias) -> what claims it
+    for entry in models:
+        text = entry in (TEXT_MODEL, *TEXT_ALIASES)
+        # A checkpoint path is served under its folder's name (InformerForecaster.load).
+        for name in (TEXT_MODEL, *TEXT_ALIASES) if text else (Path(entry).name,):
+            if name in taken:
+                raise ModelLoadError(
+                    f"models lists {taken[name]} and {entry!r}, which would both serve as "
+                    f"{name!r}; list each model once"
+                )
+            taken[name] = repr(entry)
+    for name, folder in folders.items():
+        if name in taken:
+            raise ModelLoadError(
+                f"{folder}: model name {name!r} is already taken by {taken[name]} in models; "
+                "a folder in model_dir is served under its folder's name: rename the folder, "
+                "or drop the other model from models"
+            )
+
+
+def _load_forecaster(target: str, device: str) -> InformerForecaster:
+    """``InformerForecaster.load(target)``, its failures as :class:`ModelLoadError`."""
     from models.informer import InformerForecaster
+    from models.informer.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return InformerForecaster.load(target, device=device)
+    except CheckpointError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    except FileNotFoundError as exc:
+        if Path(target).is_dir():  # a folder without config.json: let the checks say what lacks
+            try:
+                load_checkpoint(Path(target), device)
+            except CheckpointError as checked:
+                raise ModelLoadError(str(checked)) from exc
+        raise ModelLoadError(str(exc)) from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # e.g. a damaged quality.json
+        raise ModelLoadError(
+            f"{target}: cannot load this checkpoint ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def load_servables(settings: Settings, device: str) -> list[Servable]:
+    """Load every model named in ``settings.models``, then every checkpoint folder in
+    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``.
+
+    Names are checked before any weights load; all models load before any serves, so a failure
+    leaves nothing half served.
+
+    Raises:
+        ModelLoadError: an unknown model name, a missing or broken checkpoint folder, or two
+            models with one name; the message names the model or folder and the fix.
+    """
+    # Imported here: building an app (and its tests) must not pay for torch models up front.
     from models.text import SentenceEncoder
     from service.servables.forecast import ForecastServable
     from service.servables.text import TextServable
 
+    folders = model_dir_checkpoints(settings.model_dir) if settings.model_dir else {}
+    if settings.model_dir and not folders:
+        log.warning("model_dir %s holds no checkpoint folders", settings.model_dir)
+    _check_names(settings.models, folders)
     servables: list[Servable] = []
     for name in settings.models:
         log.info("loading %s on %s", name, device)
@@ -33,12 +122,15 @@ def load_servables(settings: Settings, device: str) -> list[Servable]:
             encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
             servables.append(TextServable(encoder, settings.max_batch_tokens, TEXT_ALIASES))
         elif name.startswith("informer-") or Path(name).is_dir():
-            servables.append(ForecastServable(InformerForecaster.load(name, device=device)))
+            servables.append(ForecastServable(_load_forecaster(name, device)))
         else:
-            raise ValueError(
-                f"unknown model {name!r} in settings.models: use {TEXT_MODEL}, a shipped Informer "
+            raise ModelLoadError(
+                f"unknown model {name!r} in models: use {TEXT_MODEL}, a shipped Informer "
                 "name (informer-...) or a path to an Informer checkpoint folder"
             )
+    for name, folder in folders.items():
+        log.info("loading %s from %s on %s", name, folder, device)
+        servables.append(ForecastServable(_load_forecaster(str(folder), device)))
     return servables
 
 

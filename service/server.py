@@ -24,14 +24,31 @@ from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
+from uvicorn.lifespan.on import LifespanOn, LifespanSendMessage
 
 from service.app import create_app
-from service.lifecycle import Phase
+from service.lifecycle import Lifecycle, Phase
 from service.logs import configure_logging
 from service.settings import Settings
 from service.state import AppState
 
 log = logging.getLogger("attnserve")
+
+
+class StartupLifespan(LifespanOn):
+    """uvicorn's lifespan runner, minus the traceback Starlette sends it when loading the models
+    failed: the app has logged the reason already (one line for a bad model name or checkpoint
+    folder, the traceback for anything unexpected)."""
+
+    def __init__(self, config: uvicorn.Config, lifecycle: Lifecycle) -> None:
+        super().__init__(config)
+        self.lifecycle = lifecycle
+
+    async def send(self, message: LifespanSendMessage) -> None:
+        failed = message["type"] == "lifespan.startup.failed"
+        if failed and self.lifecycle.phase is Phase.FAILED:
+            message = {"type": "lifespan.startup.failed", "message": ""}
+        await super().send(message)
 
 
 class DrainingServer(uvicorn.Server):
@@ -49,6 +66,19 @@ class DrainingServer(uvicorn.Server):
         self._loop = asyncio.get_running_loop()
         await super().serve(sockets)
 
+    async def startup(self, sockets: list | None = None) -> None:
+        # When the models load before the server listens (background_load off) and that fails,
+        # uvicorn logs Starlette's traceback and exits with status 3 from here: log nothing more
+        # than the app did, and return, so that serve() exits with status 1 as in the background.
+        if isinstance(self.lifespan, LifespanOn):
+            self.lifespan = StartupLifespan(self.config, self.state.lifecycle)
+        try:
+            await super().startup(sockets)
+        except SystemExit:
+            if self.state.lifecycle.phase is not Phase.FAILED:
+                raise
+            self.should_exit = True
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         lifecycle = self.state.lifecycle
         if self.should_exit or lifecycle.draining or self._loop is None:
@@ -65,7 +95,7 @@ class DrainingServer(uvicorn.Server):
         # A failed start-up (e.g. missing weights) ends the process with status 1, so a
         # supervisor (Docker restart policy, systemd, Kubernetes) sees it and acts.
         if self.state.lifecycle.phase is Phase.FAILED:
-            log.error("start-up failed: %s; exiting", self.state.lifecycle.detail)
+            log.error("exiting with status 1: start-up failed (see above)")
             return True
         # A worker whose supervisor died (killed without a word) is re-parented: drain and go.
         orphaned = self.supervisor_pid is not None and os.getppid() != self.supervisor_pid

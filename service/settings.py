@@ -6,6 +6,7 @@ operator tunes when deploying: where to listen, which models to load, how to bat
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -41,6 +42,14 @@ class Settings(BaseSettings):
         description=(
             "Models to load, comma-separated: 'all-MiniLM-L6-v2', shipped Informer names "
             "('informer-etth1-h24', ...) or paths to Informer checkpoint folders."
+        ),
+    )
+    model_dir: Path | None = Field(
+        default=None,
+        description=(
+            "A folder of Informer checkpoint folders, each served beside 'models' under its "
+            "folder's name (it holds config.json and model.safetensors); hidden entries and "
+            "plain files in it are skipped. Unset: no extra models."
         ),
     )
     max_batch_size: int = Field(
@@ -151,6 +160,23 @@ class Settings(BaseSettings):
         # Env vars and flags give "a,b,c"; Python callers may pass a list.
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("model_dir", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # ATTNSERVE_MODEL_DIR= (set but empty) means no folder, not the working directory.
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("model_dir")
+    @classmethod
+    def _model_dir_is_a_folder(cls, value: Path | None) -> Path | None:
+        if value is not None and not value.is_dir():
+            problem = "is not a folder" if value.exists() else "does not exist"
+            raise ValueError(
+                f"model_dir {str(value)!r} {problem}; give the folder that holds your checkpoint "
+                "folders (one subfolder per model)"
+            )
         return value
 
     @field_validator("compile_backends")

@@ -1,7 +1,7 @@
 """Informer long-sequence forecaster (Zhou et al., AAAI 2021) trained on ETTh1.
 
 Public surface for the service: :class:`InformerForecaster`, :class:`ForecastWindow`,
-:class:`Forecast`, :func:`shipped_models`. Training: ``python -m models.informer.train``;
+:class:`Forecast`, :func:`shipped_models`. Training: ``attnserve train`` (:mod:`models.informer.train`);
 evaluation: ``python -m models.informer.evaluate``.
 """
 

@@ -4,6 +4,11 @@ Informer's ``embed='timeF'`` encodes each timestamp as a few calendar coordinate
 [-0.5, 0.5] (Informer2020 ``utils/timefeatures.py``, after GluonTS ``time_feature``). For hourly
 data these are hour of day, day of week, day of month and day of year, in that order.
 
+A model frequency is any fixed-length pandas step alias (``"15min"``, ``"h"``, ``"2h"``, ``"D"``,
+``"7D"``), plus the legacy ``"t"``, which means 15 minutes here (ETTm), not pandas' one minute.
+Calendar-dependent offsets (``"ME"``, ``"B"``, ``"W"``) are refused: their steps vary in length,
+so a step count cannot say where the next row falls.
+
 Timestamps travel as ``datetime64[s]`` arrays and every calendar field is computed with integer
 arithmetic on them: a request's few hundred stamps cost microseconds, where the same work through
 pandas ``DatetimeIndex`` attributes costs milliseconds per request on the serving path.
@@ -11,20 +16,26 @@ pandas ``DatetimeIndex`` attributes costs milliseconds per request on the servin
 
 from __future__ import annotations
 
+import functools
 import re
 import warnings
 from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
+from pandas.tseries.frequencies import to_offset
+from pandas.tseries.offsets import Day, Tick
 
-# Pandas offset alias per model frequency; only hourly models are trained here, ``t`` (15 min
-# steps, ETTm) is accepted so the same code serves a minute-level model.
-FREQ_STEPS: dict[str, pd.Timedelta] = {"h": pd.Timedelta(hours=1), "t": pd.Timedelta(minutes=15)}
-FEATURE_NAMES: dict[str, tuple[str, ...]] = {
-    "h": ("hour_of_day", "day_of_week", "day_of_month", "day_of_year"),
-    "t": ("minute_of_hour", "hour_of_day", "day_of_week", "day_of_month", "day_of_year"),
-}
+# Legacy model frequencies that are not pandas aliases (or mean something else there).
+_LEGACY_STEPS = {"t": pd.Timedelta(minutes=15)}  # ETTm's step; pandas' "t"/"T" was one minute
+# Features per step resolution, finest first: a step that is not a whole number of minutes needs
+# second_of_minute, one not a whole number of hours minute_of_hour, and so on (Informer2020
+# ``time_features_from_frequency_str``: S, T, H and D offsets, in this order of fields).
+_DAY_FEATURES = ("day_of_week", "day_of_month", "day_of_year")
+_HOUR_FEATURES = ("hour_of_day", *_DAY_FEATURES)
+_MINUTE_FEATURES = ("minute_of_hour", *_HOUR_FEATURES)
+_SECOND_FEATURES = ("second_of_minute", *_MINUTE_FEATURES)
+_DAY_SECONDS = 86_400
 TIMESTAMP_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 Stamps = np.ndarray  # datetime64[s], one dimension or more
@@ -41,9 +52,113 @@ def as_stamps(index: pd.DatetimeIndex | Stamps | Sequence[np.datetime64]) -> Sta
     return np.asarray(index, dtype=_SECONDS)
 
 
+# Cached: pandas' alias parser costs microseconds, and the serving path asks per request.
+@functools.lru_cache(maxsize=64)
+def freq_step(freq: str) -> pd.Timedelta:
+    """The fixed time between consecutive rows at model frequency ``freq``.
+
+    ``freq`` is a pandas step alias of fixed length (``"15min"``, ``"h"``, ``"2h"``, ``"D"``,
+    ``"7D"``) or the legacy ``"t"`` (15 minutes). ``ValueError`` for unknown aliases, for
+    calendar-dependent ones (``"ME"``, ``"B"``, ``"W"``), and for steps that are not a positive
+    whole number of seconds.
+    """
+    if freq in _LEGACY_STEPS:
+        return _LEGACY_STEPS[freq]
+    try:
+        offset = to_offset(freq)
+    except (ValueError, TypeError) as exc:
+        # pandas 3 no longer parses "M", "Q", "Y" (use "ME"...): they are calendar offsets too.
+        renamed = re.search(r"Please use '([^']+)'", str(exc))
+        if renamed is None:
+            guess = re.search(r"Did you mean (\S+)\?", str(exc))
+            raise ValueError(
+                f"unknown freq {freq!r}"
+                + (f" (did you mean {guess.group(1)!r}?)" if guess else "")
+                + "; use a fixed pandas step such as '15min', 'h', '2h' or 'D'"
+            ) from None
+        offset = to_offset(renamed.group(1))
+    # Day is a Tick before pandas 3 and its own class after; on naive stamps it is 24 hours.
+    if not isinstance(offset, Tick | Day):
+        raise ValueError(
+            f"freq {freq!r} is calendar-dependent (its steps vary in length); a model needs a "
+            "fixed step such as '15min', 'h', 'D' or '7D'"
+        )
+    step = pd.Timedelta(offset)
+    if step <= pd.Timedelta(0) or step % pd.Timedelta(seconds=1):
+        raise ValueError(f"freq {freq!r}: the step must be a positive whole number of seconds")
+    return step
+
+
 def step_seconds(freq: str) -> int:
     """Seconds between consecutive rows at ``freq``."""
-    return int(FREQ_STEPS[freq].total_seconds())
+    return int(freq_step(freq).total_seconds())
+
+
+def step_freq(step: pd.Timedelta | int) -> str:
+    """The canonical alias of a step (a ``Timedelta``, or an integer number of seconds): the
+    largest whole unit, e.g. ``"h"`` for one hour, ``"15min"``, ``"90min"``, ``"D"``, ``"7D"``."""
+    td = (
+        pd.Timedelta(seconds=int(step))
+        if isinstance(step, int | np.integer)
+        else pd.Timedelta(step)
+    )
+    if td <= pd.Timedelta(0) or td % pd.Timedelta(seconds=1):
+        raise ValueError(f"a step must be a positive whole number of seconds, got {td}")
+    seconds = int(td.total_seconds())
+    for unit, alias in ((_DAY_SECONDS, "D"), (3600, "h"), (60, "min")):
+        if seconds % unit == 0:
+            n = seconds // unit
+            return alias if n == 1 else f"{n}{alias}"
+    return "s" if seconds == 1 else f"{seconds}s"
+
+
+def feature_names(freq: str) -> tuple[str, ...]:
+    """Names of the calendar features :func:`time_features` gives at ``freq``, in order.
+
+    Informer's ``timeF`` convention by the step's finest unit: sub-minute steps add
+    ``second_of_minute``; steps that are not whole hours get ``minute_of_hour``, ``hour_of_day``,
+    ``day_of_week``, ``day_of_month``, ``day_of_year``; whole hours that are not whole days drop
+    the minute; whole days keep ``day_of_week``, ``day_of_month``, ``day_of_year``.
+    """
+    seconds = step_seconds(freq)
+    if seconds % 60:
+        return _SECOND_FEATURES
+    if seconds % 3600:
+        return _MINUTE_FEATURES
+    if seconds % _DAY_SECONDS:
+        return _HOUR_FEATURES
+    return _DAY_FEATURES
+
+
+def infer_freq(stamps: pd.DatetimeIndex | Stamps) -> str:
+    """The canonical alias (see :func:`step_freq`) of the constant step between ``stamps``;
+    ``ValueError`` if there are fewer than two, they do not increase, or the steps differ."""
+    flat = as_stamps(stamps).ravel()
+    if flat.size < 2:
+        raise ValueError("need at least two timestamps to infer a frequency")
+    diffs = np.diff(flat.astype(np.int64))
+    for bad, why in ((diffs <= 0, "timestamps must increase"), (diffs != diffs[0], "steps differ")):
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            a, b = format_timestamps(flat[i : i + 2])
+            raise ValueError(
+                f"cannot infer a frequency: {why}; {a} -> {b} (rows {i}, {i + 1}) is "
+                f"{pd.Timedelta(seconds=int(diffs[i]))}, the first step is "
+                f"{pd.Timedelta(seconds=int(diffs[0]))}"
+            )
+    return step_freq(int(diffs[0]))
+
+
+def is_aligned(stamps: pd.DatetimeIndex | Stamps, freq: str) -> np.ndarray:
+    """Per stamp, whether it falls on a whole step after midnight. Only steps that divide a day
+    have such a grid (``h``: on the hour; ``15min``: :00, :15, :30, :45); longer or uneven steps
+    (``7D``, ``7min``) accept any stamp."""
+    seconds = as_stamps(stamps).astype(np.int64)
+    step = step_seconds(freq)
+    if _DAY_SECONDS % step:
+        return np.ones(seconds.shape, dtype=bool)
+    # The epoch is a midnight, so the remainder since the epoch is the remainder since midnight.
+    return np.asarray(seconds % step == 0)
 
 
 def time_features(index: pd.DatetimeIndex | Stamps, freq: str = "h") -> np.ndarray:
@@ -52,20 +167,20 @@ def time_features(index: pd.DatetimeIndex | Stamps, freq: str = "h") -> np.ndarr
     Accepts a pandas ``DatetimeIndex`` or a ``datetime64`` array of any shape; values equal
     pandas' ``.hour / 23 - 0.5`` etc. exactly.
     """
-    if freq not in FEATURE_NAMES:
-        raise ValueError(f"unsupported freq {freq!r}; supported: {', '.join(FEATURE_NAMES)}")
+    names = feature_names(freq)
     stamps = as_stamps(index)
     seconds = stamps.astype(np.int64)
     days = stamps.astype("datetime64[D]")
     day_number = days.astype(np.int64)
     cols = {
+        "second_of_minute": lambda: seconds % 60 / 59.0 - 0.5,
         "minute_of_hour": lambda: (seconds // 60) % 60 / 59.0 - 0.5,
         "hour_of_day": lambda: (seconds // 3600) % 24 / 23.0 - 0.5,
         "day_of_week": lambda: (day_number + _EPOCH_WEEKDAY) % 7 / 6.0 - 0.5,
         "day_of_month": lambda: (days - days.astype("datetime64[M]")).astype(np.int64) / 30.0 - 0.5,
         "day_of_year": lambda: (days - days.astype("datetime64[Y]")).astype(np.int64) / 365.0 - 0.5,
     }
-    return np.stack([cols[n]().astype(np.float32) for n in FEATURE_NAMES[freq]], axis=-1)
+    return np.stack([cols[n]().astype(np.float32) for n in names], axis=-1)
 
 
 def parse_timestamps(timestamps: Sequence[str]) -> Stamps:
@@ -104,8 +219,8 @@ def _parse_with_pandas(timestamps: Sequence[str]) -> Stamps:
 
 
 def check_regular(stamps: Stamps, freq: str) -> None:
-    """Raise ``ValueError`` unless consecutive stamps are exactly one ``freq`` step apart (and,
-    hourly, on the hour)."""
+    """Raise ``ValueError`` unless consecutive stamps are exactly one ``freq`` step apart and, when
+    the step divides a day, on that step's grid (hourly: on the hour; see :func:`is_aligned`)."""
     if isinstance(stamps, pd.DatetimeIndex) and stamps.tz is not None:
         raise ValueError("timestamps must be naive local times (no time zone), as in the data")
     seconds = as_stamps(stamps).astype(np.int64)
@@ -116,11 +231,19 @@ def check_regular(stamps: Stamps, freq: str) -> None:
         i = int(bad[0])
         a, b = format_timestamps(as_stamps(stamps)[i : i + 2])
         raise ValueError(
-            f"timestamps must be regular at one step of {FREQ_STEPS[freq]} (freq '{freq}'); "
+            f"timestamps must be regular at one step of {freq_step(freq)} (freq '{freq}'); "
             f"{a} -> {b} (rows {i}, {i + 1}) is {pd.Timedelta(seconds=int(diffs[i]))}"
         )
-    if freq == "h" and (seconds % 3600).any():
-        raise ValueError("hourly timestamps must fall on the hour (minutes and seconds zero)")
+    off_grid = np.flatnonzero(~is_aligned(seconds.astype(_SECONDS), freq))
+    if off_grid.size:
+        i = int(off_grid[0])
+        if step == 3600:
+            raise ValueError("hourly timestamps must fall on the hour (minutes and seconds zero)")
+        raise ValueError(
+            f"timestamps at freq '{freq}' must fall on whole steps of {freq_step(freq)} after "
+            f"midnight; {format_timestamps(seconds[i : i + 1].astype(_SECONDS))[0]} (row {i}) "
+            "does not"
+        )
 
 
 def future_index(last: np.datetime64 | Stamps, steps: int, freq: str) -> Stamps:

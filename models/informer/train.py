@@ -1,198 +1,352 @@
-"""Train an Informer on ETTh1 (multivariate, 7 channels) and write a shipped checkpoint.
+"""``attnserve train``: fit an Informer-family forecaster on any CSV and write a checkpoint folder.
 
-Protocol of Zhou et al. 2021 / Informer2020 ``exp/exp_informer.py``: 12/4/4-month split with the
+Data: a CSV with a date column and value columns (all others by default), read and checked by
+:mod:`models.informer.table`; split by ratios, explicit row borders or a named preset (the ETT
+12/4/4-month protocol). Protocol after Zhou et al. 2021 / Informer2020 ``exp/exp_informer.py``:
 scaler fit on train rows, MSE loss on scaled data, Adam, the learning rate halved after every
-epoch (``utils/tools.py::adjust_learning_rate``, ``lradj='type1'``), early stopping on the
-validation loss (patience 3), the best-validation weights kept. Fixed seeds. Never run in CI.
+epoch (``lradj='type1'``), early stopping on the validation loss, the best-validation weights
+kept. Fixed seeds; every epoch's order is derived from the seed and the epoch number, so
+``--resume`` continues the very run that stopped.
 
-    python -m models.informer.train --horizon 24 --preset small --epochs 6
+Writes ``config.json`` (architecture, scaler, data source, the exact command), the weights and
+``quality.json`` (per-backend test MSE/MAE beside the linear baseline, :mod:`.evaluate`).
+
+    attnserve train --data data/ETT/ETTh1.csv --split-preset ett-hour --context 336 \\
+        --horizon 168 --preset patch --out runs/etth1-h168
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import random
+import shlex
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import numpy as np
 import torch
 from torch.utils.data import DataLoader
+from tqdm import tqdm
 
-from models.informer.checkpoint import (
-    WEIGHTS_DIR,
-    count_parameters,
-    load_checkpoint,
-    save_checkpoint,
-)
-from models.informer.config import PRESETS, preset
-from models.informer.data import ETTH1_CHANNELS, WindowDataset, decoder_input, make_splits
+from models.informer.checkpoint import count_parameters, save_checkpoint
+from models.informer.config import PRESETS, InformerConfig, preset
+from models.informer.data import WindowDataset, decoder_input, etth1_path
+from models.informer.linear import LinearBaseline
 from models.informer.metrics import evaluate_loader
 from models.informer.model import Informer
+from models.informer.source import DataSource, portable_path
+from models.informer.table import DataError, load_series_csv, split_borders
+from models.informer.timefeatures import feature_names
 
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+# Per-epoch state for --resume (also after a finished run, to train on for more epochs); never
+# served or shipped.
+STATE_FILE = "train_state.pt"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--horizon", type=int, default=24, help="pred_len (default 24)")
-    p.add_argument("--context", type=int, default=96, help="seq_len, rows of history (96)")
-    p.add_argument("--label-len", type=int, default=48, help="decoder start-token length (48)")
-    p.add_argument("--preset", default="small", choices=sorted(PRESETS), help="model size")
-    p.add_argument(
-        "--revin",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="reversible instance normalisation (default: the preset's setting)",
+    p = argparse.ArgumentParser(
+        prog="attnserve train", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    p.add_argument("--epochs", type=int, default=6, help="maximum epochs (paper: 6)")
-    p.add_argument("--patience", type=int, default=3, help="early-stopping patience (paper: 3)")
-    p.add_argument("--lr", type=float, default=5e-4, help="initial learning rate, halved per epoch")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--backend", default="probsparse", help="attention backend used in training")
-    p.add_argument("--factor", type=int, default=5, help="ProbSparse factor c")
-    p.add_argument("--seed", type=int, default=2021)
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    p.add_argument(
+    data = p.add_argument_group("data")
+    data.add_argument("--data", type=Path, default=None, help="CSV file (default: shipped ETTh1)")
+    data.add_argument("--date-column", default="date", help="timestamp column (default: date)")
+    data.add_argument("--columns", nargs="+", default=None, help="value columns (default: all)")
+    data.add_argument("--freq", default=None, help="step, e.g. h, 15min, D (default: inferred)")
+    split = data.add_mutually_exclusive_group()
+    split.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default=None)
+    split.add_argument(
+        "--split-ratios",
+        nargs=3,
+        type=float,
+        metavar=("TRAIN", "VAL", "TEST"),
+        default=None,
+        help="fractions of the rows (default 0.7 0.1 0.2)",
+    )
+    split.add_argument(
+        "--split-borders",
+        nargs="+",
+        type=int,
+        default=None,
+        help="row borders: TRAIN_END VAL_END TEST_END, or START TRAIN_END VAL_END TEST_END",
+    )
+    model = p.add_argument_group("model")
+    model.add_argument("--context", type=int, default=96, help="rows of history (seq_len)")
+    model.add_argument("--horizon", type=int, default=24, help="steps forecast (pred_len)")
+    model.add_argument("--label-len", type=int, default=48, help="decoder start-token length")
+    model.add_argument("--preset", default="patch", choices=sorted(PRESETS), help="model size")
+    model.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set d_model=32 linear_path=false",
+    )
+    fit = p.add_argument_group("training")
+    fit.add_argument(
+        "--backend",
+        default=None,
+        help="attention backend trained with (and the "
+        "model's default); default: the preset's default attention",
+    )
+    fit.add_argument(
         "--mix-backends",
         nargs="*",
         default=[],
-        help="extra backends: each training batch draws one of --backend and these (seeded), and "
-        "the validation loss is their mean, so the weights serve every backend (not in the paper)",
+        help="extra backends drawn per "
+        "batch (seeded); validation averages over all, so every one stays good",
     )
-    p.add_argument(
-        "--init-from",
-        type=Path,
-        default=None,
-        help="start from this checkpoint folder (its architecture; fine-tuning stage)",
+    fit.add_argument(
+        "--train-linear",
+        action="store_true",
+        help="train the linear path too (default: it stays the closed-form fit)",
     )
-    p.add_argument("--max-batches", type=int, default=0, help="cap batches per epoch (smoke runs)")
-    p.add_argument(
-        "--out",
-        type=Path,
-        default=None,
-        help="checkpoint folder (default models/weights/informer-etth1-h{horizon})",
-    )
+    fit.add_argument("--epochs", type=int, default=10)
+    fit.add_argument("--patience", type=int, default=3, help="early-stopping patience (epochs)")
+    fit.add_argument("--lr", type=float, default=5e-4, help="initial rate, halved every epoch")
+    fit.add_argument("--batch-size", type=int, default=32)
+    fit.add_argument("--seed", type=int, default=2021)
+    fit.add_argument("--threads", type=int, default=1, help="torch CPU threads")
+    fit.add_argument("--max-batches", type=int, default=0, help="cap batches per epoch (smoke)")
+    out = p.add_argument_group("output")
+    out.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
+    out.add_argument("--resume", action="store_true", help=f"continue from {STATE_FILE} in --out")
+    out.add_argument("--no-evaluate", action="store_true", help="skip quality.json at the end")
     return p.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> dict:
+def _parse_override(text: str) -> tuple[str, Any]:
+    key, sep, raw = text.partition("=")
+    if not sep:
+        raise SystemExit(f"--set expects KEY=VALUE, got {text!r}")
+    lowered = raw.lower()
+    if lowered in ("true", "false"):
+        return key, lowered == "true"
+    for kind in (int, float):
+        try:
+            return key, kind(raw)
+        except ValueError:
+            pass
+    return key, raw
+
+
+def data_source(args: argparse.Namespace) -> DataSource:
+    """Read and check the CSV, choose the split borders: any :class:`DataError` names the row or
+    column at fault."""
+    path = args.data or etth1_path()
+    table = load_series_csv(path, args.date_column, args.columns, args.freq)
+    if args.data is None and args.split_ratios is None and args.split_borders is None:
+        args.split_preset = args.split_preset or "ett-hour"
+    borders = split_borders(
+        len(table.values),
+        args.context,
+        args.horizon,
+        ratios=args.split_ratios,
+        borders=args.split_borders,
+        preset=args.split_preset,
+    )
+    if args.split_preset:
+        how = f"preset {args.split_preset}"
+    elif args.split_borders:
+        how = "borders " + " ".join(map(str, args.split_borders))
+    else:
+        how = "ratios " + "/".join(f"{r:g}" for r in (args.split_ratios or (0.7, 0.1, 0.2)))
+    return DataSource(
+        path=portable_path(Path(path)),
+        date_column=args.date_column,
+        columns=tuple(table.channels),
+        freq=table.freq,
+        borders=borders,
+        split=how,
+    )
+
+
+def build_config(args: argparse.Namespace, source: DataSource) -> InformerConfig:
+    channels = len(source.columns)
+    overrides: dict[str, Any] = dict(
+        seq_len=args.context,
+        label_len=min(args.label_len, args.context),
+        pred_len=args.horizon,
+        enc_in=channels,
+        dec_in=channels,
+        c_out=channels,
+        freq=source.freq,
+        time_features=len(feature_names(source.freq)),
+    )
+    overrides.update(_parse_override(s) for s in args.set)
+    if args.backend:
+        overrides["default_attention"] = args.backend
+    try:
+        return preset(args.preset, **overrides)
+    except (TypeError, ValueError) as exc:
+        raise SystemExit(f"attnserve train: invalid model settings: {exc}") from None
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    seed_everything(args.seed)
-    overrides = dict(
-        seq_len=args.context, label_len=args.label_len, pred_len=args.horizon, factor=args.factor
-    )
-    if args.revin is not None:
-        overrides["revin"] = args.revin
-    config = preset(args.preset, **overrides)
-    previous: dict = {}
-    if args.init_from is not None:
-        init_model, init_meta = load_checkpoint(args.init_from)
-        config, previous = init_model.config, init_meta.get("training", {})
-    out = args.out or WEIGHTS_DIR / f"informer-etth1-h{config.pred_len}"
-
-    splits, scaler = make_splits(config.seq_len, config.freq)
+    try:
+        source = data_source(args)
+    except DataError as exc:
+        raise SystemExit(f"attnserve train: {exc}") from None
+    config = build_config(args, source)
+    _table, splits, scaler = source.load(config.seq_len)
+    backends = [config.default_attention, *args.mix_backends]
     sets = {
         k: WindowDataset(s, config.seq_len, config.label_len, config.pred_len)
         for k, s in splits.items()
     }
-    gen = torch.Generator().manual_seed(args.seed)
-    train_loader = DataLoader(sets["train"], args.batch_size, shuffle=True, generator=gen)
-    val_loader = DataLoader(sets["val"], 256)
-    test_loader = DataLoader(sets["test"], 256)
-
+    torch.manual_seed(args.seed)
     model = Informer(config)
-    if args.init_from is not None:
-        model.load_state_dict(init_model.state_dict())
-    backends = [args.backend, *args.mix_backends]
-    draw = random.Random(args.seed)
+    if model.linear is not None:  # the closed-form baseline, the model's starting point
+        fit = LinearBaseline.fit(splits["train"].values, config.seq_len, config.pred_len)
+        model.linear.weight.data.copy_(torch.from_numpy(fit.weight.T))
+        model.linear.weight.requires_grad_(args.train_linear)
+    out: Path = args.out
+    command = "attnserve train " + shlex.join(argv if argv is not None else sys.argv[1:])
+    record = fit_model(model, sets, backends, args, out)
+    record.update(command=command, parameters=count_parameters(model))
+    save_checkpoint(out, model, scaler, list(source.columns), record, data=source.to_dict())
+    print(
+        f"saved {out}: best epoch {record['best_epoch']}, val {record['best_val_mse']:.4f}, "
+        f"{record['wall_seconds']:.0f}s",
+        flush=True,
+    )
+    if not args.no_evaluate:
+        from models.informer.evaluate import evaluate_checkpoint
+
+        evaluate_checkpoint(out)
+    return record
+
+
+def fit_model(
+    model: Informer,
+    sets: dict[str, WindowDataset],
+    backends: list[str],
+    args: argparse.Namespace,
+    out: Path,
+) -> dict[str, Any]:
+    """Train with early stopping; leaves the best-validation weights in ``model``."""
+    c = model.config
+    val_loader = DataLoader(sets["val"], 256)
+    trainable = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(trainable, lr=args.lr)
 
     def validate() -> float:  # mean validation MSE over the training backends
         return sum(evaluate_loader(model, val_loader, b)[0] for b in backends) / len(backends)
 
-    opt = torch.optim.Adam(model.parameters(), lr=args.lr)
+    state: dict[str, Any] = {"epoch": 0, "bad_epochs": 0, "history": [], "seconds": 0.0}
+    state_path = out / STATE_FILE
+    if args.resume and state_path.is_file():
+        state = torch.load(state_path, weights_only=True)
+        model.load_state_dict(state.pop("model"))
+        opt.load_state_dict(state.pop("optimizer"))
+        print(f"resuming after epoch {state['epoch']} from {state_path}", flush=True)
+    elif args.resume:
+        raise SystemExit(f"attnserve train: --resume but no {state_path}; start without it")
+    else:  # epoch 0 competes too: the starting point (the linear baseline) is never lost
+        state["best_val"] = validate()
+        state["best_state"] = {k: v.clone() for k, v in model.state_dict().items()}
+        state["best_epoch"] = 0
+        state["history"].append({"epoch": 0, "val_mse": state["best_val"]})
     print(
         f"{out.name}: {count_parameters(model):,} parameters, windows "
-        f"{ {k: len(v) for k, v in sets.items()} }, backend {args.backend}",
+        f"{ {k: len(v) for k, v in sets.items()} }, backends {backends}, "
+        f"start val {state['history'][0]['val_mse']:.4f}",
         flush=True,
     )
-
-    best_val, best_state, best_epoch, bad_epochs, history = float("inf"), None, 0, 0, []
-    start = time.time()
-    if args.init_from is not None:  # the starting point competes too: never end up worse
-        best_val, best_state = validate(), copy.deepcopy(model.state_dict())
-        history.append({"epoch": 0, "val_mse": best_val})
-        print(json.dumps(history[-1]), flush=True)
-    for epoch in range(1, args.epochs + 1):
+    epochs = tqdm(
+        range(state["epoch"] + 1, args.epochs + 1),
+        desc="epochs",
+        unit="epoch",
+        initial=state["epoch"],
+        total=args.epochs,
+        disable=None,
+    )
+    for epoch in epochs:
+        t0 = time.time()
         for group in opt.param_groups:  # lradj type1: lr0 * 0.5^(epoch-1)
             group["lr"] = args.lr * 0.5 ** (epoch - 1)
+        gen = torch.Generator().manual_seed(args.seed * 1000 + epoch)
+        draw = random.Random(args.seed * 1000 + epoch)
+        loader = DataLoader(sets["train"], args.batch_size, shuffle=True, generator=gen)
+        steps = min(len(loader), args.max_batches or len(loader))
         model.train()
-        t0, total, n = time.time(), 0.0, 0
-        for step, (x, xm, y, ym) in enumerate(train_loader):
-            if args.max_batches and step >= args.max_batches:
+        total, n = 0.0, 0
+        batches = tqdm(loader, total=steps, desc=f"epoch {epoch}", leave=False, disable=None)
+        for step, (x, xm, y, ym) in enumerate(batches):
+            if step >= steps:
                 break
-            backend = draw.choice(backends)
-            pred = model(x, xm, decoder_input(y, config.label_len, config.pred_len), ym, backend)
-            loss = torch.nn.functional.mse_loss(pred, y[:, -config.pred_len :])
+            pred = model(
+                x, xm, decoder_input(y, c.label_len, c.pred_len), ym, draw.choice(backends)
+            )
+            loss = torch.nn.functional.mse_loss(pred, y[:, -c.pred_len :])
             opt.zero_grad()
             loss.backward()
             opt.step()
             total, n = total + loss.item(), n + 1
-        val_mse = validate()
-        history.append(
+            batches.set_postfix(loss=f"{total / n:.4f}")
+        val = validate()
+        improved = val < state["best_val"]
+        if improved:
+            state.update(best_val=val, best_epoch=epoch, bad_epochs=0)
+            state["best_state"] = {k: v.clone() for k, v in model.state_dict().items()}
+        else:
+            state["bad_epochs"] += 1
+        seconds = time.time() - t0
+        state["seconds"] += seconds
+        state["epoch"] = epoch
+        remaining = args.epochs - epoch
+        state["history"].append(
             {
                 "epoch": epoch,
                 "train_mse": total / max(n, 1),
-                "val_mse": val_mse,
-                "seconds": round(time.time() - t0, 1),
+                "val_mse": val,
+                "seconds": round(seconds, 1),
             }
         )
-        print(json.dumps(history[-1]), flush=True)
-        if val_mse < best_val:
-            best_val, best_epoch, bad_epochs = val_mse, epoch, 0
-            best_state = copy.deepcopy(model.state_dict())
-        else:
-            bad_epochs += 1
-            if bad_epochs >= args.patience:
-                print(f"early stop after epoch {epoch}", flush=True)
-                break
-    assert best_state is not None
-    model.load_state_dict(best_state)
-    test_mse, test_mae = evaluate_loader(model, test_loader, args.backend)
-    wall = time.time() - start
-    record = {
-        "command": "python -m models.informer.train " + " ".join(argv or sys.argv[1:]),
-        "backend": args.backend,
-        "mix_backends": args.mix_backends,
-        "init_from": str(args.init_from) if args.init_from else None,
-        "previous_stage": previous or None,
+        epochs.set_postfix(val=f"{val:.4f}", best=f"{state['best_val']:.4f}")
+        eta = remaining * state["seconds"] / (epoch - state["history"][0]["epoch"] or 1)
+        print(
+            json.dumps(
+                {
+                    **state["history"][-1],
+                    "best_val_mse": state["best_val"],
+                    "eta_max_seconds": round(eta),
+                }
+            ),
+            flush=True,
+        )
+        stop = state["bad_epochs"] >= args.patience
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(
+            {**state, "model": model.state_dict(), "optimizer": opt.state_dict()}, state_path
+        )
+        if stop:
+            print(
+                f"early stop after epoch {epoch}: no better validation in {args.patience}",
+                flush=True,
+            )
+            break
+    model.load_state_dict(state["best_state"])
+    model.eval()
+    return {
+        "backend": backends[0],
+        "mix_backends": backends[1:],
+        "train_linear": args.train_linear,
         "lr": args.lr,
         "batch_size": args.batch_size,
         "seed": args.seed,
-        "best_epoch": best_epoch,
-        "best_val_mse": best_val,
-        "test_mse": test_mse,
-        "test_mae": test_mae,
-        "wall_seconds": round(wall, 1),
-        "history": history,
-        "parameters": count_parameters(model),
+        "best_epoch": state["best_epoch"],
+        "best_val_mse": state["best_val"],
+        "wall_seconds": round(state["seconds"], 1),
+        "history": state["history"],
     }
-    save_checkpoint(out, model, scaler, list(ETTH1_CHANNELS), record)
-    print(
-        f"saved {out}: best epoch {best_epoch}, val {best_val:.4f}, test MSE {test_mse:.4f} "
-        f"MAE {test_mae:.4f}, {wall:.0f}s",
-        flush=True,
-    )
-    return record
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except DataError as exc:
+        sys.exit(f"attnserve train: {exc}")

@@ -17,11 +17,14 @@ from models.informer.data import (
     make_splits,
 )
 from models.informer.timefeatures import (
-    FEATURE_NAMES,
     check_regular,
+    feature_names,
     format_timestamps,
+    freq_step,
     future_index,
+    infer_freq,
     parse_timestamps,
+    step_freq,
     time_features,
 )
 from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
@@ -69,11 +72,12 @@ def test_future_index_of_many_windows_at_once():
     assert format_timestamps(got[0])[0] == "2018-01-01 00:00:00"
 
 
-@pytest.mark.parametrize("freq", ["h", "t"])
+@pytest.mark.parametrize("freq", ["h", "t", "5min", "2h", "D", "7D", "30s"])
 def test_calendar_features_equal_pandas_fields(freq):
     # The integer arithmetic must agree with pandas' calendar over leap years and month ends.
-    index = pd.date_range("2015-12-25", "2017-03-05", freq="h" if freq == "h" else "15min")
+    index = pd.date_range("2015-12-25", "2017-03-05", freq=freq_step(freq))
     fields = {
+        "second_of_minute": index.second / 59.0,
         "minute_of_hour": index.minute / 59.0,
         "hour_of_day": index.hour / 23.0,
         "day_of_week": index.day_of_week / 6.0,
@@ -81,12 +85,121 @@ def test_calendar_features_equal_pandas_fields(freq):
         "day_of_year": (index.day_of_year - 1) / 365.0,
     }
     expected = np.stack(
-        [np.asarray(fields[n] - 0.5, dtype=np.float32) for n in FEATURE_NAMES[freq]], axis=1
+        [np.asarray(fields[n] - 0.5, dtype=np.float32) for n in feature_names(freq)], axis=1
     )
     np.testing.assert_array_equal(time_features(index, freq), expected)
     np.testing.assert_array_equal(
         time_features(parse_timestamps(format_timestamps(index)), freq), expected
     )
+
+
+HOURLY = ("hour_of_day", "day_of_week", "day_of_month", "day_of_year")
+
+
+@pytest.mark.parametrize(
+    ("freq", "step", "names"),
+    [
+        # The two frequencies checkpoints already store keep exactly their features.
+        ("h", pd.Timedelta(hours=1), HOURLY),
+        ("t", pd.Timedelta(minutes=15), ("minute_of_hour", *HOURLY)),
+        ("5min", pd.Timedelta(minutes=5), ("minute_of_hour", *HOURLY)),
+        ("90min", pd.Timedelta(minutes=90), ("minute_of_hour", *HOURLY)),  # minutes vary
+        ("2h", pd.Timedelta(hours=2), HOURLY),
+        ("D", pd.Timedelta(days=1), HOURLY[1:]),
+        ("7D", pd.Timedelta(days=7), HOURLY[1:]),
+        ("30s", pd.Timedelta(seconds=30), ("second_of_minute", "minute_of_hour", *HOURLY)),
+    ],
+)
+def test_any_fixed_step_is_a_model_frequency(freq, step, names):
+    assert freq_step(freq) == step
+    assert feature_names(freq) == names
+    assert time_features(pd.date_range("2017-01-01", periods=3, freq=step), freq).shape == (
+        3,
+        len(names),
+    )
+
+
+def test_daily_features_known_values():
+    # 2016-07-01 was a Friday (dayofweek 4), day 183 of a leap year; the hour is ignored.
+    f = time_features(parse_timestamps(["2016-07-01 00:00:00", "2016-07-02 00:00:00"]), "D")
+    np.testing.assert_allclose(f[0], [4 / 6 - 0.5, -0.5, 182 / 365 - 0.5], atol=1e-6)
+    np.testing.assert_allclose(f[1], [5 / 6 - 0.5, 1 / 30 - 0.5, 183 / 365 - 0.5], atol=1e-6)
+
+
+def test_five_minute_features_known_values():
+    f = time_features(parse_timestamps(["2016-07-01 13:55:00"]), "5min")
+    np.testing.assert_allclose(
+        f[0], [55 / 59 - 0.5, 13 / 23 - 0.5, 4 / 6 - 0.5, -0.5, 182 / 365 - 0.5], atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    ("freq", "match"),
+    [
+        ("M", "calendar-dependent"),
+        ("ME", "calendar-dependent"),
+        ("B", "calendar-dependent"),
+        ("W", "calendar-dependent"),
+        ("H", "did you mean 'h'"),
+        ("fortnightly", "unknown freq"),
+        ("0h", "positive whole number of seconds"),
+        ("ms", "positive whole number of seconds"),
+    ],
+)
+def test_frequencies_without_a_fixed_step_are_refused(freq, match):
+    with pytest.raises(ValueError, match=match):
+        freq_step(freq)
+    with pytest.raises(ValueError, match=match):
+        time_features(parse_timestamps(["2017-01-01 00:00:00"]), freq)
+
+
+@pytest.mark.parametrize(
+    ("step", "alias"),
+    [("1h", "h"), ("15min", "15min"), ("90min", "90min"), ("1D", "D"), ("7D", "7D"), ("2h", "2h")],
+)
+def test_infer_freq_gives_the_canonical_alias(step, alias):
+    index = pd.date_range("2017-01-01", periods=5, freq=pd.Timedelta(step))
+    assert infer_freq(index) == alias == step_freq(pd.Timedelta(step))
+    assert freq_step(alias) == pd.Timedelta(step)
+    assert infer_freq(parse_timestamps(format_timestamps(index))) == alias
+
+
+@pytest.mark.parametrize(
+    ("stamps", "match"),
+    [
+        (["2017-01-01 00:00:00"], "at least two"),
+        (["2017-01-01 01:00:00", "2017-01-01 00:00:00"], "must increase"),
+        (["2017-01-01 00:00:00", "2017-01-01 01:00:00", "2017-01-01 03:00:00"], "rows 1, 2"),
+    ],
+)
+def test_infer_freq_refuses_irregular_stamps(stamps, match):
+    with pytest.raises(ValueError, match=match):
+        infer_freq(parse_timestamps(stamps))
+
+
+@pytest.mark.parametrize(
+    ("stamps", "freq"),
+    [
+        (["2017-01-01 00:15:00", "2017-01-01 00:30:00"], "15min"),
+        # Steps that do not divide a day have no grid: any start is fine.
+        (["2017-01-01 09:00:00", "2017-01-08 09:00:00"], "7D"),
+        (["2017-01-01 00:03:00", "2017-01-01 00:10:00"], "7min"),
+    ],
+)
+def test_stamps_on_the_step_grid_pass(stamps, freq):
+    check_regular(parse_timestamps(stamps), freq)
+
+
+@pytest.mark.parametrize(
+    ("stamps", "freq", "match"),
+    [
+        (["2017-01-01 00:10:00", "2017-01-01 00:25:00"], "15min", "whole steps of 0 days 00:15"),
+        (["2017-01-01 09:00:00", "2017-01-02 09:00:00"], "D", "row 0"),
+    ],
+)
+def test_stamps_off_the_step_grid_are_refused(stamps, freq, match):
+    with pytest.raises(ValueError, match=match):
+        check_regular(parse_timestamps(stamps), freq)
 
 
 @pytest.mark.parametrize(

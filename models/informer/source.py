@@ -1,0 +1,93 @@
+"""Where a checkpoint's data came from, recorded in its ``config.json`` so evaluation (and a
+user re-checking a model) rebuilds exactly the same splits and scaler.
+
+A source is a CSV plus how it was read (date column, value columns, frequency) and the row
+borders of the train / validation / test splits. Paths inside the repository are stored
+relative to it, so a checkpoint trained here evaluates on any clone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from models.informer.data import REPO_ROOT, SplitArrays, StandardScaler, data_dir
+from models.informer.table import SeriesTable, load_series_csv, make_splits
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class DataSource:
+    """A CSV, how to read it and its split borders (rows ``[start, end)`` per split)."""
+
+    path: str
+    date_column: str
+    columns: tuple[str, ...]
+    freq: str
+    borders: dict[str, tuple[int, int]]
+    split: str  # how the borders were chosen, e.g. "preset ett-hour" or "ratios 0.7/0.1/0.2"
+
+    def resolved_path(self) -> Path:
+        """The CSV on this machine: absolute as recorded, else under the repository, else under
+        ``$ATTNSERVE_DATA_DIR`` (shipped data recorded as ``data/ETT/...``)."""
+        path = Path(self.path)
+        if path.is_absolute():
+            return path
+        in_repo = REPO_ROOT / path
+        if in_repo.is_file() or path.parts[:1] != ("data",):
+            return in_repo
+        return data_dir().joinpath(*path.parts[1:])
+
+    def load(self, seq_len: int) -> tuple[SeriesTable, dict[str, SplitArrays], StandardScaler]:
+        """The table, its scaled splits (val/test with ``seq_len`` rows of look-back) and the
+        train-split scaler."""
+        table = load_series_csv(
+            self.resolved_path(), self.date_column, list(self.columns), self.freq
+        )
+        splits, scaler = make_splits(table, self.borders, seq_len)
+        return table, splits, scaler
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        record["columns"] = list(self.columns)
+        record["borders"] = {k: list(v) for k, v in self.borders.items()}
+        return record
+
+    @classmethod
+    def from_dict(cls, record: dict[str, Any]) -> DataSource:
+        return cls(
+            path=record["path"],
+            date_column=record["date_column"],
+            columns=tuple(record["columns"]),
+            freq=record["freq"],
+            borders={k: (int(v[0]), int(v[1])) for k, v in record["borders"].items()},
+            split=record.get("split", ""),
+        )
+
+
+def portable_path(path: Path) -> str:
+    """``path`` relative to the repository when inside it (shipped data), else absolute."""
+    resolved = path.resolve()
+    try:
+        return str(resolved.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(resolved)
+
+
+# The data every shipped checkpoint without a ``data`` record was trained on.
+ETTH1_SOURCE = DataSource(
+    path="data/ETT/ETTh1.csv",
+    date_column="date",
+    columns=("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"),
+    freq="h",
+    borders={"train": (0, 8640), "val": (8640, 11520), "test": (11520, 14400)},
+    split="preset ett-hour (12/4/4 months of 30 days)",
+)
+
+
+def source_of(meta: dict[str, Any]) -> DataSource:
+    """A checkpoint's data source (ETTh1 for checkpoints that predate the record)."""
+    record = meta.get("data")
+    return DataSource.from_dict(record) if record else ETTH1_SOURCE
