@@ -21,6 +21,8 @@ DEFAULT_MODELS = (
     "informer-etth1-h24",
     "informer-etth1-h48",
     "informer-etth1-h168",
+    "informer-etth1-h336",
+    "informer-etth1-h720",
 )
 
 

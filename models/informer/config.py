@@ -49,6 +49,9 @@ class InformerConfig:
             beside the network, whose output projection starts at zero: the untrained model is
             the linear baseline, and training adds what attention finds on top.
         default_attention: the backend a request gets when it names none (the one trained with).
+        calendar: add the calendar (``timeF``) embedding to every token. PatchTST goes without:
+            with one year of training data, day-of-year lets a network memorise that year's
+            level, which hurts on the next months.
     """
 
     enc_in: int = 7
@@ -75,6 +78,7 @@ class InformerConfig:
     patch_stride: int = 0
     linear_path: bool = False
     default_attention: str = "probsparse"
+    calendar: bool = True
 
     def __post_init__(self) -> None:
         if self.d_model % self.n_heads:
@@ -162,6 +166,7 @@ PRESETS: dict[str, InformerConfig] = {
         patch_stride=8,
         linear_path=True,
         default_attention="flash",
+        calendar=False,
     ),
     # For tests: builds and runs in milliseconds.
     "tiny": InformerConfig(d_model=16, n_heads=2, d_ff=32, seq_len=24, label_len=12, pred_len=8),

@@ -48,9 +48,11 @@ class DataEmbedding(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.value = TokenEmbedding(c_in, d_model)
-        self.calendar = nn.Linear(n_marks, d_model, bias=False)  # embed='timeF'
+        # embed='timeF'; none when n_marks is 0 (InformerConfig.calendar off)
+        self.calendar = nn.Linear(n_marks, d_model, bias=False) if n_marks else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, marks: Tensor) -> Tensor:  # [b,n,c], [b,n,f] -> [b,n,d]
         pos = sinusoid_table(x.shape[1], self.d_model, x.device).to(x.dtype)
-        return self.dropout(self.value(x) + pos[None] + self.calendar(marks))
+        out = self.value(x) + pos[None]
+        return self.dropout(out if self.calendar is None else out + self.calendar(marks))

@@ -121,7 +121,7 @@ class Informer(nn.Module):
         self.config = c
         self.revin = RevIN(c.enc_in) if c.revin else None
         self.linear = LinearPath(c.seq_len, c.pred_len) if c.linear_path else None
-        ch, marks = c.series_channels, c.time_features
+        ch, marks = c.series_channels, (c.time_features if c.calendar else 0)
         if c.patch_len:
             self.enc_embedding: nn.Module = PatchEmbedding(
                 c.patch_len, c.stride, ch, marks, c.d_model, c.dropout, pad_end=True

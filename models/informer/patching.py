@@ -25,8 +25,8 @@ def _pad_end(x: Tensor, steps: int) -> Tensor:
 
 
 class PatchEmbedding(nn.Module):
-    """Patches of ``p`` steps (all channels) -> ``d``, plus sinusoidal position and the calendar
-    features of each patch's first step.
+    """Patches of ``p`` steps (all channels) -> ``d``, plus sinusoidal position and, unless
+    ``n_marks`` is 0, the calendar features of each patch's first step.
 
     The encoder uses overlapping patches (stride < p) with the end padded as in PatchTST; the
     decoder uses back-to-back patches (stride = p) over a length the caller made a multiple of p.
@@ -50,17 +50,18 @@ class PatchEmbedding(nn.Module):
             d_model,
         )
         self.value = nn.Linear(patch_len * c_in, d_model)
-        self.calendar = nn.Linear(n_marks, d_model, bias=False)
+        self.calendar = nn.Linear(n_marks, d_model, bias=False) if n_marks else None
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: Tensor, marks: Tensor) -> Tensor:  # [b,n,c], [b,n,f] -> [b,t,d]
         pad = self.stride if self.pad_end else 0
-        x, marks = _pad_end(x, pad), _pad_end(marks, pad)
-        patches = x.unfold(1, self.patch_len, self.stride)  # [b, t, c, p]
-        first = marks.unfold(1, self.patch_len, self.stride)[..., 0]  # [b, t, f]
+        patches = _pad_end(x, pad).unfold(1, self.patch_len, self.stride)  # [b, t, c, p]
         tokens = self.value(patches.flatten(2))
-        pos = sinusoid_table(tokens.shape[1], self.d_model, x.device).to(x.dtype)
-        return self.dropout(tokens + pos[None] + self.calendar(first))
+        tokens = tokens + sinusoid_table(tokens.shape[1], self.d_model, x.device).to(x.dtype)
+        if self.calendar is not None:
+            first = _pad_end(marks, pad).unfold(1, self.patch_len, self.stride)[..., 0]  # [b,t,f]
+            tokens = tokens + self.calendar(first)
+        return self.dropout(tokens)
 
 
 def pad_to_patches(x: Tensor, marks: Tensor, patch_len: int) -> tuple[Tensor, Tensor]:
