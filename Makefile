@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci clean
+.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci train-etth1 clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -48,6 +48,10 @@ format: install
 
 typecheck: install
 	$(BIN)/mypy
+
+# Retrains the shipped ETTh1 forecasters (two queues, one core each; see the script)
+train-etth1: install
+	bash models/informer/train_etth1.sh
 
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention

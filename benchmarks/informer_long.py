@@ -3,11 +3,9 @@
     python -m benchmarks.informer_long                       # L = 96 … 8192, batch 1, 1 thread
     python -m benchmarks.informer_long --lengths 96 1024 --backends full probsparse
 
-One forward pass (batch 1, fp32, inference mode) of the shipped architecture
-(``models/weights/informer-etth1-h24``: its config and weights; the embedding has no
-length-dependent weights, so the trained weights run at any context, beyond the trained 96 steps
-only as a speed/memory probe) with the encoder context set to L and the decoder at its trained
-48 + 24 steps. Every (backend, L) runs in a fresh subprocess: peak memory is ``ru_maxrss`` after
+One forward pass (batch 1, fp32, inference mode) of the per-step Informer (``small`` preset,
+random weights: speed and memory do not depend on the values; one token per step, so the
+attention sees all L steps) with the encoder context set to L and the decoder at 48 + 24 steps. Every (backend, L) runs in a fresh subprocess: peak memory is ``ru_maxrss`` after
 the first forward minus the RSS just before it; latency is the median of the timed repeats after
 one warm-up (as many as fill about a second for fast points, one for points over 2 s).
 Writes ``benchmarks/results/informer_long.{md,json,png}``.
@@ -30,7 +28,6 @@ import torch
 RESULTS = Path(__file__).parent / "results"
 BACKENDS = ["full", "flash", "probsparse", "performer", "nystrom"]
 LENGTHS = [96, 192, 384, 768, 1536, 3072, 6144, 8192]
-CHECKPOINT = "informer-etth1-h24"
 
 
 def _rss_mib() -> float:
@@ -39,21 +36,13 @@ def _rss_mib() -> float:
 
 
 def _build(length: int):
-    """The shipped model (or the ``small`` preset at random init) and a batch-1 input at L."""
-    from dataclasses import replace
-
-    from models.informer.checkpoint import load_checkpoint, shipped_dirs
+    """The ``small`` preset at random init and a batch-1 input at L."""
     from models.informer.config import preset
     from models.informer.model import Informer
 
     torch.manual_seed(0)
-    shipped = shipped_dirs().get(CHECKPOINT)
-    if shipped is not None:
-        model, _ = load_checkpoint(shipped)
-        source = CHECKPOINT
-    else:
-        model, source = Informer(preset("small")).eval(), "random init (small preset)"
-    model.config = replace(model.config, seq_len=length)  # the forward reads lengths from inputs
+    model = Informer(preset("small", seq_len=length)).eval()
+    source = "random init (small preset)"
     c = model.config
     x = torch.randn(1, length, c.enc_in)
     xm = torch.rand(1, length, c.time_features) - 0.5

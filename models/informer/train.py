@@ -102,6 +102,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="train the linear path too (default: it stays the closed-form fit)",
     )
+    fit.add_argument(
+        "--min-gain",
+        type=float,
+        default=0.005,
+        help="with a linear path: keep the trained network only if it lowers the validation "
+        "loss of the linear starting point by at least this fraction (default 0.005)",
+    )
     fit.add_argument("--epochs", type=int, default=10)
     fit.add_argument("--patience", type=int, default=3, help="early-stopping patience (epochs)")
     fit.add_argument("--lr", type=float, default=5e-4, help="initial rate, halved every epoch")
@@ -249,6 +256,7 @@ def fit_model(
         state["best_val"] = validate()
         state["best_state"] = {k: v.clone() for k, v in model.state_dict().items()}
         state["best_epoch"] = 0
+        state["start_state"] = state["best_state"]
         state["history"].append({"epoch": 0, "val_mse": state["best_val"]})
     print(
         f"{out.name}: {count_parameters(model):,} parameters, windows "
@@ -329,12 +337,29 @@ def fit_model(
                 flush=True,
             )
             break
+    start_val = state["history"][0]["val_mse"]
+    kept_start = (
+        model.linear is not None
+        and state["best_epoch"] > 0
+        and state["best_val"] > start_val * (1 - args.min_gain)
+    )
+    if kept_start:  # (recorded as kept_linear_start, with best_epoch 0)
+        # A gain this small on one validation split is noise (it did not carry over to the
+        # test split when we tried): keep the linear starting point instead.
+        print(
+            f"keeping the linear starting point: the best epoch ({state['best_epoch']}) lowers "
+            f"validation MSE {start_val:.4f} by less than {args.min_gain:.1%}",
+            flush=True,
+        )
+        state.update(best_state=state["start_state"], best_epoch=0, best_val=start_val)
     model.load_state_dict(state["best_state"])
     model.eval()
     return {
         "backend": backends[0],
         "mix_backends": backends[1:],
         "train_linear": args.train_linear,
+        "min_gain": args.min_gain,
+        "kept_linear_start": model.linear is not None and state["best_epoch"] == 0,
         "lr": args.lr,
         "batch_size": args.batch_size,
         "seed": args.seed,

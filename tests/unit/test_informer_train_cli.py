@@ -123,3 +123,23 @@ def test_bad_data_stops_with_one_clear_message(tmp_path, edit, match):
     edit(pd.read_csv(csv)).to_csv(csv, index=False)
     with pytest.raises(SystemExit, match=match):
         _train(csv, tmp_path / "out", "--epochs", "1")
+
+
+@pytest.mark.parametrize(("min_gain", "kept"), [("0", False), ("0.5", True)])
+def test_min_gain_decides_between_the_trained_network_and_the_linear_start(
+    tmp_path, min_gain, kept
+):
+    """On this data one epoch at 3e-4 lowers the validation loss a little: with no minimum gain
+    the trained network ships; asking for a 50 % gain ships the closed-form map itself (the
+    network's output projection still at zero)."""
+    csv = _csv(tmp_path / "site.csv")
+    out = tmp_path / "out"
+    flags = ["--epochs", "1", "--lr", "3e-4", "--max-batches", "10", "--no-evaluate"]
+    _train(csv, out, *flags, "--min-gain", min_gain)
+    training = json.loads((out / "config.json").read_text())["training"]
+    history = training["history"]
+    assert history[1]["val_mse"] < history[0]["val_mse"]  # the epoch did improve
+    assert training["kept_linear_start"] is kept
+    assert training["best_epoch"] == (0 if kept else 1)
+    weights = load_file(str(out / "model.safetensors"))
+    assert bool((weights["projection.weight"] == 0).all()) is kept
