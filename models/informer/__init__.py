@@ -1,8 +1,9 @@
-"""Informer long-sequence forecaster (Zhou et al., AAAI 2021) trained on ETTh1.
+"""Informer-family long-sequence forecasters (Zhou et al., AAAI 2021), shipped for ETTh1 and
+trainable on any CSV.
 
 Public surface for the service: :class:`InformerForecaster`, :class:`ForecastWindow`,
-:class:`Forecast`, :func:`shipped_models`. Training: ``attnserve train`` (:mod:`models.informer.train`);
-evaluation: ``python -m models.informer.evaluate``.
+:class:`Forecast`, :func:`shipped_models`. Training: ``attnserve train``
+(:mod:`models.informer.train`); evaluation: ``attnserve evaluate`` (:mod:`.evaluate`).
 """
 
 from models.informer.config import PRESETS, InformerConfig, preset

@@ -31,7 +31,7 @@ from models.informer.data import WindowDataset
 from models.informer.forecaster import InformerForecaster
 from models.informer.linear import LinearBaseline
 from models.informer.metrics import evaluate_loader
-from models.informer.source import ETTH1_SOURCE, DataSource, source_of
+from models.informer.source import DataSource, is_etth1_protocol, source_of
 from models.informer.table import SeriesTable
 from models.informer.timefeatures import format_timestamps
 
@@ -125,7 +125,7 @@ def evaluate_checkpoint(
             f"({mse / lin_mse - 1:+.1%} vs linear, {time.time() - t0:.0f}s)",
             flush=True,
         )
-    paper = PAPER_ETTH1.get(cfg.pred_len) if source == ETTH1_SOURCE else None
+    paper = PAPER_ETTH1.get(cfg.pred_len) if is_etth1_protocol(source) else None
     quality = {
         "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
         f"{len(source.columns)} channels",

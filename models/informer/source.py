@@ -83,8 +83,14 @@ ETTH1_SOURCE = DataSource(
     columns=("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"),
     freq="h",
     borders={"train": (0, 8640), "val": (8640, 11520), "test": (11520, 14400)},
-    split="preset ett-hour (12/4/4 months of 30 days)",
+    split="preset ett-hour",
 )
+
+
+def is_etth1_protocol(source: DataSource) -> bool:
+    """Whether ``source`` is ETTh1 under the paper's split (so the paper's figures compare)."""
+    same = (ETTH1_SOURCE.path, ETTH1_SOURCE.columns, ETTH1_SOURCE.borders)
+    return (source.path, source.columns, source.borders) == same
 
 
 def source_of(meta: dict[str, Any]) -> DataSource:

@@ -15,7 +15,13 @@ import torch
 
 from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
-from models.informer.data import DATA_ENV, ETTH1_CHANNELS, StandardScaler, etth1_path
+from models.informer.data import (
+    DATA_ENV,
+    ETTH1_CHANNELS,
+    StandardScaler,
+    decoder_input,
+    etth1_path,
+)
 from models.informer.model import Informer
 
 
@@ -54,6 +60,18 @@ def hourly_series(rows: int, start: str = "2017-01-01 00:00:00", seed: int = 0):
     t = np.arange(rows)[:, None]
     values = 3.0 + np.sin(2 * np.pi * t / 24 + np.arange(7)) + 0.1 * rng.standard_normal((rows, 7))
     return [ts.strftime("%Y-%m-%d %H:%M:%S") for ts in index], values.tolist()
+
+
+def random_batch(cfg, b: int = 3, seed: int = 0, walk: bool = False):
+    """Model inputs for ``cfg``: history, its marks, decoder input (start token, zeros), marks.
+    ``walk`` makes the history a random walk (smooth, like real series) instead of white noise."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(b, cfg.seq_len, cfg.enc_in, generator=g)
+    x = x.cumsum(1) * 0.1 if walk else x
+    xm = torch.rand(b, cfg.seq_len, cfg.time_features, generator=g) - 0.5
+    y = torch.randn(b, cfg.dec_len, cfg.dec_in, generator=g)
+    ym = torch.rand(b, cfg.dec_len, cfg.time_features, generator=g) - 0.5
+    return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
 
 
 @pytest.fixture(autouse=True)

@@ -9,11 +9,10 @@ import torch
 
 from models.attention import BACKENDS
 from models.informer.config import preset
-from models.informer.data import decoder_input
 from models.informer.linear import LinearBaseline, sliding_windows
 from models.informer.model import Informer
 from models.informer.patching import fold_channels, unfold_channels
-from tests.unit.test_informer_helpers import one_thread  # noqa: F401
+from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
 
 
 def _series(rows: int = 400, channels: int = 3, seed: int = 0) -> np.ndarray:
@@ -72,15 +71,6 @@ def _patch_config(**kw):
     return preset("patch", seq_len=48, label_len=16, pred_len=20, **kw)
 
 
-def _batch(cfg, b: int = 2, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, cfg.seq_len, cfg.enc_in, generator=g).cumsum(1) * 0.1
-    xm = torch.rand(b, cfg.seq_len, cfg.time_features, generator=g) - 0.5
-    y = torch.randn(b, cfg.dec_len, cfg.dec_in, generator=g)
-    ym = torch.rand(b, cfg.dec_len, cfg.time_features, generator=g) - 0.5
-    return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
-
-
 @torch.no_grad()
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_untrained_linear_path_model_is_the_linear_baseline(backend):
@@ -90,7 +80,7 @@ def test_untrained_linear_path_model_is_the_linear_baseline(backend):
     model = Informer(cfg).eval()
     fit = LinearBaseline.fit(_series(rows=300, channels=7), cfg.seq_len, cfg.pred_len)
     model.linear.weight.copy_(torch.from_numpy(fit.weight.T))
-    x, xm, xd, ym = _batch(cfg)
+    x, xm, xd, ym = random_batch(cfg, b=2, walk=True)
     out = model(x, xm, xd, ym, backend=backend)
     expected = fit.predict(x.double().numpy().transpose(0, 2, 1)).transpose(0, 2, 1)
     np.testing.assert_allclose(out.double().numpy(), expected, atol=1e-4)
@@ -99,7 +89,7 @@ def test_untrained_linear_path_model_is_the_linear_baseline(backend):
 def test_linear_path_refuses_another_length():
     cfg = _patch_config()
     model = Informer(cfg).eval()
-    x, xm, xd, ym = _batch(cfg)
+    x, xm, xd, ym = random_batch(cfg, b=2, walk=True)
     with pytest.raises(ValueError, match="maps exactly 48 steps to 20"):
         model(x[:, 8:], xm[:, 8:], xd, ym, backend="full")
 
@@ -114,7 +104,7 @@ def test_linear_path_is_frozen_unless_asked():
 def test_patch_token_counts_match_the_config():
     cfg = _patch_config(linear_path=False)
     model = Informer(cfg).eval()
-    x, xm, xd, ym = _batch(cfg)
+    x, xm, xd, ym = random_batch(cfg, b=2, walk=True)
     tokens = model.enc_embedding(fold_channels(x), xm.repeat_interleave(cfg.enc_in, 0))
     assert tokens.shape[1] == cfg.encoder_lengths()[0] == (48 + 8 - 16) // 8 + 1
     assert cfg.dec_tokens == 16 // 16 + 2  # start token patch + ceil(20 / 16) horizon patches
@@ -135,7 +125,7 @@ def test_independent_channels_are_permutation_equivariant():
     cfg = _patch_config(linear_path=False, dropout=0.0)
     torch.manual_seed(1)
     model = Informer(cfg).eval()
-    x, xm, xd, ym = _batch(cfg)
+    x, xm, xd, ym = random_batch(cfg, b=2, walk=True)
     perm = torch.tensor([3, 0, 6, 1, 5, 2, 4])
     out = model(x, xm, xd, ym, backend="full")
     out_perm = model(x[..., perm], xm, xd[..., perm], ym, backend="full")

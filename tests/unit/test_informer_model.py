@@ -9,16 +9,7 @@ from models.attention import BACKENDS, AttentionError
 from models.informer.config import PRESETS, preset
 from models.informer.data import decoder_input
 from models.informer.model import Informer, attention_plan
-from tests.unit.test_informer_helpers import one_thread  # noqa: F401
-
-
-def _batch(cfg, b: int = 3, seed: int = 0):
-    g = torch.Generator().manual_seed(seed)
-    x = torch.randn(b, cfg.seq_len, cfg.enc_in, generator=g)
-    xm = torch.rand(b, cfg.seq_len, cfg.time_features, generator=g) - 0.5
-    y = torch.randn(b, cfg.dec_len, cfg.dec_in, generator=g)
-    ym = torch.rand(b, cfg.dec_len, cfg.time_features, generator=g) - 0.5
-    return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
+from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
 
 
 @torch.no_grad()
@@ -27,7 +18,7 @@ def _batch(cfg, b: int = 3, seed: int = 0):
 def test_output_shape_every_backend(backend, revin):
     cfg = preset("tiny", revin=revin)
     model = Informer(cfg).eval()
-    out = model(*_batch(cfg), backend=backend)
+    out = model(*random_batch(cfg), backend=backend)
     assert out.shape == (3, cfg.pred_len, cfg.c_out)
     assert torch.isfinite(out).all()
 
@@ -56,7 +47,7 @@ def test_decoder_self_attention_is_causal(backend):
     cfg = preset("tiny", mix=False)
     torch.manual_seed(0)
     model = Informer(cfg).eval()
-    x, xm, xd, ym = _batch(cfg, b=2)
+    x, xm, xd, ym = random_batch(cfg, b=2)
     t = 5
     ym2 = ym.clone()
     ym2[:, cfg.label_len + t] += 0.3
@@ -100,7 +91,7 @@ def test_forward_is_deterministic_and_batch_independent(backend):
     cfg = preset("tiny", revin=True)
     torch.manual_seed(1)
     model = Informer(cfg).eval()
-    batch = _batch(cfg, b=4)
+    batch = random_batch(cfg, b=4)
     first = model(*batch, backend=backend)
     torch.testing.assert_close(model(*batch, backend=backend), first, rtol=0, atol=0)
     alone = model(*(t[1:2] for t in batch), backend=backend)
