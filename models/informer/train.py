@@ -30,6 +30,7 @@ import torch
 from torch.utils.data import DataLoader
 from tqdm import tqdm
 
+from models.attention import AttentionError, get_backend
 from models.informer.checkpoint import count_parameters, save_checkpoint
 from models.informer.config import PRESETS, InformerConfig, preset
 from models.informer.data import WindowDataset, decoder_input, etth1_path
@@ -37,7 +38,13 @@ from models.informer.linear import LinearBaseline
 from models.informer.metrics import evaluate_loader
 from models.informer.model import Informer
 from models.informer.source import DataSource, portable_path
-from models.informer.table import DataError, load_series_csv, split_borders
+from models.informer.table import (
+    DataError,
+    SeriesTable,
+    load_series_csv,
+    make_splits,
+    split_borders,
+)
 from models.informer.timefeatures import feature_names
 
 # Per-epoch state for --resume (also after a finished run, to train on for more epochs); never
@@ -138,7 +145,7 @@ def _parse_override(text: str) -> tuple[str, Any]:
     return key, raw
 
 
-def data_source(args: argparse.Namespace) -> DataSource:
+def data_source(args: argparse.Namespace) -> tuple[DataSource, SeriesTable]:
     """Read and check the CSV, choose the split borders: any :class:`DataError` names the row or
     column at fault."""
     path = args.data or etth1_path()
@@ -159,7 +166,7 @@ def data_source(args: argparse.Namespace) -> DataSource:
         how = "borders " + " ".join(map(str, args.split_borders))
     else:
         how = "ratios " + "/".join(f"{r:g}" for r in (args.split_ratios or (0.7, 0.1, 0.2)))
-    return DataSource(
+    source = DataSource(
         path=portable_path(Path(path)),
         date_column=args.date_column,
         columns=tuple(table.channels),
@@ -167,6 +174,7 @@ def data_source(args: argparse.Namespace) -> DataSource:
         borders=borders,
         split=how,
     )
+    return source, table
 
 
 def build_config(args: argparse.Namespace, source: DataSource) -> InformerConfig:
@@ -194,12 +202,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
-        source = data_source(args)
+        source, table = data_source(args)
     except DataError as exc:
         raise SystemExit(f"attnserve train: {exc}") from None
     config = build_config(args, source)
-    _table, splits, scaler = source.load(config.seq_len)
     backends = [config.default_attention, *args.mix_backends]
+    for backend in backends:  # a typo stops here, not after the first epoch
+        try:
+            get_backend(backend)
+        except AttentionError as exc:
+            raise SystemExit(f"attnserve train: {exc}") from None
+    splits, scaler = make_splits(table, source.borders, config.seq_len)
     sets = {
         k: WindowDataset(s, config.seq_len, config.label_len, config.pred_len)
         for k, s in splits.items()

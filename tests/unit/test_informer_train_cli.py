@@ -143,3 +143,10 @@ def test_min_gain_decides_between_the_trained_network_and_the_linear_start(
     assert training["best_epoch"] == (0 if kept else 1)
     weights = load_file(str(out / "model.safetensors"))
     assert bool((weights["projection.weight"] == 0).all()) is kept
+
+
+def test_an_unknown_backend_stops_before_training(tmp_path):
+    csv = _csv(tmp_path / "site.csv")
+    with pytest.raises(SystemExit, match="flashy.*full"):
+        _train(csv, tmp_path / "out", "--backend", "flashy")
+    assert not (tmp_path / "out").exists()
