@@ -147,6 +147,6 @@ def test_min_gain_decides_between_the_trained_network_and_the_linear_start(
 
 def test_an_unknown_backend_stops_before_training(tmp_path):
     csv = _csv(tmp_path / "site.csv")
-    with pytest.raises(SystemExit, match="flashy.*full"):
+    with pytest.raises(SystemExit, match=r"flashy.*full"):
         _train(csv, tmp_path / "out", "--backend", "flashy")
     assert not (tmp_path / "out").exists()
