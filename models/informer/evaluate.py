@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +90,7 @@ def evaluate_checkpoint(
     cfg = f.model.config
     source = source_of(f.meta)
     if data is not None:
-        source = DataSource(**{**source.__dict__, "path": str(Path(data).resolve())})
+        source = replace(source, path=str(Path(data).resolve()))
     table, splits, scaler = source.load(cfg.seq_len)
     if not np.allclose(scaler.mean, f.scaler.mean) or not np.allclose(scaler.std, f.scaler.std):
         raise RuntimeError(

@@ -12,7 +12,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from models.informer.data import REPO_ROOT, SplitArrays, StandardScaler, data_dir
+from models.informer.data import (
+    ETTH1_CHANNELS,
+    REPO_ROOT,
+    SPLIT_BORDERS,
+    SplitArrays,
+    StandardScaler,
+    data_dir,
+)
 from models.informer.table import SeriesTable, load_series_csv, make_splits
 
 SPLITS = ("train", "val", "test")
@@ -80,9 +87,9 @@ def portable_path(path: Path) -> str:
 ETTH1_SOURCE = DataSource(
     path="data/ETT/ETTh1.csv",
     date_column="date",
-    columns=("HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"),
+    columns=ETTH1_CHANNELS,
     freq="h",
-    borders={"train": (0, 8640), "val": (8640, 11520), "test": (11520, 14400)},
+    borders=dict(SPLIT_BORDERS),
     split="preset ett-hour",
 )
 
