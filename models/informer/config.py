@@ -168,6 +168,19 @@ PRESETS: dict[str, InformerConfig] = {
         default_attention="flash",
         calendar=False,
     ),
+    # Long histories (thousands of steps): one token per step and all channels together, so the
+    # encoder sees the whole context and the attention choice decides the cost (Informer's own
+    # setting), refining the same closed-form linear map as "patch".
+    "long": InformerConfig(
+        d_model=64,
+        n_heads=4,
+        d_ff=128,
+        dropout=0.1,
+        revin=True,
+        linear_path=True,
+        default_attention="performer",
+        calendar=False,
+    ),
     # For tests: builds and runs in milliseconds.
     "tiny": InformerConfig(d_model=16, n_heads=2, d_ff=32, seq_len=24, label_len=12, pred_len=8),
 }

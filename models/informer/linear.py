@@ -80,10 +80,12 @@ class LinearBaseline:
         last = history[..., -1:]
         return (history - last) @ self.weight + last
 
-    def score(self, values: np.ndarray) -> tuple[float, float]:
+    def score(self, values: np.ndarray, stride: int = 1) -> tuple[float, float]:
         """MSE and MAE over every window of ``values`` ``[rows, c]`` (a split with its look-back
-        prepended), counted exactly as the Informer's test metrics count them."""
+        prepended), counted exactly as the Informer's test metrics count them; with ``stride``
+        k, over every k-th window (the windows ``evaluate --stride k`` scores a model on)."""
         x_all, y_all = sliding_windows(np.asarray(values, dtype=np.float64), *self.weight.shape)
+        x_all, y_all = x_all[::stride], y_all[::stride]
         se = ae = 0.0
         for s in range(0, len(x_all), _CHUNK):
             err = self.predict(x_all[s : s + _CHUNK]) - y_all[s : s + _CHUNK]

@@ -20,9 +20,11 @@ from models.informer.data import (
     StandardScaler,
     data_dir,
 )
-from models.informer.table import SeriesTable, load_series_csv, make_splits
+from models.informer.table import SPLIT_PRESETS, SeriesTable, load_series_csv, make_splits
 
 SPLITS = ("train", "val", "test")
+_M = SPLIT_PRESETS["ett-minute"]
+ETTM1_BORDERS = {"train": (_M[0], _M[1]), "val": (_M[1], _M[2]), "test": (_M[2], _M[3])}
 
 
 @dataclass(frozen=True)
@@ -98,6 +100,15 @@ def is_etth1_protocol(source: DataSource) -> bool:
     """Whether ``source`` is ETTh1 under the paper's split (so the paper's figures compare)."""
     same = (ETTH1_SOURCE.path, ETTH1_SOURCE.columns, ETTH1_SOURCE.borders)
     return (source.path, source.columns, source.borders) == same
+
+
+def is_ettm1_protocol(source: DataSource) -> bool:
+    """Whether ``source`` is the shipped ETTm1 (all seven channels) under the paper's split."""
+    return (
+        Path(source.path).name == "ETTm1.csv"
+        and source.columns == ETTH1_SOURCE.columns
+        and source.borders == ETTM1_BORDERS
+    )
 
 
 def source_of(meta: dict[str, Any]) -> DataSource:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Subset
 from tqdm import tqdm
 
 from models.attention import AttentionError, get_backend
@@ -122,12 +122,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     fit.add_argument("--batch-size", type=int, default=32)
     fit.add_argument("--seed", type=int, default=2021)
     fit.add_argument("--threads", type=int, default=1, help="torch CPU threads")
-    fit.add_argument("--max-batches", type=int, default=0, help="cap batches per epoch (smoke)")
+    fit.add_argument(
+        "--max-batches", type=int, default=0, help="cap batches per epoch (a random subset)"
+    )
+    fit.add_argument(
+        "--val-stride",
+        type=int,
+        default=1,
+        help="validate on every k-th window (neighbouring windows of a long context overlap "
+        "almost entirely; default 1: all)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("--out", type=Path, required=True, help="checkpoint folder to write")
     out.add_argument("--resume", action="store_true", help=f"continue from {STATE_FILE} in --out")
     out.add_argument("--no-evaluate", action="store_true", help="skip quality.json at the end")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.val_stride < 1:
+        p.error(f"--val-stride must be at least 1, got {args.val_stride}")
+    return args
 
 
 def _parse_override(text: str) -> tuple[str, Any]:
@@ -249,7 +261,10 @@ def fit_model(
 ) -> dict[str, Any]:
     """Train with early stopping; leaves the best-validation weights in ``model``."""
     c = model.config
-    val_loader = DataLoader(sets["val"], 256)
+    val_set = sets["val"]
+    if args.val_stride > 1:
+        val_set = Subset(val_set, range(0, len(val_set), args.val_stride))
+    val_loader = DataLoader(val_set, 256)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(trainable, lr=args.lr)
 

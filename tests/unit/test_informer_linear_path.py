@@ -62,6 +62,17 @@ def test_linear_score_counts_every_window():
     assert mse < float(np.mean(np.square(y - x[..., -1:])))  # beats "repeat the last value"
 
 
+def test_linear_score_with_a_stride_counts_every_kth_window():
+    values, ctx, horizon = _series(), 24, 6
+    fit = LinearBaseline.fit(values[:300], ctx, horizon)
+    x, y = sliding_windows(values[300:], ctx, horizon)
+    errs = [fit.predict(x[i]) - y[i] for i in range(0, len(x), 5)]
+    mse, mae = fit.score(values[300:], stride=5)
+    assert mse == pytest.approx(float(np.mean(np.square(errs))))
+    assert mae == pytest.approx(float(np.mean(np.abs(errs))))
+    assert mse != pytest.approx(fit.score(values[300:])[0], rel=1e-6)
+
+
 def test_linear_fit_refuses_too_few_rows():
     with pytest.raises(ValueError, match="need at least 30 rows"):
         LinearBaseline.fit(_series(rows=20), 24, 6)

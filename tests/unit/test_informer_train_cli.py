@@ -104,6 +104,18 @@ def test_evaluate_cli_rewrites_quality(trained, capsys):
     assert "linear baseline MSE" in capsys.readouterr().out
 
 
+def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(trained):
+    _csv_path, out = trained
+    cli(["evaluate", str(out), "--backends", "nystrom", "--stride", "3"])
+    q = json.loads((out / "quality.json").read_text())
+    r, windows = q["backends"]["nystrom"], q["windows"]
+    assert r["stride"] == 3 and r["windows"] == len(range(0, windows, 3))
+    # The ratio is against the baseline on the same windows, not on all of them.
+    assert r["vs_linear"] == pytest.approx(r["mse"] / r["linear_mse"] - 1, abs=1e-3)
+    assert r["linear_mse"] != pytest.approx(q["linear_baseline"]["mse"], rel=1e-6)
+    assert q["backends"]["flash"]["windows"] == windows  # scored before, without a stride
+
+
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
