@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
 
 Options = dict[str, Any]
 
@@ -101,13 +101,42 @@ class EmbeddingsResponse(BaseModel):
 
 
 class Series(_Request):
-    timestamps: list[str] = Field(
+    """One history, as rows or as columns (the compact form for long histories)."""
+
+    timestamps: list[str] | None = Field(
+        None,
         description="One timestamp per row, regular at the model's frequency, e.g. "
-        "'2017-10-24 00:00:00'."
+        "'2017-10-24 00:00:00'. Or give `start`.",
     )
-    values: list[list[float]] = Field(
-        description="Rows of the model's channels in original units (oldest first)."
+    start: str | None = Field(
+        None,
+        description="The first row's timestamp; the others follow at the model's step "
+        "(instead of `timestamps`).",
     )
+    values: list[list[float]] | None = Field(
+        None, description="Rows of the model's channels in original units (oldest first)."
+    )
+    columns: dict[str, list[float]] | None = Field(
+        None,
+        description="Instead of `values`: each channel's history by name, oldest first "
+        "(columnar: about a fifth of the parsing cost of rows for long histories).",
+    )
+
+    @model_validator(mode="after")
+    def _one_layout(self) -> Series:
+        if (self.values is None) == (self.columns is None):
+            raise ValueError("give the history as either 'values' (rows) or 'columns'")
+        if (self.timestamps is None) == (self.start is None):
+            raise ValueError(
+                "give either 'timestamps' (one per row) or 'start' (the first row's timestamp)"
+            )
+        return self
+
+    def rows(self) -> int:
+        """Steps of history given."""
+        if self.values is not None:
+            return len(self.values)
+        return max((len(c) for c in (self.columns or {}).values()), default=0)
 
 
 class ForecastRequest(_Request):

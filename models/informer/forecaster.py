@@ -8,6 +8,7 @@ with a readable reason for anything it cannot take), batches the resulting windo
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,10 @@ from models.informer.model import Informer, attention_plan
 from models.informer.timefeatures import (
     check_regular,
     format_timestamps,
+    freq_step,
     future_index,
     parse_timestamps,
+    regular_stamps,
     time_features,
 )
 from models.names import DEFAULT_BATCH_BUCKETS
@@ -103,27 +106,95 @@ class InformerForecaster:
 
     # ------------------------------------------------------------------ input validation
 
-    def prepare(self, timestamps: list[str], values: list[list[float]]) -> ForecastWindow:
+    def prepare(
+        self,
+        timestamps: Sequence[str] | None = None,
+        values: Sequence[Sequence[float]] | None = None,
+        *,
+        start: str | None = None,
+        columns: Mapping[str, Sequence[float]] | None = None,
+    ) -> ForecastWindow:
         """Validate one history and turn it into a scaled window of the last ``context`` rows.
 
+        Two layouts, the same result: rows (``values``, one list of channels per step) or
+        columns (``columns``, one list of steps per channel name: no per-row objects to build,
+        the compact form for long histories). Time comes either as one timestamp per row
+        (``timestamps``) or as the first one (``start``), the rest following at the model's step.
+
         Raises:
-            ModelInputError: too few rows, row/timestamp count mismatch, wrong or ragged channel
-                counts, non-numeric / NaN / infinite / implausibly large values, unparsable
-                timestamps, or timestamps not regular at the model's frequency.
+            ModelInputError: both or neither layout or time given, too few rows, row/timestamp
+                count mismatch, wrong or ragged channel counts, unknown or missing channel names,
+                non-numeric / NaN / infinite / implausibly large values, unparsable timestamps,
+                or timestamps not regular at the model's frequency.
         """
+        if (values is None) == (columns is None):
+            raise ModelInputError("give the history as either 'values' (rows) or 'columns'")
+        if (timestamps is None) == (start is None):
+            raise ModelInputError(
+                "give either 'timestamps' (one per row) or 'start' (the first row's timestamp)"
+            )
+        raw = self._rows(values) if values is not None else self._columns(columns or {})
+        n = len(raw)
+        if timestamps is not None:
+            if not isinstance(timestamps, list | tuple):
+                raise ModelInputError("timestamps must be a list")
+            if len(timestamps) != n:
+                raise ModelInputError(
+                    f"got {len(timestamps)} timestamps but {n} value rows; give one timestamp per row"
+                )
+        if n < self.context:
+            raise ModelInputError(
+                f"{self.name} needs at least {self.context} rows of history, got {n}; "
+                f"send the last {self.context} rows at one step of {freq_step(self.freq)} "
+                "(longer histories are trimmed)"
+            )
+        raw = raw[-self.context :]
+        if not np.isfinite(raw).all():
+            r, c = np.argwhere(~np.isfinite(raw))[0]
+            at = n - self.context + int(r)
+            raise ModelInputError(
+                f"row {at}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
+            )
+        scaled = self.scaler.transform(raw)
+        if np.abs(scaled).max() > MAX_ABS_SCALED:
+            r, c = np.unravel_index(int(np.abs(scaled).argmax()), scaled.shape)
+            at = n - self.context + int(r)
+            raise ModelInputError(
+                f"row {at}, channel {self.channels[c]} = {raw[r, c]:g} is implausibly large for "
+                f"this model (over {MAX_ABS_SCALED:g} training standard deviations from the mean); "
+                "check the units"
+            )
+        try:
+            if timestamps is not None:
+                stamps = parse_timestamps(timestamps)
+                check_regular(stamps, self.freq)
+                stamps = stamps[-self.context :]
+            else:
+                stamps = regular_stamps(str(start), n, self.freq)[-self.context :]
+        except ValueError as exc:
+            if timestamps is not None:
+                raise ModelInputError(str(exc)) from None
+            reason = str(exc).replace(f"timestamp 0 ({start!r}) ", "it ")
+            raise ModelInputError(f"start {start!r}: {reason}") from None
+        return ForecastWindow(
+            values=scaled.astype(np.float32),
+            marks=time_features(stamps, self.freq),
+            last_timestamp=stamps[-1],
+        )
+
+    def _rows(self, values: Sequence[Sequence[float]]) -> np.ndarray:
+        """Rows as a float64 array ``[n, channels]``; the error names the first bad row."""
         n_ch = len(self.channels)
-        if not isinstance(values, list | tuple) or not isinstance(timestamps, list | tuple):
-            raise ModelInputError("timestamps and values must be lists")
-        if len(timestamps) != len(values):
-            raise ModelInputError(
-                f"got {len(timestamps)} timestamps but {len(values)} value rows; "
-                "give one timestamp per row"
-            )
-        if len(values) < self.context:
-            raise ModelInputError(
-                f"{self.name} needs at least {self.context} rows of history, got {len(values)}; "
-                f"send the last {self.context} hourly rows (longer histories are trimmed)"
-            )
+        if not isinstance(values, list | tuple):
+            raise ModelInputError("values must be a list of rows")
+        try:  # one C-level conversion; the row-by-row walk below only runs to name an error
+            raw = np.asarray(values, dtype=np.float64)
+        except (TypeError, ValueError):
+            raw = None
+        if raw is not None and raw.ndim == 2 and raw.shape[1] == n_ch:
+            return raw
+        if raw is not None and raw.ndim == 1 and len(values) == 0:
+            return raw.reshape(0, n_ch)
         for i, row in enumerate(values):
             if not isinstance(row, list | tuple) or len(row) != n_ch:
                 got = len(row) if isinstance(row, list | tuple) else type(row).__name__
@@ -131,36 +202,40 @@ class InformerForecaster:
                     f"row {i} has {got} values; every row needs {n_ch} values, one per channel "
                     f"({', '.join(self.channels)})"
                 )
+        raise ModelInputError("values must be numbers")
+
+    def _columns(self, columns: Mapping[str, Sequence[float]]) -> np.ndarray:
+        """Named columns as a float64 array ``[n, channels]`` in the model's channel order."""
+        if not isinstance(columns, Mapping):
+            raise ModelInputError("columns must map each channel name to its list of values")
+        missing = [c for c in self.channels if c not in columns]
+        unknown = [c for c in columns if c not in self.channels]
+        if missing or unknown:
+            raise ModelInputError(
+                f"columns must be exactly this model's channels ({', '.join(self.channels)}); "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"missing {', '.join(missing)}" if missing else "",
+                        f"unknown {', '.join(map(repr, unknown))}" if unknown else "",
+                    )
+                    if part
+                )
+            )
+        lengths = {c: len(columns[c]) for c in self.channels}
+        if len(set(lengths.values())) > 1:
+            first = self.channels[0]
+            odd = next(c for c in self.channels if lengths[c] != lengths[first])
+            raise ModelInputError(
+                f"every column needs the same number of values: {first} has {lengths[first]}, "
+                f"{odd} has {lengths[odd]}"
+            )
         try:
-            raw = np.asarray(values[-self.context :], dtype=np.float64)
+            by_channel = np.asarray([columns[c] for c in self.channels], dtype=np.float64)
         except (TypeError, ValueError):
-            raise ModelInputError("values must be numbers") from None
-        if not np.isfinite(raw).all():
-            r, c = np.argwhere(~np.isfinite(raw))[0]
-            at = len(values) - self.context + int(r)
-            raise ModelInputError(
-                f"row {at}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
-            )
-        scaled = self.scaler.transform(raw)
-        if np.abs(scaled).max() > MAX_ABS_SCALED:
-            r, c = np.unravel_index(int(np.abs(scaled).argmax()), scaled.shape)
-            at = len(values) - self.context + int(r)
-            raise ModelInputError(
-                f"row {at}, channel {self.channels[c]} = {raw[r, c]:g} is implausibly large for "
-                f"this model (over {MAX_ABS_SCALED:g} training standard deviations from the mean); "
-                "check the units"
-            )
-        try:
-            stamps = parse_timestamps(timestamps)
-            check_regular(stamps, self.freq)
-        except ValueError as exc:
-            raise ModelInputError(str(exc)) from None
-        stamps = stamps[-self.context :]
-        return ForecastWindow(
-            values=scaled.astype(np.float32),
-            marks=time_features(stamps, self.freq),
-            last_timestamp=stamps[-1],
-        )
+            raise ModelInputError("column values must be numbers") from None
+        # Row-major like the rows layout, so both give bit-identical forecasts.
+        return np.ascontiguousarray(by_channel.T)
 
     # ------------------------------------------------------------------ compilation
 

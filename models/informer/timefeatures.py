@@ -218,6 +218,15 @@ def _parse_with_pandas(timestamps: Sequence[str]) -> Stamps:
     return as_stamps(index)
 
 
+def regular_stamps(start: str, n: int, freq: str) -> Stamps:
+    """``n`` stamps one ``freq`` step apart from ``start`` (a ``datetime64[s]`` array); the same
+    ``ValueError`` as :func:`parse_timestamps` / :func:`check_regular` for a bad or off-grid
+    start."""
+    first = parse_timestamps([start])
+    check_regular(first, freq)
+    return first[0] + np.arange(n, dtype=np.int64) * np.timedelta64(step_seconds(freq), "s")
+
+
 def check_regular(stamps: Stamps, freq: str) -> None:
     """Raise ``ValueError`` unless consecutive stamps are exactly one ``freq`` step apart and, when
     the step divides a day, on that step's grid (hourly: on the hour; see :func:`is_aligned`)."""

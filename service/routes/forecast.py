@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any, cast
 
@@ -44,8 +45,11 @@ async def forecast(
     check_count(len(body.series), serving.settings.max_inputs_per_request, "series")
     horizon = servable.check_horizon(body.horizon)
     options = servable.check_attention(backend, body.attention_options)
-    series = [(s.timestamps, s.values) for s in body.series]
-    if sum(len(s.values) for s in body.series) <= INLINE_PREPARE_ROWS:
+    series: list[Mapping[str, Any]] = [
+        {"timestamps": s.timestamps, "start": s.start, "values": s.values, "columns": s.columns}
+        for s in body.series
+    ]
+    if sum(s.rows() for s in body.series) <= INLINE_PREPARE_ROWS:
         windows = servable.prepare(series)  # a few ms: cheaper inline than a thread hop
     else:  # big requests: keep the event loop free while pandas parses
         windows = await run_in_threadpool(servable.prepare, series)

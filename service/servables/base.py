@@ -99,8 +99,9 @@ class ForecastModel(Servable, Protocol):
         """The horizon to return; ``ModelInputError`` when out of range."""
         ...
 
-    def prepare(self, series: list[tuple[list[str], list[list[float]]]]) -> list[Any]:
-        """Validated windows, one per series; ``ModelInputError`` naming the series."""
+    def prepare(self, series: list[Mapping[str, Any]]) -> list[Any]:
+        """Validated windows, one per series (``timestamps`` or ``start``, ``values`` or
+        ``columns``); ``ModelInputError`` naming the series."""
         ...
 
     def cut(self, forecast: Any, horizon: int) -> dict[str, Any]:

@@ -41,12 +41,14 @@ class ForecastServable:
         """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
         return self.forecaster._check_horizon(horizon)
 
-    def prepare(self, series: list[tuple[list[str], list[list[float]]]]) -> list[ForecastWindow]:
-        """Validate every series; the error names the series index."""
+    def prepare(self, series: list[Mapping[str, Any]]) -> list[ForecastWindow]:
+        """Validate every series (mappings of :meth:`InformerForecaster.prepare`'s keyword
+        arguments: ``timestamps`` or ``start``, ``values`` or ``columns``); the error names the
+        series index."""
         windows = []
-        for i, (timestamps, values) in enumerate(series):
+        for i, s in enumerate(series):
             try:
-                windows.append(self.forecaster.prepare(timestamps, values))
+                windows.append(self.forecaster.prepare(**s))
             except ModelInputError as exc:
                 raise ModelInputError(f"series {i}: {exc}") from None
         return windows
@@ -69,7 +71,7 @@ class ForecastServable:
         mean = np.asarray(self.forecaster.scaler.mean, dtype=np.float64)
         values = np.tile(mean, (self.context, 1)).tolist()
         stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]
-        return self.prepare([(stamps, values)]) * 2, ()
+        return self.prepare([{"timestamps": stamps, "values": values}]) * 2, ()
 
     def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
         rows, variant = self.warmup_rows()

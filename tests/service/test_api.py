@@ -98,6 +98,26 @@ def test_forecast_returns_future_timestamps_and_cuts_horizon(client: TestClient)
     assert r.headers["x-batch-size"] == "2"
 
 
+def test_forecast_columns_and_start_give_the_same_forecast_as_rows(client: TestClient) -> None:
+    rows = hourly_series(30, start="2017-03-01 00:00:00", seed=3)
+    cards = client.get("/models").json()["data"]
+    channels = next(c for c in cards if c["name"] == TINY_FORECAST)["channels"]
+    columnar = {
+        "start": rows["timestamps"][0],
+        "columns": {c: [r[i] for r in rows["values"]] for i, c in enumerate(channels)},
+    }
+    mixed = {"timestamps": rows["timestamps"], "columns": columnar["columns"]}
+    got = [
+        client.post("/forecast", json={"model": TINY_FORECAST, "series": [s]})
+        for s in (rows, columnar, mixed)
+    ]
+    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+    first = got[0].json()["forecasts"][0]
+    assert first["timestamps"][0] == "2017-03-02 06:00:00"
+    for r in got[1:]:
+        assert r.json()["forecasts"][0] == first
+
+
 def test_forecast_default_horizon_and_every_backend(client: TestClient) -> None:
     for backend in ("full", "flash", "probsparse", "performer", "nystrom"):
         r = client.post(

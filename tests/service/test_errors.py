@@ -55,6 +55,11 @@ HUGE_ROWS = [row[:] for row in GOOD["values"]]
 HUGE_ROWS[7][0] = 1e12
 RAGGED = [row[:] for row in GOOD["values"]]
 RAGGED[3] = RAGGED[3][:5]
+COLUMNS = {
+    name: [row[i] for row in GOOD["values"]]
+    for i, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"])
+}
+START = GOOD["timestamps"][0]
 GAP = list(GOOD["timestamps"])
 GAP[10] = "2017-01-01 12:00:00"  # 09:00 -> 12:00 -> 11:00: not regular
 
@@ -151,6 +156,48 @@ FORECAST_CASES = [
         422,
         "invalid_request",
         ["23 timestamps", "24 value rows"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**COLUMNS, "oil": COLUMNS["OT"]}}]},
+        422,
+        "invalid_request",
+        ["series 0", "exactly this model's channels", "unknown 'oil'"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {k: v for k, v in COLUMNS.items() if k != "OT"}}]},
+        422,
+        "invalid_request",
+        ["missing OT"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**COLUMNS, "OT": COLUMNS["OT"][:-1]}}]},
+        422,
+        "invalid_request",
+        ["same number of values", "HUFL has 24", "OT has 23"],
+    ),
+    (
+        {"series": [{"start": START, "columns": COLUMNS, "values": GOOD["values"]}]},
+        422,
+        "invalid_request",
+        ["either 'values' (rows) or 'columns'"],
+    ),
+    (
+        {"series": [{"columns": COLUMNS}]},
+        422,
+        "invalid_request",
+        ["'timestamps'", "'start'"],
+    ),
+    (
+        {"series": [{"start": "2017-01-01 00:30:00", "columns": COLUMNS}]},
+        422,
+        "invalid_request",
+        ["start '2017-01-01 00:30:00'", "on the hour"],
+    ),
+    (
+        {"series": [{"start": "soon", "columns": COLUMNS}]},
+        422,
+        "invalid_request",
+        ["start 'soon'", "not a date-time"],
     ),
     ({"series": [GOOD], "horizon": 9}, 422, "invalid_request", ["horizon", "between 1 and 8"]),
     ({"series": [GOOD], "horizon": 0}, 422, "invalid_request", ["horizon"]),

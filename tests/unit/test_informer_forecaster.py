@@ -155,3 +155,41 @@ def test_layer_backends_and_card_report_fallbacks(forecaster):
     assert "decoder.0.self" in card["backends"]["nystrom"]["fallbacks"]
     assert card["backends"]["full"]["fallbacks"] == {}
     assert card["backends"]["probsparse"]["options"]["factor"]["default"] == 5
+
+
+def test_columns_and_start_give_the_very_window_of_rows_and_timestamps(forecaster):
+    stamps, values = hourly_series(40, seed=4)
+    rows = forecaster.prepare(stamps, values)
+    columns = {c: [r[i] for r in values] for i, c in enumerate(forecaster.channels)}
+    for window in (
+        forecaster.prepare(start=stamps[0], columns=columns),
+        forecaster.prepare(stamps, columns=columns),
+        forecaster.prepare(start=stamps[0], values=values),
+    ):
+        assert np.array_equal(window.values, rows.values)
+        assert np.array_equal(window.marks, rows.marks)
+        assert window.last_timestamp == rows.last_timestamp
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "either 'values'"),
+        ({"values": [], "columns": {}}, "either 'values'"),
+        ({"columns": {"OT": [1.0]}}, "'timestamps'.*'start'"),
+        ({"columns": {"OT": [1.0]}, "start": "2017-01-01", "timestamps": []}, "'start'"),
+        ({"columns": [[1.0]], "start": "2017-01-01"}, "map each channel"),
+        ({"values": "1,2,3", "start": "2017-01-01"}, "list of rows"),
+    ],
+)
+def test_prepare_names_a_wrong_layout(forecaster, kwargs, match):
+    with pytest.raises(ModelInputError, match=match):
+        forecaster.prepare(**kwargs)
+
+
+def test_column_values_must_be_numbers(forecaster):
+    stamps, values = hourly_series(24)
+    columns = {c: [r[i] for r in values] for i, c in enumerate(forecaster.channels)}
+    columns["OT"][3] = "warm"
+    with pytest.raises(ModelInputError, match="column values must be numbers"):
+        forecaster.prepare(start=stamps[0], columns=columns)
