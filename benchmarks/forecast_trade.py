@@ -1,0 +1,233 @@
+"""The attention trade through HTTP: for each long-context forecaster and each backend, what a
+request costs (latency, throughput, memory) beside what it is worth (test MSE).
+
+    python -m benchmarks.forecast_trade                    # the shipped ETTm1 context-2048 models
+    python -m benchmarks.forecast_trade --models informer-ettm1-h96-c2048 --seconds 20
+
+Per model, one ``attnserve serve`` process (only that model, ``--torch-threads`` threads, batches
+of up to 32) and per backend, in turn:
+
+* **p50 at 1 client**: one closed-loop client sending one window per request (columnar payload,
+  consecutive ETTm1 test-split windows) for ``--seconds``; median client latency.
+* **throughput at 8 clients**: eight such clients at once; answered requests per second.
+* **peak memory**: the server's resident memory sampled every 10 ms during both phases, minus
+  its resident memory when the phase started (allocations freed between batches return to the
+  OS, so the peak of one backend does not hide another's).
+* **test MSE** (scaled units) from the checkpoint's ``quality.json`` (``attnserve evaluate``; a
+  backend scored on every k-th window says so), and the linear baseline's as the reference row.
+
+Writes ``benchmarks/results/forecast-trade.{md,json,png}``: the table and latency against MSE.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from benchmarks.service import LoadResult, ServerProcess, Workload, drive
+from models.informer.checkpoint import shipped_dirs
+from models.informer.source import source_of
+from models.informer.table import load_series_csv
+from models.informer.timefeatures import format_timestamps
+from models.names import BACKEND_NAMES
+
+RESULTS = Path(__file__).parent / "results"
+LONG_MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048", "informer-ettm1-h672-c2048")
+
+
+def columnar_windows(model_dir: Path, n: int) -> list[dict[str, Any]]:
+    """``n`` consecutive test-split histories of the model's context, as columnar series."""
+    meta = json.loads((model_dir / "config.json").read_text())
+    source = source_of(meta)
+    context = int(meta["context"])
+    table = load_series_csv(
+        source.resolved_path(), source.date_column, list(source.columns), source.freq
+    )
+    first = source.borders["test"][0] - context
+    series = []
+    for i in range(n):
+        rows = slice(first + i, first + i + context)
+        series.append(
+            {
+                "start": format_timestamps(table.stamps[rows][:1])[0],
+                "columns": {
+                    c: table.values[rows, j].tolist() for j, c in enumerate(source.columns)
+                },
+            }
+        )
+    return series
+
+
+class PeakRss:
+    """Samples a process's resident memory every ``interval`` seconds in a thread."""
+
+    def __init__(self, pid: int, interval: float = 0.01) -> None:
+        self.proc = psutil.Process(pid)
+        self.interval = interval
+        self.base = self.peak = self.proc.memory_info().rss
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, self.proc.memory_info().rss)
+            time.sleep(self.interval)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def extra_mib(self) -> float:
+        return (self.peak - self.base) / 2**20
+
+
+def measure_model(
+    model: str, backends: list[str], seconds: float, threads: int, log_dir: Path
+) -> list[dict[str, Any]]:
+    directory = shipped_dirs().get(model) or Path(model)
+    quality = json.loads((directory / "quality.json").read_text())
+    series = columnar_windows(directory, 64)
+    server = ServerProcess([str(directory)], threads, 32, log_dir / f"trade-{directory.name}.log")
+    rows = []
+    try:
+        server.wait_ready()
+        for backend in backends:
+            bodies = [
+                json.dumps({"model": directory.name, "series": [s], "attention": backend}).encode()
+                for s in series
+            ]
+            work = Workload("/forecast", bodies)
+            with PeakRss(server.proc.pid) as mem:
+                one: LoadResult = asyncio.run(drive(server.url, work, 1, seconds, 2.0))
+                eight: LoadResult = asyncio.run(drive(server.url, work, 8, seconds, 2.0))
+            q = quality["backends"].get(backend, {})
+            rows.append(
+                {
+                    "model": directory.name,
+                    "backend": backend,
+                    "p50_ms_1_client": one.pct(50),
+                    "requests_per_s_8_clients": eight.throughput,
+                    "mean_batch_8_clients": (
+                        sum(eight.batch_sizes) / len(eight.batch_sizes)
+                        if eight.batch_sizes
+                        else float("nan")
+                    ),
+                    "peak_extra_mib": mem.extra_mib,
+                    "errors": one.errors + eight.errors,
+                    "test_mse": q.get("mse"),
+                    "mse_windows": q.get("windows"),
+                    "linear_mse": q.get("linear_mse", quality["linear_baseline"]["mse"]),
+                }
+            )
+            r = rows[-1]
+            print(
+                f"{directory.name} {backend:10s} p50 {r['p50_ms_1_client']:8.1f} ms  "
+                f"{r['requests_per_s_8_clients']:6.2f} req/s @8  +{r['peak_extra_mib']:6.0f} MiB  "
+                f"MSE {r['test_mse']}",
+                flush=True,
+            )
+    finally:
+        server.stop()
+    return rows
+
+
+def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
+    lines = [
+        "| model | backend | p50 ms @1 client | × flash | req/s @8 clients | peak extra MiB | "
+        "test MSE | MSE vs default |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    by_model: dict[str, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_model.setdefault(r["model"], []).append(r)
+    for model, group in by_model.items():
+        flash = next((r for r in group if r["backend"] == "flash"), None)
+        ref = next((r for r in group if r["backend"] == default[model]), None)
+        lin = group[0]["linear_mse"]
+        lines.append(f"| {model} | *linear baseline* | | | | | {lin:.4f} | |")
+        for r in group:
+            speed = flash["p50_ms_1_client"] / r["p50_ms_1_client"] if flash else float("nan")
+            mse = r["test_mse"]
+            vs = f"{mse / ref['test_mse'] - 1:+.1%}" if ref and mse and ref["test_mse"] else "—"
+            label = (
+                f"**{r['backend']}** (default)" if r["backend"] == default[model] else r["backend"]
+            )
+            lines.append(
+                f"| {model} | {label} | {r['p50_ms_1_client']:.0f} | {speed:.2f}x | "
+                f"{r['requests_per_s_8_clients']:.2f} | {r['peak_extra_mib']:.0f} | "
+                f"{mse:.4f} | {vs} |"
+                if mse is not None
+                else f"| {model} | {label} | {r['p50_ms_1_client']:.0f} | {speed:.2f}x | "
+                f"{r['requests_per_s_8_clients']:.2f} | {r['peak_extra_mib']:.0f} | — | — |"
+            )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(dict.fromkeys(r["model"] for r in rows))
+    fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
+    for ax, model in zip(axes[0], models, strict=True):
+        group = [r for r in rows if r["model"] == model and r["test_mse"] is not None]
+        for r in group:
+            ax.scatter(r["p50_ms_1_client"], r["test_mse"])
+            ax.annotate(r["backend"], (r["p50_ms_1_client"], r["test_mse"]), fontsize=8)
+        ax.axhline(group[0]["linear_mse"], ls="--", color="grey", label="linear baseline")
+        ax.set_xscale("log")
+        ax.set_xlabel("p50 latency at 1 client (ms, log)")
+        ax.set_ylabel("test MSE (scaled)")
+        ax.set_title(model, fontsize=9)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(LONG_MODELS))
+    p.add_argument("--backends", nargs="+", default=list(BACKEND_NAMES))
+    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, default=RESULTS / "forecast-trade")
+    args = p.parse_args(argv)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = []
+    default = {}
+    for model in args.models:
+        directory = shipped_dirs().get(model) or Path(model)
+        default[directory.name] = json.loads((directory / "quality.json").read_text())[
+            "default_backend"
+        ]
+        rows += measure_model(model, args.backends, args.seconds, args.threads, args.out.parent)
+    text = (
+        f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
+        f"machine), {args.seconds:g} s per phase; peak memory = the server's resident memory "
+        "above its level at the start of the backend's phases. Test MSE from each checkpoint's "
+        "quality.json.\n\n" + table(rows, default) + "\n\nRegenerate: `python -m "
+        "benchmarks.forecast_trade`\n"
+    )
+    print(text)
+    args.out.with_suffix(".md").write_text(text)
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    plot(rows, args.out.with_suffix(".png"))
+    print(f"wrote {args.out.with_suffix('.md')} and .json/.png")
+
+
+if __name__ == "__main__":
+    main()
