@@ -19,7 +19,7 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.batching.batcher import Batcher
-from service.batching.device import DeviceRuntime, configure_threads, select_device
+from service.batching.device import MIB, DeviceRuntime, configure_threads, select_device
 from service.batching.policy import Limits
 from service.errors import install_error_handlers
 from service.metrics import Metrics
@@ -52,7 +52,15 @@ async def start_serving(state: AppState) -> None:
                 settings.batch_buckets,
             )
     registry = Registry(servables)
-    limits = Limits(settings.max_batch_size, settings.max_batch_tokens, settings.max_wait_ms / 1000)
+    budget = runtime.memory_budget(settings.max_batch_memory_mb, len(servables), settings.workers)
+    log.info("batch memory budget: %s", f"{budget / MIB:.0f} MiB" if budget else "none")
+    metrics.batch_memory_budget.set(budget or 0)
+    limits = Limits(
+        settings.max_batch_size,
+        settings.max_batch_tokens,
+        settings.max_wait_ms / 1000,
+        budget,
+    )
     batcher = Batcher(
         servables, limits, settings.max_queue, settings.request_timeout_s, runtime, metrics
     )

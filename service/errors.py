@@ -23,6 +23,7 @@ log = logging.getLogger("attnserve")
 # The one table: error type -> HTTP status.
 STATUS: dict[str, int] = {
     "invalid_request": 422,
+    "memory_budget_exceeded": 422,
     "unauthorized": 401,
     "not_found": 404,
     "model_not_found": 404,
@@ -57,6 +58,14 @@ class InvalidRequest(ServiceError):
     """Malformed or out-of-range input (including attention backend/options)."""
 
     type = "invalid_request"
+
+
+class MemoryBudgetExceeded(ServiceError):
+    """One row of the request (a text or a series) needs more memory under its attention
+    backend than the batch memory budget allows; the message names the backend, the length,
+    the estimate, the budget and the backends that would fit."""
+
+    type = "memory_budget_exceeded"
 
 
 class Unauthorized(ServiceError):

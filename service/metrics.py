@@ -115,7 +115,8 @@ class Metrics:
         self.rejections = Counter(
             "attnserve_rejections_total",
             "Requests refused or dropped, by reason (queue_full, timeout, shutting_down, "
-            "not_ready, client_disconnected, out_of_memory, unauthorized, body_too_large).",
+            "not_ready, client_disconnected, out_of_memory, memory_budget, unauthorized, "
+            "body_too_large).",
             ["model", "reason"],
             registry=r,
         )
@@ -131,6 +132,30 @@ class Metrics:
             ["model"],
             buckets=MEMORY_BUCKETS,
             registry=r,
+        )
+        self.batch_memory_estimated = Histogram(
+            "attnserve_batch_activation_memory_estimated_bytes",
+            "The model's estimate of one batch's peak activation memory at its backend, rows "
+            "and length (its largest part when over the budget); kept under the budget.",
+            ["model", "attention"],
+            buckets=MEMORY_BUCKETS,
+            registry=r,
+        )
+        self.batch_memory_measured = Histogram(
+            "attnserve_batch_activation_memory_measured_bytes",
+            "Measured peak memory one batch added above what was in use when it started: the "
+            "CUDA allocator's peak on CUDA, the process's resident high-water mark on CPU "
+            "(process-wide: overlapping batches of other models count too).",
+            ["model", "attention"],
+            buckets=MEMORY_BUCKETS,
+            registry=r,
+        )
+        self.batch_memory_budget = Gauge(
+            "attnserve_batch_memory_budget_bytes",
+            "Budget a batch's estimated peak activation memory is held under "
+            "(max_batch_memory_mb; 0: no cap).",
+            registry=r,
+            multiprocess_mode="livemax",
         )
         self.device_memory_allocated = Gauge(
             "attnserve_device_memory_allocated_bytes",

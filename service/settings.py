@@ -64,6 +64,19 @@ class Settings(BaseSettings):
             "Most padded tokens (texts) or time steps (series) in one batch: rows x longest row."
         ),
     )
+    max_batch_memory_mb: int | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Memory budget of one batch in MiB: its peak activation memory as the model "
+            "estimates it for the batch's attention backend, rows and length (full attention "
+            "grows with the square of the length). The batcher adds no request past it, runs a "
+            "larger single request in parts, and refuses with a 422 a request whose single row "
+            "is over it. Unset: half the memory available once models are loaded (free GPU "
+            "memory on CUDA, available RAM on CPU), split among the models and worker "
+            "processes. 0: no memory cap."
+        ),
+    )
     max_wait_ms: float = Field(
         default=5.0,
         ge=0,
@@ -164,10 +177,11 @@ class Settings(BaseSettings):
             value = [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("model_dir", mode="before")
+    @field_validator("model_dir", "max_batch_memory_mb", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
-        # ATTNSERVE_MODEL_DIR= (set but empty) means no folder, not the working directory.
+        # ATTNSERVE_MODEL_DIR= (set but empty) means no folder, not the working directory;
+        # ATTNSERVE_MAX_BATCH_MEMORY_MB= means the default.
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("model_dir")

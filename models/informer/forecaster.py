@@ -20,6 +20,7 @@ from models.attention import BACKENDS, get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
+from models.informer.memory import forward_bytes
 from models.informer.model import Informer, attention_plan
 from models.informer.timefeatures import (
     check_regular,
@@ -277,6 +278,17 @@ class InformerForecaster:
     def _plan(self, backend: str, options: dict | None = None) -> dict:
         dtype = next(self.model.parameters()).dtype
         return attention_plan(self.model.config, backend, options, None, dtype, self.device.type)
+
+    def memory_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> int:
+        """Estimated peak activation bytes of :meth:`predict` on ``rows`` windows with
+        ``backend`` (see :mod:`models.informer.memory`), in the weights' dtype (under CUDA
+        autocast the linear layers' bf16 activations take less). A compiled backend's batch is
+        padded to its bucket first, so it is priced at the bucket."""
+        if backend in self.compiled_backends:
+            rows = bucket_for(rows, self.batch_buckets) or rows
+        itemsize = next(self.model.parameters()).element_size()
+        plan = self._plan(backend, options)
+        return forward_bytes(self.model.config, plan, rows, itemsize, self.device.type)
 
     def _check_horizon(self, horizon: int | None) -> int:
         if horizon is None:

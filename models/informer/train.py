@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Subset
+from torch.utils.data import DataLoader, Dataset, Subset
 from tqdm import tqdm
 
 from models.attention import AttentionError, get_backend
@@ -261,9 +261,9 @@ def fit_model(
 ) -> dict[str, Any]:
     """Train with early stopping; leaves the best-validation weights in ``model``."""
     c = model.config
-    val_set = sets["val"]
+    val_set: Dataset = sets["val"]
     if args.val_stride > 1:
-        val_set = Subset(val_set, range(0, len(val_set), args.val_stride))
+        val_set = Subset(sets["val"], range(0, len(sets["val"]), args.val_stride))
     val_loader = DataLoader(val_set, 256)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(trainable, lr=args.lr)

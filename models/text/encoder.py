@@ -21,6 +21,7 @@ from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
+from models.text.memory import forward_bytes
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_encoder, model_dir
 
@@ -177,6 +178,29 @@ class SentenceEncoder:
                 pooled = F.normalize(pooled, p=2.0, dim=-1)
             out[list(sub.indices)] = pooled.cpu()
         return out
+
+    def memory_estimate(
+        self,
+        backend: str,
+        options: Mapping[str, Any] | None,
+        rows: int,
+        length: int,
+        max_batch_tokens: int | None = None,
+    ) -> int:
+        """Estimated peak activation bytes of :meth:`embed` on ``rows`` texts of up to
+        ``length`` tokens: its largest sub-batch (:func:`plan_batches`, as ``embed`` cuts them)
+        through the encoder (:mod:`models.text.memory`), plus the embeddings it returns."""
+        first = plan_batches([length] * rows, MAX_BATCH_SIZE, max_batch_tokens, PAD_MULTIPLE)[0]
+        peak = forward_bytes(
+            self.model.config,
+            backend,
+            options,
+            len(first.indices),
+            first.padded_length,
+            self.dtype.itemsize,
+            self.device.type,
+        )
+        return peak + rows * self.dim * 4  # the float32 embeddings of every row
 
     def encode(
         self,

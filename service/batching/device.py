@@ -1,14 +1,31 @@
 """The device a process serves on: selection, the inference context, memory readings, OOM.
 
 The only module of ``service/`` besides the servables that touches torch.
+
+Memory per batch (the ``attnserve_batch_activation_memory_*`` metrics):
+:meth:`DeviceRuntime.reset_peak` before a batch and :meth:`DeviceRuntime.peak_above` after it give
+the most memory the batch added above what was in use when it started. On CUDA that is the caching allocator's peak
+(``torch.cuda.max_memory_allocated``, reset per batch); on CPU, where torch keeps no allocator
+statistics, the process's resident-set high-water mark (Linux: ``VmHWM`` in
+``/proc/self/status``, reset by writing ``5`` to ``/proc/self/clear_refs``). Both are
+process-wide: when batches of several models overlap, each reading covers them all (the mark is
+reset only when no other batch is being measured, so it never under-reads).
+
+The batch memory budget (``max_batch_memory_mb``, see :func:`batch_memory_budget`) defaults to
+:data:`AUTO_BUDGET_FRACTION` of the memory available once the models are loaded (free GPU memory
+on CUDA; available RAM on CPU, within the container's cgroup limit), shared by the loaded models
+(their workers run batches at the same time) and the worker processes.
 """
 
 from __future__ import annotations
 
 import contextlib
+import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 
+import psutil
 import torch
 
 from models.attention import get_backend
@@ -35,6 +52,66 @@ def is_out_of_memory(exc: BaseException) -> bool:
     return isinstance(exc, torch.OutOfMemoryError)
 
 
+AUTO_BUDGET_FRACTION = 0.5
+MIB = 2**20
+_STATUS = Path("/proc/self/status")
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_CGROUP_FILES = (  # (limit, usage): cgroup v2, then v1
+    (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
+    (
+        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
+        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ),
+)
+
+
+def proc_status_bytes(name: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``) in bytes; None if absent."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith(name + ":"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def reset_rss_peak() -> int | None:
+    """Reset this process's resident high-water mark and return its resident set in bytes (the
+    baseline of a measurement); None where the kernel offers no reset (not Linux, no /proc)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        return None
+    return proc_status_bytes("VmRSS")
+
+
+def available_host_memory() -> int:
+    """RAM this process could still use: the host's available memory, or less where a cgroup
+    (a container's memory limit) allows less."""
+    available = int(psutil.virtual_memory().available)
+    for limit_file, usage_file in _CGROUP_FILES:
+        try:
+            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 2**60:  # "max" / a huge v1 number: no limit
+            available = min(available, max(0, int(limit) - usage))
+        break
+    return available
+
+
+def batch_memory_budget(
+    setting_mb: int | None, available: int, models: int, processes: int = 1
+) -> int | None:
+    """The batch memory budget in bytes: ``setting_mb`` MiB when set, no cap (None) when 0, and
+    when unset :data:`AUTO_BUDGET_FRACTION` of ``available`` bytes split among ``models`` (each
+    has its own worker; their batches run concurrently) and ``processes`` worker processes."""
+    if setting_mb is not None:
+        return None if setting_mb == 0 else setting_mb * MIB
+    return max(MIB, int(AUTO_BUDGET_FRACTION * available / max(1, models) / max(1, processes)))
+
+
 @dataclass
 class DeviceRuntime:
     """How batches run on one device.
@@ -47,6 +124,8 @@ class DeviceRuntime:
 
     device: torch.device
     autocast: bool = True
+    _measuring: int = field(default=0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
     def is_cuda(self) -> bool:
@@ -70,13 +149,48 @@ class DeviceRuntime:
                 with torch.autocast(device_type="cuda", dtype=dtype):
                     yield
 
-    def reset_peak(self) -> None:
-        if self.is_cuda:
-            torch.cuda.reset_peak_memory_stats(self.device)
+    def reset_peak(self) -> int | None:
+        """Start measuring one batch's memory (call from the thread that runs it): reset the
+        peak, unless another batch is being measured, and return the bytes in use now (the
+        baseline for :meth:`peak_above`; None where nothing can be measured). Pair every call
+        with :meth:`peak_above`."""
+        with self._lock:
+            first = self._measuring == 0
+            self._measuring += 1
+            if self.is_cuda:
+                if first:
+                    torch.cuda.reset_peak_memory_stats(self.device)
+                return int(torch.cuda.memory_allocated(self.device))
+            return reset_rss_peak() if first else proc_status_bytes("VmRSS")
+
+    def peak_above(self, baseline: int | None) -> int | None:
+        """Peak bytes in use since :meth:`reset_peak` minus its ``baseline``: what the batch
+        added (None when not measured)."""
+        with self._lock:
+            self._measuring = max(0, self._measuring - 1)
+            if baseline is None:
+                return None
+            if self.is_cuda:
+                peak: int | None = int(torch.cuda.max_memory_allocated(self.device))
+            else:
+                peak = proc_status_bytes("VmHWM")
+        return None if peak is None else max(0, peak - baseline)
 
     def peak_bytes(self) -> int | None:
         """Peak allocated bytes since :meth:`reset_peak` (None on CPU)."""
         return int(torch.cuda.max_memory_allocated(self.device)) if self.is_cuda else None
+
+    def memory_budget(self, setting_mb: int | None, models: int, processes: int) -> int | None:
+        """The batch memory budget in bytes (None: no cap); see :func:`batch_memory_budget`."""
+        available = self.available_bytes() if setting_mb is None else 0
+        return batch_memory_budget(setting_mb, available, models, processes)
+
+    def available_bytes(self) -> int:
+        """Memory still free for activations: free GPU memory on CUDA, else available RAM."""
+        if self.is_cuda:
+            free, _total = torch.cuda.mem_get_info(self.device)
+            return int(free)
+        return available_host_memory()
 
     def allocated_bytes(self) -> float:
         return float(torch.cuda.memory_allocated(self.device)) if self.is_cuda else 0.0

@@ -1,5 +1,9 @@
 """Running one batch on the worker thread, with split-and-retry so one request cannot sink others.
 
+A batch whose estimated peak memory is over the memory budget (only a lone request can be: the
+policy stops adding requests before) runs in consecutive parts of as many rows as fit
+(:func:`~service.batching.policy.rows_within`), and the outputs are joined in order.
+
 A batch that runs out of device memory is split in two halves (by request) and each half is
 retried; a single request that still does not fit gets a clear ``out_of_memory`` error. Any other
 failure of a multi-request batch is bisected the same way, so the request that caused it fails
@@ -16,12 +20,14 @@ from typing import Any
 
 from service.batching.device import DeviceRuntime, is_out_of_memory
 from service.batching.job import BatchStats, Job
-from service.batching.policy import padded_tokens
+from service.batching.policy import padded_tokens, rows_within
 from service.errors import OutOfDeviceMemory, from_model_error
 
 log = logging.getLogger("attnserve.batching")
 
 RunRows = Callable[[list[Any]], list[Any]]
+# Estimated peak bytes of one forward pass of (rows, longest row), for this batch's key.
+RowsMemory = Callable[[int, int], int]
 
 
 @dataclass
@@ -34,21 +40,50 @@ class Outcome:
     stats: BatchStats | None = None
 
 
+def run_in_parts(run_rows: RunRows, rows: list[Any], part: int) -> list[Any]:
+    """``run_rows`` on consecutive slices of at most ``part`` rows; the outputs joined."""
+    if len(rows) <= part:
+        return run_rows(rows)
+    outputs: list[Any] = []
+    for start in range(0, len(rows), part):
+        outputs.extend(run_rows(rows[start : start + part]))
+    return outputs
+
+
 def execute(
     jobs: list[Job],
     run_rows: RunRows,
     runtime: DeviceRuntime,
     backend: str,
     on_split: Callable[[], None] = lambda: None,
+    memory: RowsMemory | None = None,
+    budget: int | None = None,
 ) -> list[Outcome]:
-    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order)."""
+    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order), or as
+    several when ``memory`` estimates the batch over ``budget`` bytes."""
     rows = [row for job in jobs for row in job.rows]
     longest = max(job.longest for job in jobs)
+    part, estimate = len(rows), None
+    if memory is not None:
+        if budget is not None and memory(part, longest) > budget:
+            part = rows_within(budget, len(rows), lambda n: memory(n, longest))
+            log.info(
+                "request %s (%d rows of %d) is over the memory budget: %d parts of %d rows",
+                jobs[0].request_id,
+                len(rows),
+                longest,
+                -(-len(rows) // part),
+                part,
+            )
+        estimate = memory(part, longest)
     started = time.perf_counter()
-    runtime.reset_peak()
+    baseline = runtime.reset_peak()
     try:
-        with runtime.inference(backend):
-            outputs = run_rows(rows)
+        try:
+            with runtime.inference(backend):
+                outputs = run_in_parts(run_rows, rows, part)
+        finally:
+            measured = runtime.peak_above(baseline)
         if len(outputs) != len(rows):
             raise RuntimeError(f"model returned {len(outputs)} outputs for {len(rows)} rows")
     except Exception as exc:
@@ -62,9 +97,9 @@ def execute(
                 log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
             on_split()
             half = len(jobs) // 2
-            return execute(jobs[:half], run_rows, runtime, backend, on_split) + execute(
-                jobs[half:], run_rows, runtime, backend, on_split
-            )
+            return execute(
+                jobs[:half], run_rows, runtime, backend, on_split, memory, budget
+            ) + execute(jobs[half:], run_rows, runtime, backend, on_split, memory, budget)
         if oom:
             error: Exception = OutOfDeviceMemory(
                 f"this request ({len(rows)} rows, longest {longest}) does not fit in device memory "
@@ -82,6 +117,8 @@ def execute(
         tokens=padded_tokens(len(rows), longest),
         inference_s=time.perf_counter() - started,
         peak_memory_bytes=runtime.peak_bytes(),
+        memory_estimate_bytes=estimate,
+        memory_measured_bytes=measured,
     )
     outcomes, start = [], 0
     for job in jobs:

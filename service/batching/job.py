@@ -12,13 +12,23 @@ from service.batching.policy import BatchKey
 
 @dataclass(frozen=True)
 class BatchStats:
-    """How the batch a request ran in looked (sent back in headers and metrics)."""
+    """How the batch a request ran in looked (sent back in headers and metrics).
+
+    Attributes:
+        peak_memory_bytes: CUDA allocator peak while it ran (None on CPU).
+        memory_estimate_bytes: the model's estimate of its peak activation memory (of its
+            largest part, when it ran in parts to stay within the memory budget).
+        memory_measured_bytes: the peak memory it added above what was in use when it started
+            (see :mod:`service.batching.device`; None where it cannot be measured).
+    """
 
     rows: int
     requests: int
     tokens: int
     inference_s: float
     peak_memory_bytes: int | None = None
+    memory_estimate_bytes: int | None = None
+    memory_measured_bytes: int | None = None
 
 
 @dataclass(frozen=True)

@@ -8,19 +8,23 @@ LitServe's ``collate_requests``):
 2. The oldest live request picks the batch key (backend, resolved options, forward-call variant
    and length bucket), so no key starves another.
 3. Requests with that key join in arrival order while the batch stays within ``max_batch_size``
-   rows and ``max_batch_tokens`` padded tokens (rows x longest row); the first one that does not
-   fit ends the batch (strict FIFO within a key). The oldest request always runs, even alone over
-   a limit: the model splits it into sub-batches itself.
-4. The batch runs now if it is full or the queue is being flushed (shutdown). Otherwise it runs
-   once its oldest request has waited ``max_wait_s`` *and* the worker has been free for
-   ``max_wait_s``: right after a batch, the clients it just answered send their next requests
-   within a few milliseconds, and this short pause lets them join instead of alternating with
-   the rest in half-full batches. Until then the worker sleeps (at most to the earliest deadline).
+   rows, ``max_batch_tokens`` padded tokens (rows x longest row) and ``max_batch_memory`` bytes
+   of estimated peak activation memory (the model's estimate for that backend, rows and length,
+   passed in as ``memory``); the first one that does not fit ends the batch (strict FIFO within
+   a key). The oldest request always runs, even alone over a limit: the model splits it into
+   sub-batches by tokens, the worker into parts of :func:`rows_within` the memory budget (a
+   request whose single row is over the budget never gets here: it is refused on arrival).
+4. The batch runs now if it is full (no room for one more row, by count or by memory) or the
+   queue is being flushed (shutdown). Otherwise it runs once its oldest request has waited
+   ``max_wait_s`` *and* the worker has been free for ``max_wait_s``: right after a batch, the
+   clients it just answered send their next requests within a few milliseconds, and this short
+   pause lets them join instead of alternating with the rest in half-full batches. Until then
+   the worker sleeps (at most to the earliest deadline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -44,11 +48,21 @@ class BatchKey:
 
 @dataclass(frozen=True)
 class Limits:
-    """Batching limits (from the settings)."""
+    """Batching limits (from the settings).
+
+    Attributes:
+        max_batch_memory: bytes of estimated peak activation memory one batch may need (None:
+            no memory cap).
+    """
 
     max_batch_size: int
     max_batch_tokens: int
     max_wait_s: float
+    max_batch_memory: int | None = None
+
+
+# Estimated peak bytes of one forward pass of (key, rows, longest row).
+MemoryEstimate = Callable[[BatchKey, int, int], int]
 
 
 class Pending(Protocol):
@@ -99,12 +113,26 @@ def padded_tokens(n_rows: int, longest: int) -> int:
     return n_rows * longest
 
 
+def rows_within(budget: int, rows: int, cost: Callable[[int], int]) -> int:
+    """The most rows, at least 1 and at most ``rows``, whose ``cost`` (non-decreasing in the
+    rows) stays within ``budget``: the size of the parts an over-budget request runs in."""
+    low, high = 1, rows
+    while low < high:
+        mid = (low + high + 1) // 2
+        if cost(mid) <= budget:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def next_batch(
     pending: Sequence[Pending],
     now: float,
     limits: Limits,
     flush: bool = False,
     free_since: float | None = None,
+    memory: MemoryEstimate | None = None,
 ) -> Decision:
     """Decide what to run next; see the module docstring for the rules.
 
@@ -114,6 +142,8 @@ def next_batch(
         limits: batch limits.
         flush: run whatever is there now (shutdown).
         free_since: when the worker finished its last batch (None: never ran one).
+        memory: the model's peak-memory estimate, for ``limits.max_batch_memory`` (None: no
+            memory cap).
     """
     dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
     expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
@@ -123,9 +153,19 @@ def next_batch(
         return Decision(expired=expired, dropped=dropped)
 
     head = pending[live[0]]
+    budget = limits.max_batch_memory if memory is not None else None
+
+    def over_memory(rows: int, longest: int) -> bool:
+        return (
+            budget is not None and memory is not None and memory(head.key, rows, longest) > budget
+        )
+
+    def no_room(rows: int, longest: int) -> bool:  # not even one more row of this length fits
+        return rows >= limits.max_batch_size or over_memory(rows + 1, longest)
+
     batch = [live[0]]
     rows, longest = head.n_rows, head.longest
-    full = rows >= limits.max_batch_size
+    full = no_room(rows, longest)
     for i in live[1:]:
         if full:
             break
@@ -136,12 +176,13 @@ def next_batch(
         if (
             new_rows > limits.max_batch_size
             or padded_tokens(new_rows, new_longest) > limits.max_batch_tokens
+            or over_memory(new_rows, new_longest)
         ):
             full = True  # the next request of this key waits for the next batch
             break
         batch.append(i)
         rows, longest = new_rows, new_longest
-        full = rows >= limits.max_batch_size
+        full = no_room(rows, longest)
 
     start_at = head.enqueued_at + limits.max_wait_s
     if free_since is not None:

@@ -1,25 +1,35 @@
 """One worker per model: a bounded queue, an asyncio loop that asks the policy what to run, and
-one thread that owns the model and runs the batches (so the event loop keeps answering)."""
+one thread that owns the model and runs the batches (so the event loop keeps answering).
+
+Memory: the worker prices batches with the model's own estimate
+(:meth:`~service.servables.base.Servable.memory_estimate`, cached per key, rows and length) and
+holds them under ``limits.max_batch_memory``; a request whose single row is over it is refused
+on arrival (:class:`~service.errors.MemoryBudgetExceeded`, a 422 naming the backends that fit).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from service.batching.device import DeviceRuntime
+from service.batching.device import MIB, DeviceRuntime
 from service.batching.execute import Outcome, execute
 from service.batching.job import Job, JobResult
-from service.batching.policy import Limits, next_batch
-from service.errors import QueueFull, RequestTimeout, ShuttingDown
+from service.batching.policy import BatchKey, Limits, next_batch
+from service.errors import MemoryBudgetExceeded, QueueFull, RequestTimeout, ShuttingDown
 from service.metrics import Metrics
 from service.servables.base import Servable
 
 log = logging.getLogger("attnserve.batching")
+
+# How one row and its length read in a memory error, per task.
+ROW_WORDS = {"forecast": ("series", "steps"), "encode": ("text", "tokens")}
 
 
 class ModelWorker:
@@ -55,6 +65,12 @@ class ModelWorker:
         self._batch_seconds = 0.05  # running estimate, for Retry-After
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
         self._task: asyncio.Task[None] | None = None
+        # Pure arithmetic per (key, rows, longest), asked for on every decision: cached.
+        self.memory_estimate = functools.lru_cache(maxsize=4096)(self._memory_estimate)
+
+    def _memory_estimate(self, key: BatchKey, rows: int, longest: int) -> int:
+        """Estimated peak activation bytes of a forward pass of ``rows`` rows of ``longest``."""
+        return self.servable.memory_estimate(key.backend, dict(key.options), rows, longest)
 
     # ------------------------------------------------------------------ queue side
 
@@ -68,10 +84,12 @@ class ModelWorker:
         return not self._pending and not self._busy
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait."""
+        """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait,
+        :class:`MemoryBudgetExceeded` when one of its rows alone is over the memory budget."""
         if not self._accepting:
             self.metrics.rejections.labels(self.name, "shutting_down").inc()
             raise ShuttingDown("the server is shutting down; retry on another replica")
+        self._check_memory(job)
         if len(self._pending) >= self.max_queue:
             self.metrics.rejections.labels(self.name, "queue_full").inc()
             raise QueueFull(
@@ -81,6 +99,36 @@ class ModelWorker:
         self._pending.append(job)
         self.metrics.queue_depth.labels(self.name).set(len(self._pending))
         self._wakeup.set()
+
+    def _check_memory(self, job: Job) -> None:
+        budget = self.limits.max_batch_memory
+        if budget is None:
+            return
+        key, length = job.key, job.longest
+        needed = self.memory_estimate(key, 1, length)
+        if needed <= budget:
+            return
+        self.metrics.rejections.labels(self.name, "memory_budget").inc()
+        fits = []
+        for backend in self.servable.backends():
+            if backend == key.backend:
+                continue
+            other = BatchKey(backend, tuple(self.servable.check_attention(backend, None).items()))
+            estimate = self.memory_estimate(other, 1, length)
+            if estimate <= budget:
+                fits.append((estimate, backend))
+        row, unit = ROW_WORDS.get(self.servable.task, ("row", "tokens"))
+        advice = (
+            "use a backend whose memory grows about linearly with the length; estimated to fit: "
+            + ", ".join(f"{b} (~{e / MIB:.0f} MiB)" for e, b in sorted(fits))
+            if fits
+            else "no attention backend fits one row; send shorter inputs or raise the budget"
+        )
+        raise MemoryBudgetExceeded(
+            f"{self.name}: one {row} of {length} {unit} under attention '{key.backend}' needs an "
+            f"estimated {needed / MIB:.0f} MiB of activation memory, over this server's batch "
+            f"memory budget of {budget / MIB:.0f} MiB (max_batch_memory_mb); {advice}"
+        )
 
     def _retry_after_s(self) -> int:
         batches_ahead = self.max_queue / max(1, self.limits.max_batch_size)
@@ -142,7 +190,12 @@ class ModelWorker:
         while True:
             now = time.monotonic()
             decision = next_batch(
-                self._pending, now, self.limits, not self._accepting, self._free_since
+                self._pending,
+                now,
+                self.limits,
+                not self._accepting,
+                self._free_since,
+                self.memory_estimate,
             )
             taken = set(decision.batch) | set(decision.expired) | set(decision.dropped)
             batch = [self._pending[i] for i in decision.batch]
@@ -178,11 +231,22 @@ class ModelWorker:
         def on_split() -> None:
             self.metrics.batch_splits.labels(self.name).inc()
 
+        def memory(rows: int, longest: int) -> int:
+            return self.memory_estimate(key, rows, longest)
+
         self._busy = True
         try:
             loop = asyncio.get_running_loop()
             outcomes = await loop.run_in_executor(
-                self._executor, execute, batch, run_rows, self.runtime, key.backend, on_split
+                self._executor,
+                execute,
+                batch,
+                run_rows,
+                self.runtime,
+                key.backend,
+                on_split,
+                memory,
+                self.limits.max_batch_memory,
             )
         except Exception as exc:  # the executor itself failed (e.g. shut down)
             log.exception("batch of %s failed outside the model", self.name)
@@ -212,6 +276,14 @@ class ModelWorker:
                 if stats.peak_memory_bytes is not None:
                     self.metrics.batch_peak_memory.labels(self.name).observe(
                         stats.peak_memory_bytes
+                    )
+                if stats.memory_estimate_bytes is not None:
+                    self.metrics.batch_memory_estimated.labels(self.name, attention).observe(
+                        stats.memory_estimate_bytes
+                    )
+                if stats.memory_measured_bytes is not None:
+                    self.metrics.batch_memory_measured.labels(self.name, attention).observe(
+                        stats.memory_measured_bytes
                     )
             if outcome.error is not None and getattr(outcome.error, "type", "") == "out_of_memory":
                 self.metrics.rejections.labels(self.name, "out_of_memory").inc()

@@ -40,6 +40,12 @@ class Servable(Protocol):
         """One output per row, in order (called on the worker thread, under inference mode)."""
         ...
 
+    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
+        """Estimated peak activation memory, in bytes, of :meth:`run` on ``rows`` rows of
+        ``length`` tokens / time steps with ``backend`` and its canonical ``options`` (the
+        batcher keeps batches under its memory budget with it)."""
+        ...
+
     def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
         """A small valid batch (rows, variant) used to warm up every backend."""
         ...

@@ -58,6 +58,10 @@ class ForecastServable:
     ) -> list[Any]:
         return self.forecaster.predict(rows, backend, options)
 
+    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
+        # Every window is cut to the model's context: ``length`` is always the context.
+        return self.forecaster.memory_estimate(backend, options, rows)
+
     @staticmethod
     def cut(forecast: Forecast, horizon: int) -> dict[str, Any]:
         """A forecast's first ``horizon`` steps as a response dict."""

@@ -53,6 +53,9 @@ class TextServable:
         vectors = self.encoder.embed(rows, backend, options, normalize, self.max_batch_tokens)
         return vectors.tolist()
 
+    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
+        return self.encoder.memory_estimate(backend, options, rows, length, self.max_batch_tokens)
+
     def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
         texts = ["warm-up", "a slightly longer sentence to warm up padded batches of text"]
         return self.tokenize(texts, truncate=True), (True,)

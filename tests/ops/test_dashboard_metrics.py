@@ -86,6 +86,8 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
         # out-of-memory split. The label values are positional, as the batcher passes them.
         metrics = app.state.attnserve.metrics
         metrics.batch_peak_memory.labels(TINY_TEXT).observe(2**20)
+        # Measured per-batch memory needs Linux's /proc on CPU: record one wherever this runs.
+        metrics.batch_memory_measured.labels(TINY_TEXT, "flash").observe(2**20)
         metrics.batch_splits.labels(TINY_TEXT).inc()
         scrape = client.get("/metrics")
         assert scrape.status_code == 200
@@ -124,6 +126,9 @@ def test_the_dashboard_has_the_panels_operators_need() -> None:
         "attnserve_device_memory_allocated_bytes",
         "attnserve_device_memory_reserved_bytes",
         "attnserve_batch_peak_device_memory_bytes",
+        "attnserve_batch_activation_memory_estimated_bytes",
+        "attnserve_batch_activation_memory_measured_bytes",
+        "attnserve_batch_memory_budget_bytes",
         "attnserve_process_resident_memory_bytes",
         "attnserve_queue_duration_seconds",
         "attnserve_inference_duration_seconds",

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from service.batching.policy import BatchKey, Limits, length_bucket, next_batch
+from service.batching.policy import BatchKey, Limits, length_bucket, next_batch, rows_within
 
 FLASH = BatchKey("flash", (), (True,), 16)
 FULL = BatchKey("full", (), (True,), 16)
@@ -118,6 +118,61 @@ def test_batch_size_one_means_no_batching() -> None:
     limits = Limits(max_batch_size=1, max_batch_tokens=10_000, max_wait_s=0.0)
     pending = [P(), P(), P()]
     assert next_batch(pending, now=0.0, limits=limits).batch == (0,)
+
+
+# ----------------------------------------------------------------------------- memory budget
+
+MEMORY_LIMITS = Limits(
+    max_batch_size=32, max_batch_tokens=10**9, max_wait_s=0.010, max_batch_memory=1000
+)
+
+
+def quadratic(key: BatchKey, rows: int, longest: int) -> int:
+    """A stand-in model estimate: ``full`` grows with the square of the length, others linearly."""
+    return rows * (longest * longest if key.backend == "full" else longest)
+
+
+def test_memory_budget_caps_the_rows_and_the_capped_batch_runs_at_once() -> None:
+    # full at length 10: 100 bytes a row, so 10 rows fill a 1000-byte budget.
+    pending = [P(key=FULL, n_rows=3, enqueued_at=1.0) for _ in range(5)]
+    d = next_batch(pending, now=1.0, limits=MEMORY_LIMITS, memory=quadratic)
+    assert d.batch == (0, 1, 2)  # 9 rows = 900; a 4th request would make 1200
+    # The same requests under a linear backend all fit (15 rows x 10 = 150): they wait to fill.
+    linear = [P(key=FLASH, n_rows=3, enqueued_at=1.0) for _ in range(5)]
+    assert next_batch(linear, now=1.0, limits=MEMORY_LIMITS, memory=quadratic).batch == ()
+    assert next_batch(linear, now=1.1, limits=MEMORY_LIMITS, memory=quadratic).batch == (
+        0, 1, 2, 3, 4,
+    )  # fmt: skip
+
+
+def test_a_batch_with_no_room_for_one_more_row_does_not_wait() -> None:
+    pending = [P(key=FULL, n_rows=9, longest=10, enqueued_at=1.0)]  # 900: a 10th row is 1000
+    assert next_batch(pending, now=1.0, limits=MEMORY_LIMITS, memory=quadratic).batch == ()
+    pending = [P(key=FULL, n_rows=10, longest=10, enqueued_at=1.0)]  # 1000: no room left
+    assert next_batch(pending, now=1.0, limits=MEMORY_LIMITS, memory=quadratic).batch == (0,)
+
+
+def test_memory_is_priced_at_the_longest_row() -> None:
+    # Two short requests fit; a long neighbour would pad both to its length (3 x 400 > 1000).
+    pending = [P(key=FULL, longest=10), P(key=FULL, longest=10), P(key=FULL, longest=20)]
+    d = next_batch(pending, now=1.0, limits=MEMORY_LIMITS, memory=quadratic)
+    assert d.batch == (0, 1)
+
+
+def test_a_head_over_the_budget_runs_alone_and_without_a_model_estimate_nothing_is_capped() -> None:
+    pending = [P(key=FULL, n_rows=20, longest=10), P(key=FULL)]
+    assert next_batch(pending, now=0.0, limits=MEMORY_LIMITS, memory=quadratic).batch == (0,)
+    assert next_batch(pending, now=1.0, limits=MEMORY_LIMITS).batch == (0, 1)
+    no_budget = Limits(32, 10**9, 0.010, max_batch_memory=None)
+    assert next_batch(pending, now=1.0, limits=no_budget, memory=quadratic).batch == (0, 1)
+
+
+@pytest.mark.parametrize(
+    ("rows", "per_row", "budget", "expected"),
+    [(32, 100, 1000, 10), (32, 100, 99, 1), (5, 100, 10**6, 5), (32, 100, 3200, 32), (1, 7, 1, 1)],
+)
+def test_rows_within(rows: int, per_row: int, budget: int, expected: int) -> None:
+    assert rows_within(budget, rows, lambda n: n * per_row) == expected
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,51 @@
+"""Peak activation memory of one BERT forward pass over a padded batch, per attention backend.
+
+    forward_bytes(BertConfig(), "full", {}, rows=32, length=256)
+
+The encoder (:mod:`models.text.bert`) runs its layers one after another on packed tokens, so
+the peak is its busiest layer phase: self-attention (the packed ``[t, 3c]`` projections, their
+padded ``[b, n, 3c]`` copy and the kernel's own peak from :mod:`models.attention.memory`) or the
+feed-forward block (``[t, f]``). Every row is priced at the padded length (``t = b·n``), an
+upper bound for a batch of mixed lengths. ``tests/unit/test_model_memory.py`` holds the estimate
+to the measured peak.
+
+Dimension legend (as :mod:`models.text.bert`): ``b`` texts, ``n`` padded length, ``t`` tokens,
+``c`` hidden size, ``h`` heads, ``d`` head dim, ``f`` FFN width.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
+from models.text.config import BertConfig
+
+
+def forward_bytes(
+    config: BertConfig,
+    backend: str,
+    options: Mapping[str, Any] | None,
+    rows: int,
+    length: int,
+    itemsize: int = FLOAT32,
+    device_type: str = "cpu",
+) -> int:
+    """Estimated peak bytes of activations while one forward pass embeds ``rows`` texts padded
+    to ``length`` tokens with ``backend`` (its ``options``); ``rows >= 2`` are priced with a
+    key padding mask (a batch of mixed lengths), one row without."""
+    c, f = config.hidden_size, config.intermediate_size
+    t = rows * length
+    padded = rows > 1
+    heads, d = config.num_attention_heads, config.head_dim
+    call = AttentionCall(rows, heads, length, length, d, itemsize, False, padded, device_type)
+    kernel = attention_bytes(backend, call, options)
+    ids = t * 8 * 3  # token ids, positions, rows (int64)
+    embeddings = 3 * t * c * itemsize
+    # x and qkv [t, 3c] while its padded copy [b, n, 3c] is made (then only the copy is kept);
+    # x, qkv or its copy, and the kernel; x, the copy, the heads' output and its unpadded copy.
+    copy = 3 * t * c if padded else 0
+    pad = (4 * t * c + copy) * itemsize
+    attention = max(pad, 4 * t * c * itemsize + kernel, 6 * t * c * itemsize)
+    feed_forward = (2 * t * c + 2 * t * f) * itemsize
+    return ids + max(embeddings, attention, feed_forward)
