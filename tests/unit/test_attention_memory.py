@@ -64,14 +64,24 @@ def test_every_backend_has_an_estimate() -> None:
     assert set(ESTIMATES) == set(BACKENDS)
 
 
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s[:5])) + str(s[5:]))
-@pytest.mark.parametrize("backend", BACKENDS)
+# Only the inputs each backend runs (nystrom has no causal form; the model plan uses full there).
+CASES = [
+    (backend, shape)
+    for backend in BACKENDS
+    for shape in SHAPES
+    if _supported(backend, shape[2], shape[3], shape[5])
+]
+
+
+@pytest.mark.parametrize(
+    ("backend", "shape"),
+    CASES,
+    ids=[f"{b}-" + "x".join(map(str, s[:5])) + str(s[5:]) for b, s in CASES],
+)
 def test_estimate_is_within_its_factor_of_the_measured_peak(
     backend: str, shape: tuple[int, int, int, int, int, bool, bool]
 ) -> None:
     b, h, lq, lk, d, causal, padded = shape
-    if not _supported(backend, lq, lk, causal):
-        pytest.skip(f"{backend} does not run this input")
     q, k, v, mask = _inputs(b, h, lq, lk, d, padded)
     with torch.inference_mode():
         _, measured = allocated_peak(
