@@ -2,20 +2,25 @@
 
     python -m benchmarks.attention                     # B=1, H=8, D=64, fp32, L = 512 … 32768
     python -m benchmarks.attention --lengths 512 2048 --device cuda --dtype bfloat16
+    python -m benchmarks.attention --implementations probsparse peer:informer2020 --threads 1
 
 Every (implementation, L) runs in a fresh subprocess so its peak memory is its own: on CPU the
 peak RSS (``ru_maxrss``) minus the RSS before the first call, on CUDA ``max_memory_allocated``
 minus the inputs. The error is the mean over rows of ||y − y_exact|| / ||y_exact|| against the
 ``flash`` output (exact; checked against a float64 reference in the tests). Peers run at the
 same budgets: performer-pytorch ``FastAttention`` and nystrom-attention's ``NystromAttention``
-with its projections replaced by identities, so only the attention itself is timed.
-Prints a markdown table and writes a PNG plot (``benchmarks/results/attention.png``).
+with its projections replaced by identities, so only the attention itself is timed. ProbSparse has
+no package; its peer ``peer:informer2020`` re-implements the reference code's algorithm
+(zhouhaoyi/Informer2020 ``models/attn.py``, ``ProbAttention``) at the same factor.
+Prints a markdown table and writes a JSON file and a PNG plot to ``--results-dir``
+(``benchmarks/results/attention-<device>-<dtype>.{json,png}``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import resource
 import statistics
@@ -36,9 +41,38 @@ IMPLEMENTATIONS = [
     "nystrom",
     "peer:performer-pytorch",
     "peer:nystrom-attention",
+    "peer:informer2020",
 ]
 FEATURES = 266  # int(64·ln 64): our performer default, given to the peer too
 LANDMARKS = 64
+FACTOR = 5  # ProbSparse c: our default and the reference code's
+
+
+def informer2020_probsparse(q, k, v, factor: int = FACTOR):
+    """Non-causal ProbSparse as the reference code computes it, ``[b,h,i,d] -> [b,h,i,d]``.
+
+    The algorithm of Informer2020's ``ProbAttention`` (written here from its description, not
+    copied): every query draws its own ``U = c·⌈ln Lk⌉`` key indices with ``torch.randint``
+    (the same draw for all rows and heads); the sampled keys are picked out of the keys broadcast
+    to ``[b, h, Lq, Lk, d]``, one ``[U, d]`` block per query, and scored against their query;
+    the measure is ``max − sum / Lk`` of those unscaled scores; the ``u = c·⌈ln Lq⌉`` queries
+    with the largest measure get ``softmax(q kᵀ/√d) v`` and every other query the mean of ``v``.
+    """
+    b, h, lq, d = q.shape
+    lk = k.shape[-2]
+    n_sample = min(factor * math.ceil(math.log(lk)), lk)
+    n_top = min(factor * math.ceil(math.log(lq)), lq)
+    picks = torch.randint(lk, (lq, n_sample))  # [Lq, U]
+    broadcast = k.unsqueeze(2).expand(b, h, lq, lk, d)
+    sampled = broadcast[:, :, torch.arange(lq)[:, None], picks, :]  # [b, h, Lq, U, d]
+    sample_scores = (q.unsqueeze(-2) @ sampled.transpose(-2, -1)).squeeze(-2)  # [b, h, Lq, U]
+    measure = sample_scores.amax(dim=-1) - sample_scores.sum(dim=-1) / lk
+    top = measure.topk(n_top, dim=-1, sorted=False).indices  # [b, h, u]
+    rows = torch.arange(b)[:, None, None], torch.arange(h)[None, :, None]
+    scores = q[rows[0], rows[1], top] @ k.transpose(-2, -1) / math.sqrt(d)  # [b, h, u, Lk]
+    out = v.mean(dim=-2, keepdim=True).expand(b, h, lq, d).clone()
+    out[rows[0], rows[1], top] = scores.softmax(dim=-1) @ v
+    return out
 
 
 def _rss_mib() -> float:
@@ -74,6 +108,8 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
             return module(x).reshape(b, n, h, d).transpose(1, 2)
 
         return run
+    if name == "peer:informer2020":
+        return informer2020_probsparse
 
     from models.attention import attend
 
@@ -187,7 +223,8 @@ def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for length in args.lengths:
             exact_path = os.path.join(tmp, f"flash-{length}.pt")
-            for impl in ["flash"] + [i for i in IMPLEMENTATIONS if i != "flash"]:
+            # flash runs first in every length: its output is the exact reference for the error.
+            for impl in ["flash"] + [i for i in args.implementations if i != "flash"]:
                 if impl == "full" and not _full_fits(length, args.heads, args.full_budget_gib):
                     gib = 2 * args.heads * length**2 * 4 / 2**30
                     rows.append(
@@ -204,22 +241,24 @@ def main(args: argparse.Namespace) -> None:
                 rows.append(row)
                 print(f"  {impl:24s} L={length:6d} {row}", file=sys.stderr, flush=True)
     print(_table(rows, args))
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    out_dir = args.results_dir
+    out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"attention-{args.device}-{args.dtype}"
-    (RESULTS / f"{tag}.json").write_text(json.dumps(rows, indent=1))
+    (out_dir / f"{tag}.json").write_text(json.dumps(rows, indent=1))
     threads = args.threads or torch.get_num_threads()
     title = (
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype}, {args.device}, {threads} threads"
     )
-    _plot(rows, RESULTS / f"{tag}.png", title)
-    print(f"\nwrote {RESULTS / f'{tag}.json'} and {RESULTS / f'{tag}.png'}")
+    _plot(rows, out_dir / f"{tag}.png", title)
+    print(f"\nwrote {out_dir / f'{tag}.json'} and {out_dir / f'{tag}.png'}")
 
 
 def _table(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device} "
         f"({args.threads or torch.get_num_threads()} threads); error vs exact "
-        f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}",
+        f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}, "
+        f"probsparse factor={FACTOR}",
         "",
         "| implementation | L | median ms | peak MiB | rel. error |",
         "|---|---:|---:|---:|---:|",
@@ -244,6 +283,15 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
                     f"- L={length}: {impl} is {full['median_ms'] / r['median_ms']:.1f}x faster than "
                     f"full, with {r['peak_mib'] / max(full['peak_mib'], 1e-9):.3f}x its peak memory"
                 )
+    for length in args.lengths:
+        flash = by.get(("flash", length))
+        for impl in ("performer", "nystrom", "probsparse"):
+            r = by.get((impl, length))
+            if flash and r:
+                lines.append(
+                    f"- L={length}: {impl} is {flash['median_ms'] / r['median_ms']:.1f}x faster "
+                    "than flash"
+                )
     for impl in ("flash", "performer", "nystrom", "probsparse"):
         a, b = by.get((impl, 8192)), by.get((impl, 32768))
         if a and b:
@@ -254,6 +302,7 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
     for ours, peer in (
         ("performer", "peer:performer-pytorch"),
         ("nystrom", "peer:nystrom-attention"),
+        ("probsparse", "peer:informer2020"),
     ):
         for length in args.lengths:
             a, b = by.get((ours, length)), by.get((peer, length))
@@ -281,6 +330,20 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--full-budget-gib", type=float, default=6.0, help="skip `full` above this")
     p.add_argument("--timeout", type=float, default=900.0)
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument(
+        "--implementations",
+        nargs="+",
+        default=IMPLEMENTATIONS,
+        choices=IMPLEMENTATIONS,
+        metavar="IMPL",
+        help=f"which to run (flash always runs: it is the exact reference); {IMPLEMENTATIONS}",
+    )
+    p.add_argument(
+        "--results-dir",
+        type=Path,
+        default=RESULTS,
+        help="where the JSON and PNG go (default: benchmarks/results)",
+    )
     # worker mode (internal)
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--impl", help=argparse.SUPPRESS)

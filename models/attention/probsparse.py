@@ -6,14 +6,32 @@ attention row would produce anyway. Peakedness is the max-mean measure
 ``M(q_i) = max_j(q_i·k_j/√d) − mean_j(q_i·k_j/√d)`` evaluated on ``U = c·⌈ln Lk⌉`` sampled keys.
 
 Where this differs from the reference code (zhouhaoyi/Informer2020, ``models/attn.py``):
+    * Non-causal: one sample of ``U`` keys per batch row, shared by all its queries and heads,
+      where the paper and the reference draw ``U`` keys for *each* query. Sharing turns the
+      measure into one ``[U, d] x [d, Lq]`` product per head instead of a gather of ``Lq·U``
+      key rows, which is memory-bound and cost more than exact fused attention. The sample is
+      stratified over the row's real keys (one key from each of ``U`` equal, up to rounding,
+      slices of the ranks): with proportional allocation a stratified mean has no larger
+      variance than a simple random sample's (Cochran, "Sampling Techniques", 3rd ed., 1977,
+      ch. 5), and the candidates for the max spread over the whole row. Every query is measured
+      on the same keys, so their ranking is not blurred by each query's own sampling luck
+      (common random numbers). Measured against per-query sampling (``structured_qkv`` and
+      i.i.d. normal inputs, L = 512 … 8192): the mean relative row error is the same to the
+      third decimal; the selected queries recover 0.84–0.99 (per-query: 0.82–0.92) of the error
+      reduction that selecting by the measure on *all* keys gives over a random choice; the text
+      encoder's mean cosine to ``full`` over 600 docstrings rises from 0.731 to 0.744 (its
+      single worst text falls from 0.200 to 0.188; the 1st/5th/10th percentiles rise). A shared
+      sample without strata is worse there (0.722).
+      Causal attention keeps per-query samples among keys ``j <= i``: a shared sample would
+      leave early queries with few or no visible samples.
     * The reference averages the sampled scores by dividing by ``Lk``; we divide by the number of
       samples, the mean the paper writes.
     * Causal lazy queries: the reference gives position ``i`` the *cumulative sum* of ``v[:i+1]``;
       we give the running *mean*, the causal counterpart of the non-causal mean it uses (a sum
       grows with ``i`` and is not an attention output).
-    * Samples are drawn per row from that row's real keys (causal: keys ``j <= i``) with a
-      counter-based hash of (query position, sample slot), not ``torch.randint``: the same input
-      gives the same answer, and padding a row or batching it with others changes nothing.
+    * Samples are drawn from each row's real keys with a counter-based hash of the sample slot
+      (causal: of query position and slot), not ``torch.randint``: the same input gives the same
+      answer, and padding a row or batching it with others changes nothing.
     * ``u`` and ``U`` use each row's real length and are at least 1.
 When ``u >= Lq`` every query is active and the result equals ``full`` exactly.
 """
@@ -53,24 +71,65 @@ def _count(n: Tensor, factor: int) -> Tensor:
     return torch.minimum(c.clamp_min(1), n)
 
 
-def _sample_positions(
-    key_padding_mask: Tensor | None, b: int, lq: int, lk: int, causal: bool, factor: int, device
-) -> tuple[Tensor, Tensor, Tensor]:
-    """Sampled key positions ``[b, Lq, U]``, which slots count ``[b, Lq, U]``, visible keys ``[b, Lq]``."""
+def _ranked_keys(
+    key_padding_mask: Tensor | None, b: int, lk: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Which keys are real ``[b, Lk]``, and their positions in order ``[b, Lk]`` (rank r ->
+    position; padding after the real keys), so a sampled rank names the same key padded or not."""
     if key_padding_mask is None:
         real = torch.ones(b, lk, dtype=torch.bool, device=device)
-    else:
-        real = key_padding_mask
-    # Real key positions in order, then padding: rank r -> position real_pos[b, r].
-    real_pos = torch.argsort((~real).to(torch.uint8), dim=-1, stable=True)
-    n_real = real.sum(dim=-1)  # [b]
-    if causal:
-        prefix = real.cumsum(dim=-1)  # real keys at positions <= j
-        pos = torch.arange(lq, device=device).clamp_max(lk - 1)
-        visible = prefix[:, pos]  # [b, Lq]
-        visible = torch.where(torch.arange(lq, device=device) < lk, visible, n_real[:, None])
-    else:
-        visible = n_real[:, None].expand(b, lq)
+        return real, torch.arange(lk, device=device).expand(b, lk)
+    return key_padding_mask, torch.argsort((~key_padding_mask).to(torch.uint8), dim=-1, stable=True)
+
+
+def _shared_positions(
+    key_padding_mask: Tensor | None, b: int, lk: int, factor: int, device: torch.device
+) -> tuple[Tensor, Tensor]:
+    """Key positions ``[b, U]`` sampled once per row for all its queries and heads, and which
+    slots count ``[b, U]`` (a row with fewer real keys than the longest uses fewer slots).
+
+    Stratified: slot ``s`` of a row with ``n`` real keys and ``U <= n`` samples draws one key
+    uniformly from ranks ``[⌊s·n/U⌋, ⌊(s+1)·n/U⌋)``, so the sample spreads over the whole row
+    and never repeats a key.
+    """
+    real, real_pos = _ranked_keys(key_padding_mask, b, lk, device)
+    n_real = real.sum(dim=-1, keepdim=True)  # [b, 1]
+    per_row = _count(n_real, factor).clamp_min(1)  # [b, 1]
+    slots = torch.arange(int(per_row.max()), device=device)[None, :]  # [1, U]
+    lo = slots * n_real // per_row
+    hi = (slots + 1) * n_real // per_row
+    r = _hash_uniform(slots, torch.zeros_like(slots), SAMPLE_SEED)
+    rank = lo + torch.floor(r * (hi - lo).to(torch.float64)).to(torch.long)
+    rank = torch.minimum(rank, (n_real - 1).clamp_min(0))
+    return torch.gather(real_pos, 1, rank), slots < per_row
+
+
+def _shared_sample_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
+    """Max-mean measure ``M`` of every query on its row's shared sample: ``[b, h, Lq]``.
+
+    One gather of ``U`` keys per row and one ``[U, d] x [d, Lq]`` product per head; scores are
+    laid out ``[U, Lq]`` so the max and mean reduce over an outer, not the innermost, dimension.
+    """
+    b, h, _, d = k.shape
+    k_s = torch.gather(k, 2, positions[:, None, :, None].expand(b, h, -1, d))  # [b, h, U, d]
+    scores = k_s @ q.transpose(-1, -2)  # [b, h, U, Lq]
+    if bool(used.all()):
+        return scores.amax(dim=-2) - scores.mean(dim=-2)
+    ok = used[:, None, :, None]
+    best = scores.masked_fill(~ok, -torch.inf).amax(dim=-2)
+    return best - (scores * ok).sum(dim=-2) / used.sum(dim=-1)[:, None, None]
+
+
+def _sample_positions(
+    key_padding_mask: Tensor | None, b: int, lq: int, lk: int, factor: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Causal: per-query key positions ``[b, Lq, U]`` among keys ``j <= i``, which slots count
+    ``[b, Lq, U]``, and the number of keys each query sees ``[b, Lq]``."""
+    real, real_pos = _ranked_keys(key_padding_mask, b, lk, device)
+    prefix = real.cumsum(dim=-1)  # real keys at positions <= j
+    pos = torch.arange(lq, device=device).clamp_max(lk - 1)
+    visible = prefix[:, pos]  # [b, Lq]
+    visible = torch.where(torch.arange(lq, device=device) < lk, visible, real.sum(-1)[:, None])
     per_row = _count(visible, factor)  # [b, Lq] samples for each query
     u_max = max(int(per_row.max()), 1)
     rows = torch.arange(lq, device=device)[:, None]
@@ -83,8 +142,8 @@ def _sample_positions(
     return positions, used, visible
 
 
-def _sparsity_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
-    """Max-mean measure ``M`` of each query on its sampled keys: ``[b, h, Lq]``.
+def _per_query_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
+    """Causal: max-mean measure ``M`` of each query on its own sampled keys, ``[b, h, Lq]``.
 
     Samples are shared by the heads of a row, so keys are gathered as whole ``[h·d]`` rows
     (contiguous copies) in chunks of sample slots that bound the memory.
@@ -138,6 +197,7 @@ def probsparse_attention(
     out_dtype = q.dtype
     work = torch.float64 if q.dtype == torch.float64 else torch.float32
     q, k, v = q.to(work), k.to(work), v.to(work)
+    scale = 1.0 / math.sqrt(d)
 
     # In self-attention the key padding mask also marks padded queries; they are never active.
     query_mask = key_padding_mask if lq == lk else None
@@ -150,34 +210,44 @@ def probsparse_attention(
     if bool((n_active >= n_queries).all()):
         return full_attention(q, k, v, key_padding_mask, causal).to(out_dtype)
 
-    positions, used, visible = _sample_positions(
-        key_padding_mask, b, lq, lk, causal, factor, q.device
-    )
-    measure = _sparsity_measure(q * (1.0 / math.sqrt(d)), k, positions, used)
-    idle = visible == 0
-    if query_mask is not None:
-        idle = idle | ~query_mask
-    measure = measure.masked_fill(idle[:, None, :], -torch.inf)
+    # Which queries are active is a discrete choice: no gradient flows through the measure. It is
+    # taken on unscaled scores (as in the reference code): M(c·s) = c·M(s), so the ranking is the same.
+    with torch.no_grad():
+        if causal:
+            positions, used, visible = _sample_positions(
+                key_padding_mask, b, lq, lk, factor, q.device
+            )
+            measure = _per_query_measure(q, k, positions, used)
+        else:
+            positions, used = _shared_positions(key_padding_mask, b, lk, factor, q.device)
+            measure = _shared_sample_measure(q, k, positions, used)
+            n_real = lk if key_padding_mask is None else key_padding_mask.sum(-1, keepdim=True)
+            visible = torch.as_tensor(n_real, device=q.device).expand(b, lq)
+        idle = visible == 0  # [b, Lq]
+        if query_mask is not None:
+            idle = idle | ~query_mask
+        measure = measure.masked_fill(idle[:, None, :], -torch.inf)
+        u_max = int(n_active.max())
+        top = measure.topk(u_max, dim=-1, sorted=True).indices  # [b, h, u], best first
 
-    u_max = int(n_active.max())
-    top = measure.topk(u_max, dim=-1, sorted=True).indices  # [b, h, u]
-    active = torch.arange(u_max, device=q.device)[None, None, :] < n_active[:, None, None]
-
-    q_top = torch.gather(q, 2, top[..., None].expand(b, h, u_max, d))
-    scores = torch.einsum("bhud,bhjd->bhuj", q_top, k) * (1.0 / math.sqrt(d))
-    allowed = torch.ones(b, 1, 1, lk, dtype=torch.bool, device=q.device)
-    if key_padding_mask is not None:
-        allowed = key_padding_mask[:, None, None, :]
+    # Exact softmax over all (visible) keys for the active queries: [b, h, u, Lk].
+    index = top[..., None].expand(b, h, u_max, d)
+    scores = (torch.gather(q, 2, index) * scale) @ k.transpose(-1, -2)
+    allowed = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     if causal:
-        allowed = allowed & (torch.arange(lk, device=q.device) <= top[..., None])
-    scores = scores.masked_fill(~allowed, torch.finfo(work).min)
-    weights = scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)
-    out_top = torch.einsum("bhuj,bhjd->bhud", weights, v)
+        before = torch.arange(lk, device=q.device) <= top[..., None]
+        allowed = before if allowed is None else allowed & before
+    if allowed is None:
+        out_top = scores.softmax(dim=-1) @ v
+    else:
+        scores = scores.masked_fill(~allowed, torch.finfo(work).min)
+        out_top = (scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)) @ v
 
     out = _lazy_values(v, key_padding_mask, lq, causal).contiguous()
-    index = top[..., None].expand(b, h, u_max, d)
-    out_top = torch.where(active[..., None], out_top, torch.gather(out, 2, index))
-    out = out.scatter(2, index, out_top)
+    if u_max > int(n_active.min()):  # rows with fewer active queries keep their lazy value
+        active = torch.arange(u_max, device=q.device)[None, None, :] < n_active[:, None, None]
+        out_top = torch.where(active[..., None], out_top, torch.gather(out, 2, index))
+    out = out.scatter_(2, index, out_top)
     if bool(idle.any()):  # queries that see no key at all
         out = out.masked_fill((visible == 0)[:, None, :, None], 0.0)
     return out.to(out_dtype)
