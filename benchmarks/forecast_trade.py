@@ -34,7 +34,6 @@ import psutil
 from benchmarks.service import LoadResult, ServerProcess, Workload, drive
 from models.informer.checkpoint import shipped_dirs
 from models.informer.source import source_of
-from models.informer.table import load_series_csv
 from models.informer.timefeatures import format_timestamps
 from models.names import BACKEND_NAMES
 
@@ -47,9 +46,7 @@ def columnar_windows(model_dir: Path, n: int) -> list[dict[str, Any]]:
     meta = json.loads((model_dir / "config.json").read_text())
     source = source_of(meta)
     context = int(meta["context"])
-    table = load_series_csv(
-        source.resolved_path(), source.date_column, list(source.columns), source.freq
-    )
+    table, _splits, _scaler = source.load(context)
     first = source.borders["test"][0] - context
     series = []
     for i in range(n):
@@ -164,13 +161,10 @@ def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
             label = (
                 f"**{r['backend']}** (default)" if r["backend"] == default[model] else r["backend"]
             )
+            mse_cells = f"{mse:.4f} | {vs}" if mse is not None else "— | —"
             lines.append(
                 f"| {model} | {label} | {r['p50_ms_1_client']:.0f} | {speed:.2f}x | "
-                f"{r['requests_per_s_8_clients']:.2f} | {r['peak_extra_mib']:.0f} | "
-                f"{mse:.4f} | {vs} |"
-                if mse is not None
-                else f"| {model} | {label} | {r['p50_ms_1_client']:.0f} | {speed:.2f}x | "
-                f"{r['requests_per_s_8_clients']:.2f} | {r['peak_extra_mib']:.0f} | — | — |"
+                f"{r['requests_per_s_8_clients']:.2f} | {r['peak_extra_mib']:.0f} | {mse_cells} |"
             )
     return "\n".join(lines)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 Options = dict[str, Any]
 
@@ -101,7 +101,9 @@ class EmbeddingsResponse(BaseModel):
 
 
 class Series(_Request):
-    """One history, as rows or as columns (the compact form for long histories)."""
+    """One history, as rows or as columns (the compact form for long histories). Which fields
+    must come together is checked once, by the forecaster's ``prepare`` (a 422 naming the
+    series)."""
 
     timestamps: list[str] | None = Field(
         None,
@@ -121,16 +123,6 @@ class Series(_Request):
         description="Instead of `values`: each channel's history by name, oldest first "
         "(columnar: about a fifth of the parsing cost of rows for long histories).",
     )
-
-    @model_validator(mode="after")
-    def _one_layout(self) -> Series:
-        if (self.values is None) == (self.columns is None):
-            raise ValueError("give the history as either 'values' (rows) or 'columns'")
-        if (self.timestamps is None) == (self.start is None):
-            raise ValueError(
-                "give either 'timestamps' (one per row) or 'start' (the first row's timestamp)"
-            )
-        return self
 
     def rows(self) -> int:
         """Steps of history given."""
