@@ -6,3 +6,7 @@ BACKEND_NAMES: tuple[str, ...] = ("full", "flash", "probsparse", "performer", "n
 
 # Batch sizes a compiled forecast batch is padded up to (see models/compile.py).
 DEFAULT_BATCH_BUCKETS: tuple[int, ...] = (1, 4, 16, 32)
+
+# The sentence encoder's name, and what clients may also call it (its sentence-transformers id).
+TEXT_MODEL = "all-MiniLM-L6-v2"
+TEXT_ALIASES: tuple[str, ...] = ("sentence-transformers/all-MiniLM-L6-v2",)

@@ -21,6 +21,7 @@ from service import __version__
 from service.batching.batcher import Batcher
 from service.batching.device import MIB, DeviceRuntime, configure_threads, select_device
 from service.batching.policy import Limits
+from service.engine import Engine
 from service.errors import install_error_handlers
 from service.metrics import Metrics
 from service.middleware import BodyLimit, RequestContext
@@ -74,6 +75,7 @@ async def start_serving(state: AppState) -> None:
         )
     batcher.start()
     state.registry, state.batcher = registry, batcher
+    state.engine = Engine(settings, registry, batcher)
     metrics.watch_device_memory(runtime.allocated_bytes, runtime.reserved_bytes)
     metrics.models_loaded.set(len(servables))
     lifecycle.mark_ready()

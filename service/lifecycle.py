@@ -20,8 +20,6 @@ class Lifecycle:
     def __init__(self) -> None:
         self.phase = Phase.STARTING
         self.detail = "loading models"
-        self.started_at = time.monotonic()
-        self.ready_at: float | None = None
         self.drain_started_at: float | None = None
         self.inflight = 0  # model requests admitted and not yet answered
 
@@ -41,7 +39,6 @@ class Lifecycle:
     def mark_ready(self) -> None:
         if self.phase is Phase.STARTING:
             self.phase, self.detail = Phase.READY, "ready"
-            self.ready_at = time.monotonic()
 
     def begin_drain(self) -> None:
         """SIGTERM (or lifespan shutdown): readiness off, no new model requests."""

@@ -7,8 +7,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from models.names import TEXT_ALIASES, TEXT_MODEL
 from service.errors import ModelNotFound
-from service.servables.base import Servable
+from service.servables.base import ServedModel
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -16,10 +17,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("attnserve")
 
-TEXT_MODEL = "all-MiniLM-L6-v2"
-TEXT_ALIASES = ("sentence-transformers/all-MiniLM-L6-v2",)
 
-Loader = Callable[[Settings, str], list[Servable]]
+Loader = Callable[[Settings, str], list[ServedModel]]
 
 
 class ModelLoadError(ValueError):
@@ -95,7 +94,7 @@ def _load_forecaster(target: str, device: str) -> InformerForecaster:
         ) from exc
 
 
-def load_servables(settings: Settings, device: str) -> list[Servable]:
+def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every checkpoint folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``.
 
@@ -115,12 +114,12 @@ def load_servables(settings: Settings, device: str) -> list[Servable]:
     if settings.model_dir and not folders:
         log.warning("model_dir %s holds no checkpoint folders", settings.model_dir)
     _check_names(settings.models, folders)
-    servables: list[Servable] = []
+    servables: list[ServedModel] = []
     for name in settings.models:
         log.info("loading %s on %s", name, device)
         if name in (TEXT_MODEL, *TEXT_ALIASES):
             encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
-            servables.append(TextServable(encoder, settings.max_batch_tokens, TEXT_ALIASES))
+            servables.append(TextServable(encoder, TEXT_ALIASES))
         elif name.startswith("informer-") or Path(name).is_dir():
             servables.append(ForecastServable(_load_forecaster(name, device)))
         else:
@@ -137,20 +136,32 @@ def load_servables(settings: Settings, device: str) -> list[Servable]:
 class Registry:
     """Loaded models by name (and alias)."""
 
-    def __init__(self, servables: Iterable[Servable]) -> None:
-        self.models: dict[str, Servable] = {}
-        self._by_name: dict[str, Servable] = {}
+    def __init__(self, servables: Iterable[ServedModel]) -> None:
+        self.models: dict[str, ServedModel] = {}
+        self._by_name: dict[str, ServedModel] = {}
         for s in servables:
             if s.name in self.models:
                 raise ValueError(f"model {s.name!r} is loaded twice")
             self.models[s.name] = s
-            for name in (s.name, *getattr(s, "aliases", ())):
+            for name in (s.name, *s.aliases):
                 self._by_name[name] = s
 
     def names(self, task: str | None = None) -> list[str]:
         return [n for n, s in self.models.items() if task is None or s.task == task]
 
-    def get(self, name: str | None, task: str) -> Servable:
+    def find(self, name: str) -> ServedModel:
+        """The model called ``name`` (whatever its task).
+
+        Raises:
+            ModelNotFound: no model by that name is loaded (the message lists those that are).
+        """
+        if name not in self.models:
+            raise ModelNotFound(
+                f"model {name!r} is not loaded; loaded: {', '.join(self.names()) or 'none'}"
+            )
+        return self.models[name]
+
+    def get(self, name: str | None, task: str) -> ServedModel:
         """The ``task`` model called ``name`` (the only one of that task when None).
 
         Raises:

@@ -1,5 +1,5 @@
 """Request and response bodies (pydantic). Shape checks live here; checks that need the model
-(token limits, context length, channels, timestamps, backends) happen in the route before queueing.
+(token limits, context length, channels, timestamps, backends) happen in the engine before queueing.
 """
 
 from __future__ import annotations
@@ -27,6 +27,12 @@ class ErrorBody(BaseModel):
     """The one error body of every non-2xx response."""
 
     error: ErrorDetail
+
+
+# The error statuses a model route can answer, for the OpenAPI schema (``responses=``).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (401, 404, 413, 422, 429, 503, 504, 507)
+}
 
 
 # ----------------------------------------------------------------------------- encode

@@ -14,10 +14,10 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Names only: this module stays free of torch, so the supervisor of several workers is light.
 from models.names import BACKEND_NAMES as BACKENDS
-from models.names import DEFAULT_BATCH_BUCKETS
+from models.names import DEFAULT_BATCH_BUCKETS, TEXT_MODEL
 
 DEFAULT_MODELS = (
-    "all-MiniLM-L6-v2",
+    TEXT_MODEL,
     "informer-etth1-h24",
     "informer-etth1-h48",
     "informer-etth1-h168",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.batching.batcher import Batcher
+from service.engine import Engine
 from service.lifecycle import Lifecycle
 from service.metrics import Metrics
 from service.registry import Loader, Registry
@@ -13,7 +14,8 @@ from service.settings import Settings
 
 @dataclass
 class AppState:
-    """Stored on ``app.state.attnserve``; ``registry``/``batcher`` are None until loaded."""
+    """Stored on ``app.state.attnserve``; ``registry``/``batcher``/``engine`` are None until
+    loaded."""
 
     settings: Settings
     metrics: Metrics
@@ -21,4 +23,5 @@ class AppState:
     lifecycle: Lifecycle = field(default_factory=Lifecycle)
     registry: Registry | None = None
     batcher: Batcher | None = None
+    engine: Engine | None = None
     device: str = "cpu"

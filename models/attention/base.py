@@ -253,12 +253,3 @@ def masked_mean_values(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     total = (v * w).sum(dim=-2, keepdim=True)
     count = w.sum(dim=-2, keepdim=True).clamp_min(1.0)
     return total / count
-
-
-def real_lengths(
-    key_padding_mask: Tensor | None, batch: int, length: int, device: torch.device
-) -> Tensor:
-    """Number of real keys per row, ``[b]`` (int64)."""
-    if key_padding_mask is None:
-        return torch.full((batch,), length, dtype=torch.long, device=device)
-    return key_padding_mask.sum(dim=-1)

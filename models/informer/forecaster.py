@@ -290,7 +290,8 @@ class InformerForecaster:
         plan = self._plan(backend, options)
         return forward_bytes(self.model.config, plan, rows, itemsize, self.device.type)
 
-    def _check_horizon(self, horizon: int | None) -> int:
+    def check_horizon(self, horizon: int | None) -> int:
+        """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
         if horizon is None:
             return self.horizon
         if isinstance(horizon, bool) or not isinstance(horizon, int):
@@ -309,15 +310,20 @@ class InformerForecaster:
         backend: str | None = None,
         options: dict | None = None,
         horizon: int | None = None,
+        validated: bool = False,
     ) -> list[Forecast]:
         """Forecast every window in one batched forward pass; values in original units.
 
         The model always predicts its full horizon; a shorter ``horizon`` returns the first steps.
-        ``backend`` None means the checkpoint's default attention.
+        ``backend`` None means the checkpoint's default attention. ``validated``: the caller has
+        already checked the backend, options and horizon (the server checks once per request).
         """
         backend = backend or self.default_attention
-        steps = self._check_horizon(horizon)
-        self.check_attention(backend, options)
+        if validated:
+            steps = horizon or self.horizon
+        else:
+            steps = self.check_horizon(horizon)
+            self.check_attention(backend, options)
         if not windows:
             return []
         dev, L, H = self.device, self.label_len, self.horizon

@@ -11,6 +11,8 @@ import json
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from models.names import TEXT_MODEL
+
 
 @dataclass(frozen=True)
 class BertConfig:
@@ -55,5 +57,5 @@ class BertConfig:
 # Named presets (gpt-fast's ``transformer_configs``).
 PRESETS: dict[str, BertConfig] = {
     # nreimers/MiniLM-L6-H384-uncased, fine-tuned as sentence-transformers/all-MiniLM-L6-v2.
-    "all-MiniLM-L6-v2": BertConfig(),
+    TEXT_MODEL: BertConfig(),
 }

@@ -19,6 +19,7 @@ from torch import Tensor
 from models.attention import BACKENDS, AttentionError, InputSpec, check, get_backend
 from models.compile import compile_forward
 from models.errors import ModelInputError
+from models.names import TEXT_MODEL
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.memory import forward_bytes
@@ -40,7 +41,7 @@ class SentenceEncoder:
     up front (a batcher counting tokens), ``tokenize`` + ``embed``.
     """
 
-    name: str = "all-MiniLM-L6-v2"
+    name: str = TEXT_MODEL
     dim: int = 384
     max_tokens: int
 
@@ -150,26 +151,31 @@ class SentenceEncoder:
         options: dict[str, Any] | None = None,
         normalize: bool = True,
         max_batch_tokens: int | None = None,
+        max_batch_size: int = MAX_BATCH_SIZE,
+        validated: bool = False,
     ) -> Tensor:
         """Embeddings ``[len(token_ids), 384]`` (float32, CPU) for already-tokenized texts.
 
         Texts are sorted by length into sub-batches padded to their own longest member, so each
-        text gets the embedding it would get alone. ``max_batch_tokens`` caps a sub-batch's
-        padded size (texts x padded length); None caps only the count (32 texts).
+        text gets the embedding it would get alone. A sub-batch holds at most ``max_batch_size``
+        texts and ``max_batch_tokens`` padded tokens (texts x padded length; None: no cap); a
+        caller that has already cut its batch (the server) passes ``len(token_ids)`` and None, so
+        one forward pass runs. ``validated``: backend, options and token ids are already checked.
 
         Raises:
             ModelInputError: empty or over-long token lists, ids outside the vocabulary.
             AttentionError: unknown backend or invalid options.
         """
-        self.check_attention(backend, options)
-        self._check_token_ids(token_ids)
+        if not validated:
+            self.check_attention(backend, options)
+            self._check_token_ids(token_ids)
         # The caller's options, not the resolved ones: a default of None means "derived from the
         # input" and is filled in by the backend on each call.
         chosen = dict(options or {})
         forward = self._compiled if backend in self.compiled_backends else self.model.pooled
         out = torch.empty(len(token_ids), self.dim, dtype=torch.float32)
         lengths = [len(ids) for ids in token_ids]
-        for sub in plan_batches(lengths, MAX_BATCH_SIZE, max_batch_tokens, PAD_MULTIPLE):
+        for sub in plan_batches(lengths, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE):
             batch = PackedBatch.from_lists(
                 [token_ids[i] for i in sub.indices], sub.padded_length, self.device
             )
@@ -186,11 +192,14 @@ class SentenceEncoder:
         rows: int,
         length: int,
         max_batch_tokens: int | None = None,
+        max_batch_size: int = MAX_BATCH_SIZE,
     ) -> int:
         """Estimated peak activation bytes of :meth:`embed` on ``rows`` texts of up to
         ``length`` tokens: its largest sub-batch (:func:`plan_batches`, as ``embed`` cuts them)
         through the encoder (:mod:`models.text.memory`), plus the embeddings it returns."""
-        first = plan_batches([length] * rows, MAX_BATCH_SIZE, max_batch_tokens, PAD_MULTIPLE)[0]
+        first = plan_batches(
+            [length] * rows, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE
+        )[0]
         peak = forward_bytes(
             self.model.config,
             backend,

@@ -19,7 +19,7 @@ from service.batching.policy import BatchKey, Limits
 from service.batching.worker import ModelWorker
 from service.errors import ClientDisconnected, ModelNotFound, RequestTimeout
 from service.metrics import Metrics
-from service.servables.base import Servable
+from service.servables.base import ServedModel
 
 Disconnected = Callable[[], Awaitable[Any]]
 
@@ -29,7 +29,7 @@ class Batcher:
 
     def __init__(
         self,
-        servables: list[Servable],
+        servables: list[ServedModel],
         limits: Limits,
         max_queue: int,
         timeout_s: float,

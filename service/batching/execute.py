@@ -1,8 +1,9 @@
 """Running one batch on the worker thread, with split-and-retry so one request cannot sink others.
 
-A batch whose estimated peak memory is over the memory budget (only a lone request can be: the
-policy stops adding requests before) runs in consecutive parts of as many rows as fit
-(:func:`~service.batching.policy.rows_within`), and the outputs are joined in order.
+The batch the policy formed is the forward pass that runs. Only a lone request over a limit
+(more rows than ``max_batch_size``, more padded tokens than ``max_batch_tokens``, or an estimated
+peak over the memory budget: the policy stops adding requests before) runs in parts of as many
+rows as fit (:func:`~service.batching.policy.part_rows`), and the outputs are joined in order.
 
 A batch that runs out of device memory is split in two halves (by request) and each half is
 retried; a single request that still does not fit gets a clear ``out_of_memory`` error. Any other
@@ -20,7 +21,7 @@ from typing import Any
 
 from service.batching.device import DeviceRuntime, is_out_of_memory
 from service.batching.job import BatchStats, Job
-from service.batching.policy import padded_tokens, rows_within
+from service.batching.policy import Limits, padded_tokens, part_rows
 from service.errors import OutOfDeviceMemory, from_model_error
 
 log = logging.getLogger("attnserve.batching")
@@ -40,13 +41,17 @@ class Outcome:
     stats: BatchStats | None = None
 
 
-def run_in_parts(run_rows: RunRows, rows: list[Any], part: int) -> list[Any]:
-    """``run_rows`` on consecutive slices of at most ``part`` rows; the outputs joined."""
+def run_in_parts(run_rows: RunRows, rows: list[Any], lengths: list[int], part: int) -> list[Any]:
+    """``run_rows`` on parts of at most ``part`` rows, longest rows first (so each part pads to
+    rows of its own length); the outputs joined in the rows' order."""
     if len(rows) <= part:
         return run_rows(rows)
-    outputs: list[Any] = []
+    order = sorted(range(len(rows)), key=lambda i: (-lengths[i], i))
+    outputs: list[Any] = [None] * len(rows)
     for start in range(0, len(rows), part):
-        outputs.extend(run_rows(rows[start : start + part]))
+        chunk = order[start : start + part]
+        for i, out in zip(chunk, run_rows([rows[i] for i in chunk]), strict=True):
+            outputs[i] = out
     return outputs
 
 
@@ -55,33 +60,33 @@ def execute(
     run_rows: RunRows,
     runtime: DeviceRuntime,
     backend: str,
+    limits: Limits,
     on_split: Callable[[], None] = lambda: None,
     memory: RowsMemory | None = None,
-    budget: int | None = None,
 ) -> list[Outcome]:
-    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order), or as
-    several when ``memory`` estimates the batch over ``budget`` bytes."""
+    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order), or, for a
+    lone request over a limit, as several of :func:`~service.batching.policy.part_rows`."""
     rows = [row for job in jobs for row in job.rows]
-    longest = max(job.longest for job in jobs)
-    part, estimate = len(rows), None
-    if memory is not None:
-        if budget is not None and memory(part, longest) > budget:
-            part = rows_within(budget, len(rows), lambda n: memory(n, longest))
-            log.info(
-                "request %s (%d rows of %d) is over the memory budget: %d parts of %d rows",
-                jobs[0].request_id,
-                len(rows),
-                longest,
-                -(-len(rows) // part),
-                part,
-            )
-        estimate = memory(part, longest)
+    lengths = [n for job in jobs for n in job.lengths]
+    longest = max(lengths, default=0)
+    part = part_rows(
+        len(rows), longest, limits, None if memory is None else lambda n: memory(n, longest)
+    )
+    if part < len(rows):
+        log.info(
+            "request %s (%d rows of up to %d) is over a batch limit: parts of %d rows",
+            jobs[0].request_id,
+            len(rows),
+            longest,
+            part,
+        )
+    estimate = None if memory is None else memory(part, longest)
     started = time.perf_counter()
     baseline = runtime.reset_peak()
     try:
         try:
             with runtime.inference(backend):
-                outputs = run_in_parts(run_rows, rows, part)
+                outputs = run_in_parts(run_rows, rows, lengths, part)
         finally:
             measured = runtime.peak_above(baseline)
         if len(outputs) != len(rows):
@@ -98,23 +103,23 @@ def execute(
             on_split()
             half = len(jobs) // 2
             return execute(
-                jobs[:half], run_rows, runtime, backend, on_split, memory, budget
-            ) + execute(jobs[half:], run_rows, runtime, backend, on_split, memory, budget)
+                jobs[:half], run_rows, runtime, backend, limits, on_split, memory
+            ) + execute(jobs[half:], run_rows, runtime, backend, limits, on_split, memory)
         if oom:
             error: Exception = OutOfDeviceMemory(
                 f"this request ({len(rows)} rows, longest {longest}) does not fit in device memory "
                 "even on its own; send fewer or shorter inputs"
             )
         else:
-            if not isinstance(exc, ValueError):  # model input errors are the caller's, not ours
-                log.error("request %s failed in the model", jobs[0].request_id, exc_info=exc)
             error = from_model_error(exc)
+            if error.status >= 500:  # ours, not the caller's: one line with the traceback
+                log.error("request %s failed in the model", jobs[0].request_id, exc_info=exc)
         return [Outcome(jobs[0], error=error)]
 
     stats = BatchStats(
-        rows=len(rows),
+        rows=part,
         requests=len(jobs),
-        tokens=padded_tokens(len(rows), longest),
+        tokens=padded_tokens(part, longest),
         inference_s=time.perf_counter() - started,
         peak_memory_bytes=runtime.peak_bytes(),
         memory_estimate_bytes=estimate,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from service.batching.policy import BatchKey
@@ -53,6 +53,7 @@ class Job:
         future: resolved with a :class:`JobResult` or a service error.
         enqueued_at, deadline: ``time.monotonic()`` seconds.
         cancelled: the client left or timed out; the worker drops the job if not yet run.
+        arrived_idle: it found the worker idle and the queue empty, so it runs at once.
     """
 
     key: BatchKey
@@ -64,7 +65,7 @@ class Job:
     deadline: float
     request_id: str = ""
     cancelled: bool = False
-    started_at: float | None = field(default=None, repr=False)
+    arrived_idle: bool = False
 
     @property
     def n_rows(self) -> int:

@@ -5,28 +5,30 @@ and does what the :class:`Decision` says. The rules (after TEI's ``core/src/queu
 LitServe's ``collate_requests``):
 
 1. Requests whose client left are dropped; requests past their deadline expire (a 504).
-2. The oldest live request picks the batch key (backend, resolved options, forward-call variant
-   and length bucket), so no key starves another.
+2. The oldest live request picks the batch key (the model's call: backend, canonical options,
+   other call parameters; and the length bucket), so no key starves another.
 3. Requests with that key join in arrival order while the batch stays within ``max_batch_size``
    rows, ``max_batch_tokens`` padded tokens (rows x longest row) and ``max_batch_memory`` bytes
    of estimated peak activation memory (the model's estimate for that backend, rows and length,
    passed in as ``memory``); the first one that does not fit ends the batch (strict FIFO within
-   a key). The oldest request always runs, even alone over a limit: the model splits it into
-   sub-batches by tokens, the worker into parts of :func:`rows_within` the memory budget (a
-   request whose single row is over the budget never gets here: it is refused on arrival).
-4. The batch runs now if it is full (no room for one more row, by count or by memory) or the
-   queue is being flushed (shutdown). Otherwise it runs once its oldest request has waited
-   ``max_wait_s`` *and* the worker has been free for ``max_wait_s``: right after a batch, the
-   clients it just answered send their next requests within a few milliseconds, and this short
-   pause lets them join instead of alternating with the rest in half-full batches. Until then
-   the worker sleeps (at most to the earliest deadline).
+   a key). The oldest request always runs, even alone over a limit: the worker runs it in
+   parts of :func:`part_rows` (a request whose single row is over the memory budget never gets
+   here: it is refused on arrival). The model never splits a batch itself.
+4. The batch runs now if it is full (no room for one more row, by count or by memory), the
+   queue is being flushed (shutdown), or its oldest request found the worker idle and the queue
+   empty (no wait when idle: a lone client pays no batching delay). Otherwise (it arrived while
+   a batch ran) it runs once it has waited ``max_wait_s`` *and* the worker has been free for
+   ``max_wait_s``: right after a batch, the clients it just answered send their next requests
+   within a few milliseconds, and this short pause lets them join instead of alternating with
+   the rest in half-full batches. Until then the worker sleeps (at most to the earliest
+   deadline).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 
 @dataclass(frozen=True)
@@ -34,16 +36,18 @@ class BatchKey:
     """Requests with equal keys may share a forward pass.
 
     Attributes:
-        backend: attention backend name.
-        options: resolved backend options as sorted ``(name, value)`` pairs.
-        variant: other forward-call parameters that must agree (e.g. ``normalize``).
+        call: what the forward pass shares (the model's :class:`~service.servables.base.Call`:
+            backend, canonical options and any other call parameter, e.g. ``normalize``).
         bucket: length bucket of the request's longest row (see :func:`length_bucket`).
     """
 
-    backend: str
-    options: tuple[tuple[str, Hashable], ...] = ()
-    variant: tuple[Hashable, ...] = ()
+    call: Any
     bucket: int = 0
+
+    @property
+    def backend(self) -> str:
+        """The attention backend of the call."""
+        return str(self.call.backend)
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,8 @@ class Pending(Protocol):
     def deadline(self) -> float: ...
     @property
     def cancelled(self) -> bool: ...
+    @property
+    def arrived_idle(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,20 @@ def rows_within(budget: int, rows: int, cost: Callable[[int], int]) -> int:
         else:
             high = mid - 1
     return low
+
+
+def part_rows(
+    rows: int, longest: int, limits: Limits, memory: Callable[[int], int] | None = None
+) -> int:
+    """Rows per forward pass for a batch of ``rows`` rows of up to ``longest``: all of them, or
+    (for a lone request over a limit) the most that keep each part within ``max_batch_size``
+    rows, ``max_batch_tokens`` padded tokens and, with ``memory`` (estimated bytes of ``n``
+    rows), the memory budget. Always at least 1."""
+    part = min(rows, limits.max_batch_size, max(1, limits.max_batch_tokens // max(1, longest)))
+    budget = limits.max_batch_memory
+    if memory is not None and budget is not None and memory(part) > budget:
+        part = rows_within(budget, part, memory)
+    return max(1, part)
 
 
 def next_batch(
@@ -187,7 +207,7 @@ def next_batch(
     start_at = head.enqueued_at + limits.max_wait_s
     if free_since is not None:
         start_at = max(start_at, free_since + limits.max_wait_s)
-    if full or flush or now >= start_at:
+    if full or flush or head.arrived_idle or now >= start_at:
         return Decision(batch=tuple(batch), expired=expired, dropped=dropped)
     wake_at = min(start_at, min(pending[i].deadline for i in live))
     return Decision(expired=expired, dropped=dropped, wake_at=wake_at)

@@ -2,7 +2,7 @@
 one thread that owns the model and runs the batches (so the event loop keeps answering).
 
 Memory: the worker prices batches with the model's own estimate
-(:meth:`~service.servables.base.Servable.memory_estimate`, cached per key, rows and length) and
+(:meth:`~service.servables.base.ServedModel.memory_estimate`, cached per key, rows and length) and
 holds them under ``limits.max_batch_memory``; a request whose single row is over it is refused
 on arrival (:class:`~service.errors.MemoryBudgetExceeded`, a 422 naming the backends that fit).
 """
@@ -24,7 +24,7 @@ from service.batching.job import Job, JobResult
 from service.batching.policy import BatchKey, Limits, next_batch
 from service.errors import MemoryBudgetExceeded, QueueFull, RequestTimeout, ShuttingDown
 from service.metrics import Metrics
-from service.servables.base import Servable
+from service.servables.base import ServedModel
 
 log = logging.getLogger("attnserve.batching")
 
@@ -45,7 +45,7 @@ class ModelWorker:
 
     def __init__(
         self,
-        servable: Servable,
+        servable: ServedModel,
         limits: Limits,
         max_queue: int,
         runtime: DeviceRuntime,
@@ -70,7 +70,7 @@ class ModelWorker:
 
     def _memory_estimate(self, key: BatchKey, rows: int, longest: int) -> int:
         """Estimated peak activation bytes of a forward pass of ``rows`` rows of ``longest``."""
-        return self.servable.memory_estimate(key.backend, dict(key.options), rows, longest)
+        return self.servable.memory_estimate(key.call, rows, longest)
 
     # ------------------------------------------------------------------ queue side
 
@@ -79,10 +79,6 @@ class ModelWorker:
         """Requests waiting (not counting the batch running now)."""
         return len(self._pending)
 
-    @property
-    def idle(self) -> bool:
-        return not self._pending and not self._busy
-
     def submit(self, job: Job) -> None:
         """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait,
         :class:`MemoryBudgetExceeded` when one of its rows alone is over the memory budget."""
@@ -90,6 +86,7 @@ class ModelWorker:
             self.metrics.rejections.labels(self.name, "shutting_down").inc()
             raise ShuttingDown("the server is shutting down; retry on another replica")
         self._check_memory(job)
+        job.arrived_idle = not self._pending and not self._busy
         if len(self._pending) >= self.max_queue:
             self.metrics.rejections.labels(self.name, "queue_full").inc()
             raise QueueFull(
@@ -113,7 +110,7 @@ class ModelWorker:
         for backend in self.servable.backends():
             if backend == key.backend:
                 continue
-            other = BatchKey(backend, tuple(self.servable.check_attention(backend, None).items()))
+            other = BatchKey(self.servable.default_call(backend), key.bucket)
             estimate = self.memory_estimate(other, 1, length)
             if estimate <= budget:
                 fits.append((estimate, backend))
@@ -151,11 +148,10 @@ class ModelWorker:
         """
         timings = {}
         for backend in self.servable.backends():
-            options = self.servable.check_attention(backend, None)
             started = time.perf_counter()
-            for rows, variant in self.servable.warmup_batches(backend):
+            for rows, call in self.servable.warmup_batches(backend):
                 with self.runtime.inference(backend):
-                    self.servable.run(rows, backend, options, variant)
+                    self.servable.run(rows, call)
             timings[backend] = time.perf_counter() - started
         return timings
 
@@ -221,12 +217,9 @@ class ModelWorker:
     async def _run(self, batch: list[Job]) -> None:
         key = batch[0].key
         started = time.monotonic()
-        for job in batch:
-            job.started_at = started
-        options = dict(key.options)
 
         def run_rows(rows: list[Any]) -> list[Any]:
-            return self.servable.run(rows, key.backend, options, key.variant)
+            return self.servable.run(rows, key.call)
 
         def on_split() -> None:
             self.metrics.batch_splits.labels(self.name).inc()
@@ -244,9 +237,9 @@ class ModelWorker:
                 run_rows,
                 self.runtime,
                 key.backend,
+                self.limits,
                 on_split,
                 memory,
-                self.limits.max_batch_memory,
             )
         except Exception as exc:  # the executor itself failed (e.g. shut down)
             log.exception("batch of %s failed outside the model", self.name)

@@ -1,21 +1,17 @@
-"""Dependencies shared by the routes: app state, API key, readiness gate, metric labels."""
+"""Dependencies shared by the routes: app state, API key, readiness gate (the engine), the
+caller, response headers."""
 
 from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Request, Response
 
-from models.attention import BACKENDS
-from service.batching.batcher import Batcher
-from service.batching.job import JobResult
-from service.errors import InvalidRequest, NotReady, ShuttingDown, Unauthorized
+from service.engine import Answer, Client, Engine
+from service.errors import NotReady, ShuttingDown, Unauthorized
 from service.middleware import request_state
-from service.registry import Registry
-from service.settings import Settings
 from service.state import AppState
 
 
@@ -41,70 +37,48 @@ async def require_api_key(request: Request, state: AppStateDep) -> None:
         raise Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
 
 
-@dataclass
-class Serving:
-    """What a model route needs once the server is ready."""
-
-    settings: Settings
-    registry: Registry
-    batcher: Batcher
-
-
-async def require_serving(state: AppStateDep) -> AsyncIterator[Serving]:
-    """503 while loading or draining; otherwise the loaded models and their batcher. Counts the
+async def require_engine(state: AppStateDep) -> AsyncIterator[Engine]:
+    """503 while loading or draining; otherwise the engine over the loaded models. Counts the
     request as in flight until it is answered, so a drain can wait for it."""
     lifecycle = state.lifecycle
     if lifecycle.draining:
         state.metrics.rejections.labels("", "shutting_down").inc()
         raise ShuttingDown("the server is shutting down; retry on another replica")
-    if not lifecycle.ready or state.registry is None or state.batcher is None:
+    if not lifecycle.ready or state.engine is None:
         state.metrics.rejections.labels("", "not_ready").inc()
         raise NotReady(f"the server is not ready yet ({lifecycle.detail})")
     lifecycle.inflight += 1
     state.metrics.requests_in_flight.inc()  # set here, not read at scrape: exact across workers
     try:
-        yield Serving(state.settings, state.registry, state.batcher)
+        yield state.engine
     finally:
         lifecycle.inflight -= 1
         state.metrics.requests_in_flight.dec()
 
 
-ServingDep = Annotated[Serving, Depends(require_serving)]
+EngineDep = Annotated[Engine, Depends(require_engine)]
 AUTH = [Depends(require_api_key)]
 
 
-def label(request: Request, model: str | None = None, attention: str | None = None) -> None:
-    """Metric labels for this request; only known names, so label values stay bounded."""
-    state = request_state(request.scope)
-    if model is not None:
-        state["model"] = model
-    if attention is not None and attention in BACKENDS:
-        state["attention"] = attention
+def client_of(request: Request) -> Client:
+    """The engine's view of the caller: request id, metric labels, and a coroutine function that
+    returns once the client has gone (the body is already read, so the next ASGI message is
+    ``http.disconnect``)."""
 
-
-def check_count(n: int, limit: int, what: str) -> None:
-    if n == 0:
-        raise InvalidRequest(f"{what} must not be empty")
-    if n > limit:
-        raise InvalidRequest(f"too many {what}: {n}; at most {limit} per request")
-
-
-def disconnect_waiter(request: Request) -> Any:
-    """A coroutine function that returns once the client has gone (the body is already read,
-    so the next ASGI message is ``http.disconnect``)."""
-
-    async def wait() -> None:
+    async def disconnected() -> None:
         while True:
             message = await request.receive()
             if message["type"] == "http.disconnect":
                 return
 
-    return wait
+    state = request_state(request.scope)
+    return Client(state.get("request_id", ""), state, disconnected)
 
 
-def set_timing_headers(response: Response, result: JobResult) -> None:
+def set_timing_headers(response: Response, answer: Answer) -> None:
     """``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows in the forward pass)
     and ``x-batch-requests`` (requests merged into it)."""
+    result = answer.result
     response.headers["x-queue-time-ms"] = f"{result.queue_s * 1000:.2f}"
     response.headers["x-inference-time-ms"] = f"{result.batch.inference_s * 1000:.2f}"
     response.headers["x-batch-size"] = str(result.batch.rows)

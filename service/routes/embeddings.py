@@ -8,12 +8,16 @@ from array import array
 
 from fastapi import APIRouter, Request, Response
 
-from service.errors import InvalidRequest
-from service.routes.deps import AUTH, ServingDep
-from service.routes.encode import ERRORS
+from service.routes.deps import AUTH, EngineDep, client_of, set_timing_headers
 from service.routes.fast_json import FastJSONRoute
-from service.routes.text import embed_texts
-from service.schemas import EmbeddingItem, EmbeddingsRequest, EmbeddingsResponse, EmbeddingsUsage
+from service.schemas import (
+    ERROR_RESPONSES,
+    EmbeddingItem,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    EmbeddingsUsage,
+)
+from service.servables.base import TextInput
 
 router = APIRouter(tags=["openai"], dependencies=AUTH, route_class=FastJSONRoute)
 
@@ -26,22 +30,19 @@ def to_base64(vector: list[float]) -> str:
     return base64.b64encode(packed.tobytes()).decode("ascii")
 
 
-@router.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERRORS)  # type: ignore[arg-type]
+@router.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
 async def embeddings(
-    body: EmbeddingsRequest, request: Request, response: Response, serving: ServingDep
+    body: EmbeddingsRequest, request: Request, response: Response, engine: EngineDep
 ) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings (unit-normalised, as OpenAI's are)."""
-    if body.dimensions is not None:
-        servable = serving.registry.get(body.model, "encode")
-        dim = getattr(servable, "dim", None)
-        if body.dimensions != dim:
-            raise InvalidRequest(f"dimensions must be {dim} for {servable.name} (no shortening)")
-    out = await embed_texts(
-        request, response, serving, body.model, body.input, body.attention, body.attention_options
-    )
+    texts = [body.input] if isinstance(body.input, str) else body.input
+    job = TextInput(texts, body.attention, body.attention_options, dimensions=body.dimensions)
+    answer = await engine.encode(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
+    base64_format = body.encoding_format == "base64"
     data = [
-        EmbeddingItem(index=i, embedding=to_base64(v) if body.encoding_format == "base64" else v)
-        for i, v in enumerate(out.vectors)
+        EmbeddingItem(index=i, embedding=to_base64(v) if base64_format else v)
+        for i, v in enumerate(answer.value)
     ]
-    usage = EmbeddingsUsage(prompt_tokens=out.tokens, total_tokens=out.tokens)
-    return EmbeddingsResponse(data=data, model=out.model, usage=usage)
+    usage = EmbeddingsUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
+    return EmbeddingsResponse(data=data, model=answer.model, usage=usage)

@@ -4,35 +4,26 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from service.routes.deps import AUTH, ServingDep
+from service.routes.deps import AUTH, EngineDep, client_of, set_timing_headers
 from service.routes.fast_json import FastJSONRoute
-from service.routes.text import embed_texts
-from service.schemas import EncodeRequest, EncodeResponse, ErrorBody, Usage
+from service.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse, Usage
+from service.servables.base import TextInput
 
 router = APIRouter(tags=["models"], dependencies=AUTH, route_class=FastJSONRoute)
 
-ERRORS = {s: {"model": ErrorBody} for s in (401, 404, 413, 422, 429, 503, 504, 507)}
 
-
-@router.post("/encode", response_model=EncodeResponse, responses=ERRORS)  # type: ignore[arg-type]
+@router.post("/encode", response_model=EncodeResponse, responses=ERROR_RESPONSES)
 async def encode(
-    body: EncodeRequest, request: Request, response: Response, serving: ServingDep
+    body: EncodeRequest, request: Request, response: Response, engine: EngineDep
 ) -> EncodeResponse:
     """Embed one or more texts (mean-pooled all-MiniLM-L6-v2, 384-d)."""
-    out = await embed_texts(
-        request,
-        response,
-        serving,
-        body.model,
-        body.inputs,
-        body.attention,
-        body.attention_options,
-        body.normalize,
-        body.truncate,
-    )
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    job = TextInput(texts, body.attention, body.attention_options, body.normalize, body.truncate)
+    answer = await engine.encode(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
     return EncodeResponse(
-        model=out.model,
-        attention=out.attention,
-        embeddings=out.vectors,
-        usage=Usage(tokens=out.tokens),
+        model=answer.model,
+        attention=answer.attention,
+        embeddings=answer.value,
+        usage=Usage(tokens=answer.tokens),
     )

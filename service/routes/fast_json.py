@@ -1,8 +1,8 @@
 """Request bodies parsed by pydantic-core's JSON reader instead of the standard library's.
 
-FastAPI reads a JSON body with ``json.loads``; for a forecast request (hundreds of numbers) that
-is ~0.17 ms of pure-Python work per request on the event loop, against ~0.05 ms for
-``pydantic_core.from_json``. Routers opt in with ``APIRouter(route_class=FastJSONRoute)`` (FastAPI's
+FastAPI reads a JSON body with ``json.loads``; for a forecast request (hundreds to thousands of
+numbers) that builds Python objects on the event loop several times slower than
+``pydantic_core.from_json`` (``python -m benchmarks.forecast_parsing`` measures the JSON step). Routers opt in with ``APIRouter(route_class=FastJSONRoute)`` (FastAPI's
 documented custom-route hook); validation, OpenAPI and error bodies are unchanged.
 """
 

@@ -1,1 +1,1 @@
-"""Adapters from ``models/`` objects to what the batcher and routes need (``base.Servable``)."""
+"""Adapters from ``models/`` objects to what the batcher and routes need (``base.ServedModel``)."""

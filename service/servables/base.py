@@ -1,57 +1,163 @@
-"""What the batcher and the routes need from a loaded model, whatever its task.
+"""The one protocol every served model implements, and the typed values that cross it.
+
+The engine (:mod:`service.engine`) drives a request through a model in four steps, each a method
+of :class:`ServedModel`:
+
+1. ``check(request)``: validate everything that needs the model but not much work (backend and
+   options, horizon, dimensions, empty inputs) into a typed :class:`Checked`, before anything is parsed;
+2. ``prepare(checked)``: the CPU-side work (tokenize, parse and scale histories) into :class:`Work`:
+   the rows, their lengths, the :class:`Call` they share and how to turn outputs into the answer;
+3. ``run(rows, call)``: one forward pass over exactly the rows the batcher formed (worker thread);
+4. ``card()``: what ``GET /models`` shows.
 
 A servable wraps one model object from ``models/`` (which knows tensors) and speaks in plain
-Python values: token id lists, windows, lists of floats. Routes use these methods and never touch
-torch themselves.
+Python values; routes never see it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from models.attention import BACKENDS, AttentionError
+OptionItems = tuple[tuple[str, Hashable], ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """What every row of one forward pass shares; requests with equal calls (and length bucket)
+    may be batched together.
+
+    Attributes:
+        backend: attention backend name.
+        options: canonical backend options (defaults filled, derived ones left out) as sorted
+            ``(name, value)`` pairs, so ``{}`` and the spelled-out defaults batch together.
+    """
+
+    backend: str
+    options: OptionItems = ()
+
+    @property
+    def options_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class TextCall(Call):
+    """A text forward pass: also whether embeddings are scaled to unit length."""
+
+    normalize: bool = True
+
+
+@dataclass(frozen=True)
+class TextInput:
+    """An ``/encode`` or ``/v1/embeddings`` request, whichever route it came through."""
+
+    texts: list[str]
+    attention: str | None = None
+    attention_options: Mapping[str, Any] = field(default_factory=dict)
+    normalize: bool = True
+    truncate: bool = False
+    dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
+
+
+@dataclass(frozen=True)
+class ForecastInput:
+    """A ``/forecast`` request: each series a mapping of ``timestamps`` or ``start`` and
+    ``values`` or ``columns`` (see :meth:`models.informer.InformerForecaster.prepare`)."""
+
+    series: Sequence[Mapping[str, Any]]
+    horizon: int | None = None
+    attention: str | None = None
+    attention_options: Mapping[str, Any] = field(default_factory=dict)
+    steps: int = 0  # history rows over all series: how much parsing ``prepare`` has to do
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A request checked against its model, not yet prepared (typed: nothing is validated again).
+
+    Attributes:
+        call: the forward pass it needs.
+        request: the request it came from.
+        inline: preparing it is cheap enough to do on the event loop (a thread hop costs more);
+            otherwise the engine prepares it in a thread so the loop keeps answering.
+        detail: what the model resolved besides the call (the forecast horizon).
+    """
+
+    call: Call
+    request: Any
+    inline: bool
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Work:
+    """A prepared job, ready for the batcher.
+
+    Attributes:
+        rows: model inputs, one per text / series.
+        lengths: tokens / time steps per row.
+        bucket: length bucket of the longest row (rows of one bucket batch together).
+        finish: turns this job's row outputs, in order, into its answer (runs on the worker
+            thread after the forward pass).
+        tokens: what the usage field reports (tokens read; 0 for forecasts).
+    """
+
+    rows: list[Any]
+    lengths: list[int]
+    bucket: int
+    finish: Callable[[list[Any]], Any]
+    tokens: int = 0
 
 
 @runtime_checkable
-class Servable(Protocol):
-    """A loaded model the server can batch for."""
+class ServedModel(Protocol):
+    """A loaded model the engine can check, prepare, batch and describe."""
 
     name: str
     task: str  # "encode" or "forecast"
+    aliases: tuple[str, ...]
     default_attention: str
+
+    def check(self, request: Any) -> Checked:
+        """Validate ``request`` against this model.
+
+        Raises:
+            AttentionError, ModelInputError: what is wrong and how to fix it (a 422).
+        """
+        ...
+
+    def prepare(self, checked: Checked) -> Work:
+        """The rows for the batcher (``ModelInputError`` naming the input that is wrong)."""
+        ...
+
+    def run(self, rows: list[Any], call: Any) -> list[Any]:
+        """One output per row, in order: one forward pass over exactly these rows (worker
+        thread, under inference mode)."""
+        ...
+
+    def card(self) -> dict[str, Any]:
+        """The model card served at ``GET /models``."""
+        ...
+
+    # What the worker needs to operate the model (not per request).
 
     def backends(self) -> list[str]:
         """Backends this model serves on its device (warmed up at start-up)."""
         ...
 
-    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Canonical options for ``backend`` (defaults filled, derived ones left out).
-
-        Raises:
-            AttentionError: unknown backend or option, out-of-range value, or a backend that
-                cannot run this model on its device (the message gives the reason).
-        """
+    def default_call(self, backend: str) -> Call:
+        """The call ``backend`` makes with its default options."""
         ...
 
-    def run(
-        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple[Any, ...]
-    ) -> list[Any]:
-        """One output per row, in order (called on the worker thread, under inference mode)."""
-        ...
-
-    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
+    def memory_estimate(self, call: Any, rows: int, length: int) -> int:
         """Estimated peak activation memory, in bytes, of :meth:`run` on ``rows`` rows of
-        ``length`` tokens / time steps with ``backend`` and its canonical ``options`` (the
-        batcher keeps batches under its memory budget with it)."""
+        ``length`` tokens / time steps (the batcher keeps batches under its memory budget)."""
         ...
 
-    def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
-        """A small valid batch (rows, variant) used to warm up every backend."""
-        ...
-
-    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
-        """The batches (rows, variant) to run before ready: one small batch, or for a compiled
+    def warmup_batches(self, backend: str) -> Sequence[tuple[list[Any], Call]]:
+        """The batches (rows, call) to run before ready: one small batch, or for a compiled
         backend one per shape it will see (so no graph compiles while serving)."""
         ...
 
@@ -61,55 +167,7 @@ class Servable(Protocol):
         """``torch.compile`` the forward for those of ``backends`` this model serves."""
         ...
 
-    def card(self) -> dict[str, Any]:
-        """The model card served at ``GET /models``."""
-        ...
 
-
-def canonical_options(resolved: Mapping[str, Any]) -> dict[str, Any]:
-    """Resolved options without the ``None`` ones ("derive from the input"), so that ``{}`` and
-    the spelled-out defaults batch together and pass validation again downstream."""
-    return {k: v for k, v in sorted(resolved.items()) if v is not None}
-
-
-def accepted_backends(check: Callable[[str, dict[str, Any] | None], Any]) -> list[str]:
-    """The backends (in registry order) that ``check(backend, None)`` accepts on this model."""
-    accepted = []
-    for backend in BACKENDS:
-        try:
-            check(backend, None)
-        except AttentionError:
-            continue
-        accepted.append(backend)
-    return accepted
-
-
-class TextModel(Servable, Protocol):
-    """A servable for ``/encode`` and ``/v1/embeddings``."""
-
-    dim: int
-    max_tokens: int
-
-    def tokenize(self, texts: list[str], truncate: bool) -> list[list[int]]:
-        """Token ids per text; ``ModelInputError`` for a text over the limit without truncate."""
-        ...
-
-
-class ForecastModel(Servable, Protocol):
-    """A servable for ``/forecast``."""
-
-    context: int
-    horizon: int
-
-    def check_horizon(self, horizon: int | None) -> int:
-        """The horizon to return; ``ModelInputError`` when out of range."""
-        ...
-
-    def prepare(self, series: list[Mapping[str, Any]]) -> list[Any]:
-        """Validated windows, one per series (``timestamps`` or ``start``, ``values`` or
-        ``columns``); ``ModelInputError`` naming the series."""
-        ...
-
-    def cut(self, forecast: Any, horizon: int) -> dict[str, Any]:
-        """One forecast's first ``horizon`` steps as a response dict."""
-        ...
+def option_items(options: Mapping[str, Any]) -> OptionItems:
+    """Resolved options without the ``None`` ones ("derive from the input"), sorted."""
+    return tuple((k, v) for k, v in sorted(options.items()) if v is not None)

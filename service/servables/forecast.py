@@ -1,9 +1,10 @@
-"""The Informer forecaster as a servable: windows prepared up front (validation), predicted in
-batches at the model's full horizon and cut to each request's horizon afterwards."""
+"""The Informer forecaster as a served model: histories checked and prepared up front, predicted
+in batches at the model's full horizon and cut to each request's horizon afterwards."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -12,7 +13,23 @@ import pandas as pd
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
 from models.informer.timefeatures import freq_step
-from service.servables.base import accepted_backends, canonical_options
+from service.servables.backends import accepted_backends
+from service.servables.base import (
+    Call,
+    Checked,
+    ForecastInput,
+    Work,
+    option_items,
+)
+
+# Parsing this many history rows costs about as much as a thread hop: smaller requests are
+# prepared on the event loop, larger ones in a thread.
+INLINE_PREPARE_ROWS = 1024
+
+
+def _cut(horizon: int, forecasts: list[Forecast]) -> list[dict[str, Any]]:
+    """Each forecast's first ``horizon`` steps as a response dict."""
+    return [{"timestamps": f.timestamps[:horizon], "values": f.values[:horizon]} for f in forecasts]
 
 
 class ForecastServable:
@@ -27,24 +44,29 @@ class ForecastServable:
         self.default_attention = forecaster.default_attention
         self.context = forecaster.context
         self.horizon = forecaster.horizon
-        self.channels = list(forecaster.channels)
-        self.freq = forecaster.freq
         self._backends = accepted_backends(self.forecaster.check_attention)
 
-    def backends(self) -> list[str]:
-        return list(self._backends)
+    # ------------------------------------------------------------------ per request
 
-    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        return canonical_options(self.forecaster.check_attention(backend, dict(options or {})))
+    def check(self, request: ForecastInput) -> Checked:
+        """Horizon, backend and options; the histories are checked as they are prepared."""
+        horizon = self.forecaster.check_horizon(request.horizon)
+        backend = request.attention or self.default_attention
+        options = self.forecaster.check_attention(backend, dict(request.attention_options))
+        call = Call(backend, option_items(options))
+        inline = request.steps <= INLINE_PREPARE_ROWS
+        return Checked(call, request, inline, {"horizon": horizon})
 
-    def check_horizon(self, horizon: int | None) -> int:
-        """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
-        return self.forecaster._check_horizon(horizon)
+    def prepare(self, checked: Checked) -> Work:
+        """Validated windows, one per series; the error names the series index."""
+        request: ForecastInput = checked.request
+        windows = self.windows(request.series)
+        # Every window is cut to the model's context, so one length bucket per model.
+        lengths = [self.context] * len(windows)
+        return Work(windows, lengths, self.context, partial(_cut, checked.detail["horizon"]))
 
-    def prepare(self, series: list[Mapping[str, Any]]) -> list[ForecastWindow]:
-        """Validate every series (mappings of :meth:`InformerForecaster.prepare`'s keyword
-        arguments: ``timestamps`` or ``start``, ``values`` or ``columns``); the error names the
-        series index."""
+    def windows(self, series: Sequence[Mapping[str, Any]]) -> list[ForecastWindow]:
+        """Mappings of :meth:`InformerForecaster.prepare`'s keyword arguments as windows."""
         windows = []
         for i, s in enumerate(series):
             try:
@@ -53,33 +75,38 @@ class ForecastServable:
                 raise ModelInputError(f"series {i}: {exc}") from None
         return windows
 
-    def run(
-        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple[Any, ...]
-    ) -> list[Any]:
-        return self.forecaster.predict(rows, backend, options)
+    def run(self, rows: list[Any], call: Call) -> list[Any]:
+        return self.forecaster.predict(rows, call.backend, call.options_dict, validated=True)
 
-    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
+    def card(self) -> dict[str, Any]:
+        card = self.forecaster.card()
+        card["aliases"] = list(self.aliases)
+        card["served_backends"] = self.backends()
+        return card
+
+    # ------------------------------------------------------------------ operations
+
+    def backends(self) -> list[str]:
+        return list(self._backends)
+
+    def default_call(self, backend: str) -> Call:
+        return Call(backend, option_items(self.forecaster.check_attention(backend, None)))
+
+    def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         # Every window is cut to the model's context: ``length`` is always the context.
-        return self.forecaster.memory_estimate(backend, options, rows)
+        return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
 
-    @staticmethod
-    def cut(forecast: Forecast, horizon: int) -> dict[str, Any]:
-        """A forecast's first ``horizon`` steps as a response dict."""
-        return {"timestamps": forecast.timestamps[:horizon], "values": forecast.values[:horizon]}
-
-    def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
         # The training mean at regular timestamps: always a valid, in-range history.
         index = pd.date_range(
-            "2017-01-02 00:00:00", periods=self.context, freq=freq_step(self.freq)
+            "2017-01-02 00:00:00", periods=self.context, freq=freq_step(self.forecaster.freq)
         )
         mean = np.asarray(self.forecaster.scaler.mean, dtype=np.float64)
         values = np.tile(mean, (self.context, 1)).tolist()
         stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]
-        return self.prepare([{"timestamps": stamps, "values": values}]) * 2, ()
-
-    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
-        rows, variant = self.warmup_rows()
-        return [(rows[:1] * n, variant) for n in self.forecaster.warmup_batch_sizes(backend)]
+        (window,) = self.windows([{"timestamps": stamps, "values": values}])
+        call = self.default_call(backend)
+        return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
 
     def compile(
         self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
@@ -87,9 +114,3 @@ class ForecastServable:
         served = [b for b in backends if b in self._backends]
         if served:
             self.forecaster.compile(served, batch_buckets, mode, compiler)
-
-    def card(self) -> dict[str, Any]:
-        card = self.forecaster.card()
-        card["aliases"] = list(self.aliases)
-        card["served_backends"] = self.backends()
-        return card

@@ -1,13 +1,26 @@
-"""The sentence encoder as a servable: tokenize up front (validation), embed in batches."""
+"""The sentence encoder as a served model: texts checked, tokenized up front, embedded in the
+batches the worker forms (one forward pass per batch: no split inside the model)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
+from models.errors import ModelInputError
 from models.text import SentenceEncoder
 from models.text.encoder import DEFAULT_ATTENTION
-from service.servables.base import accepted_backends, canonical_options
+from service.batching.policy import length_bucket
+from service.servables.backends import accepted_backends
+from service.servables.base import (
+    Checked,
+    TextCall,
+    TextInput,
+    Work,
+    option_items,
+)
+
+# Tokenizing this many characters costs about as much as a thread hop: shorter requests are
+# tokenized on the event loop, longer ones in a thread.
+INLINE_TOKENIZE_CHARS = 4096
 
 
 class TextServable:
@@ -15,58 +28,88 @@ class TextServable:
 
     Args:
         encoder: the loaded encoder.
-        max_batch_tokens: cap on one forward pass's padded tokens (the encoder sub-batches).
         aliases: other names clients may use for it (e.g. the sentence-transformers hub id).
     """
 
     task = "encode"
 
-    def __init__(
-        self,
-        encoder: SentenceEncoder,
-        max_batch_tokens: int | None = None,
-        aliases: tuple[str, ...] = (),
-    ) -> None:
+    def __init__(self, encoder: SentenceEncoder, aliases: tuple[str, ...] = ()) -> None:
         self.encoder = encoder
         self.name = encoder.name
         self.aliases = aliases
         self.default_attention = DEFAULT_ATTENTION
-        self.max_batch_tokens = max_batch_tokens
         self.dim = encoder.dim
         self.max_tokens = encoder.max_tokens
         self._backends = accepted_backends(self.encoder.check_attention)
 
+    # ------------------------------------------------------------------ per request
+
+    def check(self, request: TextInput) -> Checked:
+        """Backend and options, dimensions and empty texts; token limits come with tokenizing."""
+        if request.dimensions is not None and request.dimensions != self.dim:
+            raise ModelInputError(
+                f"dimensions must be {self.dim} for {self.name} (no shortening), "
+                f"got {request.dimensions}"
+            )
+        for i, text in enumerate(request.texts):
+            if not text.strip():
+                raise ModelInputError(f"input {i} is empty; every input needs some text")
+        backend = request.attention or self.default_attention
+        options = self.encoder.check_attention(backend, request.attention_options)
+        call = TextCall(backend, option_items(options), request.normalize)
+        inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
+        return Checked(call, request, inline)
+
+    def prepare(self, checked: Checked) -> Work:
+        request: TextInput = checked.request
+        token_ids = self.encoder.tokenize(request.texts, request.truncate)
+        lengths = [len(ids) for ids in token_ids]
+        return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
+
+    def run(self, rows: list[Any], call: TextCall) -> list[Any]:
+        vectors = self.encoder.embed(
+            rows,
+            call.backend,
+            call.options_dict,
+            call.normalize,
+            max_batch_tokens=None,
+            max_batch_size=len(rows),
+            validated=True,
+        )
+        return vectors.tolist()
+
+    def card(self) -> dict[str, Any]:
+        card = self.encoder.card()
+        card["aliases"] = list(self.aliases)
+        card["served_backends"] = self.backends()
+        return card
+
+    # ------------------------------------------------------------------ operations
+
     def backends(self) -> list[str]:
         return list(self._backends)
 
-    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        return canonical_options(self.encoder.check_attention(backend, options))
+    def default_call(self, backend: str) -> TextCall:
+        return TextCall(backend, option_items(self.encoder.check_attention(backend, None)))
 
-    def tokenize(self, texts: list[str], truncate: bool) -> list[list[int]]:
-        """Token ids per text; ``ModelInputError`` for a text over the limit without truncate."""
+    def memory_estimate(self, call: TextCall, rows: int, length: int) -> int:
+        return self.encoder.memory_estimate(
+            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
+        )
+
+    def tokenize(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
+        """Token ids per text (for warm-up batches and tests)."""
         return self.encoder.tokenize(texts, truncate)
 
-    def run(
-        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple[Any, ...]
-    ) -> list[Any]:
-        (normalize,) = variant
-        vectors = self.encoder.embed(rows, backend, options, normalize, self.max_batch_tokens)
-        return vectors.tolist()
-
-    def memory_estimate(self, backend: str, options: dict[str, Any], rows: int, length: int) -> int:
-        return self.encoder.memory_estimate(backend, options, rows, length, self.max_batch_tokens)
-
-    def warmup_rows(self) -> tuple[list[Any], tuple[Any, ...]]:
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], TextCall]]:
+        call = self.default_call(backend)
         texts = ["warm-up", "a slightly longer sentence to warm up padded batches of text"]
-        return self.tokenize(texts, truncate=True), (True,)
-
-    def warmup_batches(self, backend: str) -> list[tuple[list[Any], tuple[Any, ...]]]:
-        rows, variant = self.warmup_rows()
+        rows = self.tokenize(texts)
         if backend not in self.encoder.compiled_backends:
-            return [(rows, variant)]
+            return [(rows, call)]
         # Symbolic shapes: a few sizes settle the graph (sizes 1 and 2 specialise separately).
-        long = self.tokenize(["warm-up " * self.max_tokens], truncate=True)
-        return [(rows[:1], variant), (rows, variant), (rows * 4 + long, variant)]
+        long = self.tokenize(["warm-up " * self.max_tokens])
+        return [(rows[:1], call), (rows, call), (rows * 4 + long, call)]
 
     def compile(
         self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
@@ -74,9 +117,3 @@ class TextServable:
         served = [b for b in backends if b in self._backends]
         if served:
             self.encoder.compile(served, mode, compiler)
-
-    def card(self) -> dict[str, Any]:
-        card = self.encoder.card()
-        card["aliases"] = list(self.aliases)
-        card["served_backends"] = self.backends()
-        return card

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +24,7 @@ from models.text.config import BertConfig
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import model_dir
 from service.app import create_app
-from service.servables.base import Servable
+from service.servables.base import ServedModel
 from service.servables.forecast import ForecastServable
 from service.servables.text import TextServable
 from service.settings import Settings
@@ -80,7 +81,7 @@ def hourly_series(
 class Wrapped:
     """A servable that delegates to another, with hooks to slow it down or inject faults."""
 
-    def __init__(self, inner: Servable) -> None:
+    def __init__(self, inner: ServedModel) -> None:
         self.inner = inner
         self.name = inner.name
         self.task = inner.task
@@ -98,18 +99,10 @@ class Wrapped:
     def backends(self) -> list[str]:
         return self.inner.backends()
 
-    def check_attention(self, backend: str, options: Any) -> dict[str, Any]:
-        return self.inner.check_attention(backend, options)
-
-    def warmup_rows(self) -> Any:
-        return self.inner.warmup_rows()
-
     def card(self) -> dict[str, Any]:
         return self.inner.card()
 
-    def run(
-        self, rows: list[Any], backend: str, options: dict[str, Any], variant: tuple
-    ) -> list[Any]:
+    def run(self, rows: list[Any], call: Any) -> list[Any]:
         if self.recording:
             self.batches.append(len(rows))
         if self.gate is not None and self.recording:
@@ -118,7 +111,37 @@ class Wrapped:
             time.sleep(self.delay_s)
         if self.fail is not None and self.recording:
             self.fail(rows)
-        return self.inner.run(rows, backend, options, variant)
+        return self.inner.run(rows, call)
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.005)
+
+
+def post_behind_a_running_batch(
+    client: Any, double: Wrapped, path: str, first: dict[str, Any], bodies: list[dict[str, Any]]
+) -> tuple[Any, list[Any]]:
+    """Post ``first`` and hold its batch on the worker while ``bodies`` are posted at once; let
+    it go when all of them are queued, so they are batched together (a request that finds the
+    worker idle runs at once, alone). Returns the responses: ``first``'s, then the others'."""
+    worker = client.app.state.attnserve.batcher.workers[double.name]
+    double.recording = True
+    double.gate = threading.Event()
+    runs = len(double.batches)
+    with ThreadPoolExecutor(len(bodies) + 1) as pool:
+        blocker = pool.submit(client.post, path, json=first)
+        wait_until(lambda: len(double.batches) > runs)
+        rest = [pool.submit(client.post, path, json=b) for b in bodies]
+        wait_until(lambda: worker.depth == len(bodies))
+        double.gate.set()
+        responses = [f.result() for f in rest]
+    double.gate = None
+    del double.batches[runs]  # the blocker's batch
+    return blocker.result(), responses
 
 
 def oom_over(limit: int) -> Callable[[list[Any]], None]:

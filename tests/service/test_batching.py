@@ -21,6 +21,8 @@ from tests.service.helpers import (
     hourly_series,
     make_app,
     oom_over,
+    post_behind_a_running_batch,
+    wait_until,
 )
 
 
@@ -29,32 +31,61 @@ def post_all(client: TestClient, path: str, bodies: list[dict[str, Any]]) -> lis
         return list(pool.map(lambda b: client.post(path, json=b), bodies))
 
 
-def wait_until(condition: Any, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met in time")
-        time.sleep(0.005)
-
-
-def test_concurrent_requests_run_in_one_batch(text_double: Wrapped) -> None:
-    app = make_app([text_double], max_batch_size=6, max_wait_ms=2000)
+def test_a_lone_request_runs_at_once_and_arrivals_meanwhile_share_the_next_batch(
+    text_double: Wrapped,
+) -> None:
+    # max_wait is long: the first request must not pay it (it finds the worker idle), and the
+    # five that arrive while it runs must run together as soon as they fill a batch.
+    app = make_app([text_double], max_batch_size=5, max_wait_ms=2000)
     with TestClient(app) as c:
+        worker = c.app.state.attnserve.batcher.workers[TINY_TEXT]  # type: ignore[attr-defined]
         text_double.recording = True
+        text_double.gate = threading.Event()  # holds the first batch until the rest queued
         bodies = [{"inputs": [f"text number {i}"]} for i in range(6)]
-        responses = post_all(c, "/encode", bodies)
+        with ThreadPoolExecutor(6) as pool:
+            started = time.monotonic()
+            first = pool.submit(c.post, "/encode", json=bodies[0])
+            wait_until(lambda: text_double.batches == [1])
+            rest = [pool.submit(c.post, "/encode", json=b) for b in bodies[1:]]
+            wait_until(lambda: worker.depth == 5)
+            text_double.gate.set()
+            responses = [first.result(), *(f.result() for f in rest)]
+        assert time.monotonic() - started < 2.0  # nobody waited max_wait
         assert [r.status_code for r in responses] == [200] * 6
-        # Six one-text requests, one forward pass of six rows (the batch filled before max wait).
-        assert {r.headers["x-batch-requests"] for r in responses} == {"6"}
-        assert {r.headers["x-batch-size"] for r in responses} == {"6"}
-        assert text_double.batches == [6]
+        assert responses[0].headers["x-batch-requests"] == "1"
+        assert float(responses[0].headers["x-queue-time-ms"]) < 1000
+        # Five one-text requests, one forward pass of five rows.
+        assert {r.headers["x-batch-requests"] for r in responses[1:]} == {"5"}
+        assert {r.headers["x-batch-size"] for r in responses[1:]} == {"5"}
+        assert text_double.batches == [1, 5]
         scrape = c.get("/metrics").text
-        assert metric(scrape, "attnserve_batch_size_requests_count", model=TINY_TEXT) == 1
+        assert metric(scrape, "attnserve_batch_size_requests_count", model=TINY_TEXT) == 2
         assert metric(scrape, "attnserve_batch_size_rows_sum", model=TINY_TEXT) == 6
         # Each answer equals the same text encoded alone.
         alone = c.post("/encode", json=bodies[3]).json()["embeddings"][0]
         together = responses[3].json()["embeddings"][0]
         assert max(abs(a - b) for a, b in zip(alone, together, strict=True)) < 1e-5
+
+
+def test_batch_size_header_is_the_forward_pass_for_any_max_batch_size(
+    text_double: Wrapped,
+) -> None:
+    # One request of 40 texts: with max_batch_size 64 it is one forward pass of 40 rows (the
+    # encoder does not re-split at 32); with 16 it runs in parts of 16 and says so.
+    texts = [f"text {i} " * (1 + i % 7) for i in range(40)]
+    for limit, parts in ((64, [40]), (16, [16, 16, 8])):
+        app = make_app([text_double], max_batch_size=limit, max_inputs_per_request=64)
+        with TestClient(app) as c:
+            text_double.batches.clear()
+            text_double.recording = True
+            r = c.post("/encode", json={"inputs": texts})
+            assert r.status_code == 200
+            assert text_double.batches == parts
+            assert r.headers["x-batch-size"] == str(parts[0])
+            text_double.recording = False
+            alone = c.post("/encode", json={"inputs": texts[37:38]}).json()["embeddings"][0]
+            got = r.json()["embeddings"][37]
+            assert max(abs(a - b) for a, b in zip(alone, got, strict=True)) < 1e-5
 
 
 def test_forecasts_batch_together_and_match_alone(forecast_double: Wrapped) -> None:
@@ -65,7 +96,9 @@ def test_forecasts_batch_together_and_match_alone(forecast_double: Wrapped) -> N
             {"model": TINY_FORECAST, "series": [hourly_series(24 + i, seed=i)], "horizon": 3 + i}
             for i in range(4)
         ]
-        responses = post_all(c, "/forecast", bodies)
+        _, responses = post_behind_a_running_batch(
+            c, forecast_double, "/forecast", bodies[0], bodies
+        )
         assert [r.status_code for r in responses] == [200] * 4
         assert {r.headers["x-batch-size"] for r in responses} == {"4"}
         assert [len(r.json()["forecasts"][0]["values"]) for r in responses] == [3, 4, 5, 6]
@@ -84,7 +117,7 @@ def test_different_backends_do_not_share_a_batch(text_double: Wrapped) -> None:
     with TestClient(app) as c:
         text_double.recording = True
         bodies = [{"inputs": ["same"], "attention": b} for b in ("full", "flash", "full", "flash")]
-        responses = post_all(c, "/encode", bodies)
+        _, responses = post_behind_a_running_batch(c, text_double, "/encode", bodies[0], bodies)
         assert all(r.status_code == 200 for r in responses)
         assert sorted(text_double.batches) == [2, 2]
         assert [r.json()["attention"] for r in responses] == ["full", "flash", "full", "flash"]
@@ -94,8 +127,10 @@ def test_out_of_memory_splits_the_batch_and_everyone_gets_an_answer(text_double:
     text_double.fail = oom_over(2)
     app = make_app([text_double], max_batch_size=4, max_wait_ms=2000)
     with TestClient(app) as c:
-        text_double.recording = True
-        responses = post_all(c, "/encode", [{"inputs": [f"t{i}"]} for i in range(4)])
+        bodies = [{"inputs": [f"t{i}"]} for i in range(4)]
+        _, responses = post_behind_a_running_batch(
+            c, text_double, "/encode", {"inputs": ["x"]}, bodies
+        )
         assert [r.status_code for r in responses] == [200] * 4
         assert text_double.batches == [4, 2, 2]  # tried 4, split into halves
         assert {r.headers["x-batch-size"] for r in responses} == {"2"}

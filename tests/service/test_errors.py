@@ -4,6 +4,7 @@ batch, and requests batched at the same moment still succeed."""
 from __future__ import annotations
 
 import json
+import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -287,7 +288,33 @@ def test_unexpected_error_is_a_500_without_internals(text_double: Wrapped) -> No
         assert "secret" not in json.dumps(body)
 
 
-def test_bad_requests_do_not_harm_the_batch_beside_them(client: TestClient) -> None:
+@pytest.mark.parametrize("error", [RuntimeError, ValueError, KeyError])
+def test_every_500_is_logged_once_with_the_request_id_and_traceback(
+    text_double: Wrapped, caplog: pytest.LogCaptureFixture, error: type[Exception]
+) -> None:
+    # A plain ValueError from inside the model is ours, not the caller's: a 500, and logged.
+    def boom(rows: list[Any]) -> None:
+        raise error("broken inside the model")
+
+    text_double.fail = boom
+    with TestClient(make_app([text_double])) as c:
+        text_double.recording = True
+        caplog.clear()
+        with caplog.at_level(logging.ERROR):
+            r = c.post("/encode", json={"inputs": ["x"]}, headers={"x-request-id": "req-42"})
+        assert_error(r, 500, "internal_error")
+    logged = [rec for rec in caplog.records if rec.levelno >= logging.ERROR]
+    assert len(logged) == 1
+    assert "req-42" in logged[0].getMessage()
+    assert logged[0].exc_info is not None and logged[0].exc_info[0] is error
+
+
+def test_bad_requests_do_not_harm_the_batch_beside_them(
+    client: TestClient, text_double: Wrapped
+) -> None:
+    # The first request finds the worker idle and runs at once (slowed down here); the others
+    # arrive while it runs and gather for the next batch.
+    text_double.delay_s = 0.2
     good = {"inputs": ["a good text"]}
     bad = [
         {"inputs": ["word " * 100]},

@@ -51,9 +51,9 @@ def test_every_served_backend_is_warmed_up(text_double: Wrapped) -> None:
     seen: list[str] = []
     original = text_double.run
 
-    def spy(rows: list[Any], backend: str, options: dict[str, Any], variant: tuple) -> list[Any]:
-        seen.append(backend)
-        return original(rows, backend, options, variant)
+    def spy(rows: list[Any], call: Any) -> list[Any]:
+        seen.append(call.backend)
+        return original(rows, call)
 
     text_double.run = spy  # type: ignore[method-assign]
     with TestClient(make_app([text_double])):

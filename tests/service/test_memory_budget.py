@@ -83,10 +83,11 @@ def every_batch_within(scrape: str, name: str, bound_bytes: int) -> bool:
 
 
 def test_the_burst_is_over_budget_unless_capped(long_model: ForecastServable) -> None:
-    one = long_model.memory_estimate("full", {}, 1, CONTEXT)
+    full, flash = long_model.default_call("full"), long_model.default_call("flash")
+    one = long_model.memory_estimate(full, 1, CONTEXT)
     assert 30 * MIB < one < 40 * MIB  # ~2 x 4 x 1025² x 4 B
-    assert long_model.memory_estimate("full", {}, 32, CONTEXT) > 8 * BUDGET_MB * MIB
-    assert long_model.memory_estimate("flash", {}, 32, CONTEXT) < BUDGET_MB * MIB
+    assert long_model.memory_estimate(full, 32, CONTEXT) > 8 * BUDGET_MB * MIB
+    assert long_model.memory_estimate(flash, 32, CONTEXT) < BUDGET_MB * MIB
 
 
 def test_one_request_of_32_long_windows_under_full_runs_in_parts_within_budget(
@@ -98,7 +99,7 @@ def test_one_request_of_32_long_windows_under_full_runs_in_parts_within_budget(
         r = client.post("/forecast", json=body)
         assert r.status_code == 200, r.text
         assert len(r.json()["forecasts"]) == 32
-        assert r.headers["x-batch-size"] == "32"  # one batch, run in parts
+        assert r.headers["x-batch-size"] == "3"  # rows per forward pass: it ran in parts
         # Parts of as many windows as fit: 3 x ~35 MB <= 128 MiB < 4 x ~35 MB.
         assert long_double.batches == [3] * 10 + [2]
         scrape = client.get("/metrics").text

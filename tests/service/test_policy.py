@@ -6,10 +6,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from service.batching.policy import BatchKey, Limits, length_bucket, next_batch, rows_within
+from service.batching.policy import (
+    BatchKey,
+    Limits,
+    length_bucket,
+    next_batch,
+    part_rows,
+    rows_within,
+)
+from service.servables.base import TextCall
 
-FLASH = BatchKey("flash", (), (True,), 16)
-FULL = BatchKey("full", (), (True,), 16)
+FLASH = BatchKey(TextCall("flash"), 16)
+FULL = BatchKey(TextCall("full"), 16)
 LIMITS = Limits(max_batch_size=8, max_batch_tokens=1024, max_wait_s=0.010)
 
 
@@ -21,6 +29,7 @@ class P:
     enqueued_at: float = 0.0
     deadline: float = 100.0
     cancelled: bool = False
+    arrived_idle: bool = False
 
 
 def test_empty_queue_sleeps_until_arrival() -> None:
@@ -72,10 +81,10 @@ def test_only_the_heads_key_joins_and_order_is_kept() -> None:
 
 def test_different_options_variant_or_bucket_do_not_mix() -> None:
     keys = [
-        BatchKey("performer", (("num_features", 64),), (True,), 16),
-        BatchKey("performer", (("num_features", 128),), (True,), 16),
-        BatchKey("performer", (("num_features", 64),), (False,), 16),
-        BatchKey("performer", (("num_features", 64),), (True,), 32),
+        BatchKey(TextCall("performer", (("num_features", 64),), True), 16),
+        BatchKey(TextCall("performer", (("num_features", 128),), True), 16),
+        BatchKey(TextCall("performer", (("num_features", 64),), False), 16),
+        BatchKey(TextCall("performer", (("num_features", 64),), True), 32),
     ]
     pending = [P(key=k) for k in keys]
     assert next_batch(pending, now=1.0, limits=LIMITS).batch == (0,)
@@ -107,6 +116,25 @@ def test_after_a_batch_the_worker_waits_for_the_clients_it_just_answered() -> No
     assert next_batch(full, now=5.001, limits=LIMITS, free_since=5.0).batch == (0,)
     # A worker idle for long: only the head's own wait counts.
     assert next_batch([P(enqueued_at=9.0)], now=9.010, limits=LIMITS, free_since=1.0).batch == (0,)
+
+
+def test_a_request_that_finds_the_worker_idle_runs_at_once() -> None:
+    # No batching delay for a lone client: neither max_wait nor the pause after a batch.
+    idle = [P(enqueued_at=5.0, arrived_idle=True)]
+    assert next_batch(idle, now=5.0, limits=LIMITS, free_since=4.999).batch == (0,)
+    # Requests behind it (they arrived while it ran) gather for the next batch.
+    busy = [P(enqueued_at=5.0), P(enqueued_at=5.001)]
+    assert next_batch(busy, now=5.002, limits=LIMITS, free_since=5.002).batch == ()
+
+
+def test_parts_of_a_lone_request_over_a_limit() -> None:
+    limits = Limits(max_batch_size=8, max_batch_tokens=1024, max_wait_s=0.0)
+    assert part_rows(5, 100, limits) == 5  # within every limit: one forward pass
+    assert part_rows(20, 10, limits) == 8  # rows
+    assert part_rows(20, 300, limits) == 3  # padded tokens: 3 x 300 <= 1024
+    assert part_rows(2, 5000, limits) == 1  # one row over the token cap still runs, alone
+    with_memory = Limits(8, 10**9, 0.0, max_batch_memory=250)
+    assert part_rows(8, 10, with_memory, lambda n: 100 * n) == 2  # estimated bytes
 
 
 def test_flush_runs_immediately() -> None:

@@ -1,0 +1,140 @@
+"""The one call between HTTP and the models: find the model, check, prepare, batch, await.
+
+Routes parse a body into a :class:`~service.servables.base.TextInput` or
+:class:`~service.servables.base.ForecastInput`, make one call (:meth:`Engine.encode`,
+:meth:`Engine.forecast`) and render what it returns (the shape of TEI's router). Everything
+between lives here, in order:
+
+1. the model by name and task (404 naming the loaded ones), the request's metric labels;
+2. the request-level limit (``max_inputs_per_request``);
+3. ``model.check``: every model-level check once, into a typed, immutable job;
+4. ``model.prepare``: tokenize / parse on the event loop when that is cheaper than a thread hop
+   (the model says which), otherwise in a thread so the loop keeps answering;
+5. submit to the model's worker under the job's batch key and await the result (or a 504, or
+   the client leaving).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from models.names import BACKEND_NAMES
+from service.batching.batcher import Batcher
+from service.batching.job import JobResult
+from service.batching.policy import BatchKey
+from service.errors import InvalidRequest
+from service.registry import Registry
+from service.servables.base import ForecastInput, TextInput
+from service.settings import Settings
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who asked, as far as the engine cares.
+
+    Attributes:
+        request_id: for logs.
+        labels: the request's metric labels (``model``, ``attention``), filled in here.
+        disconnected: returns once the client has gone (its job is then dropped).
+    """
+
+    request_id: str = ""
+    labels: MutableMapping[str, Any] | None = None
+    disconnected: Callable[[], Awaitable[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a route renders.
+
+    Attributes:
+        model: the model's name (not an alias).
+        attention: the backend that ran.
+        value: the model's answer (embeddings, or forecasts as response dicts).
+        result: timings and the batch it ran in (for the response headers).
+        tokens: tokens read (text), for the usage field.
+        horizon: steps returned (forecasts).
+    """
+
+    model: str
+    attention: str
+    value: Any
+    result: JobResult
+    tokens: int = 0
+    horizon: int = 0
+
+
+class Engine:
+    """Drives requests through the loaded models and their batcher (one per process)."""
+
+    def __init__(self, settings: Settings, registry: Registry, batcher: Batcher) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.batcher = batcher
+
+    async def encode(self, model: str | None, request: TextInput, client: Client) -> Answer:
+        """Embeddings for ``request.texts``, one per text, in order."""
+        return await self._serve("encode", model, request, len(request.texts), "inputs", client)
+
+    async def forecast(self, model: str | None, request: ForecastInput, client: Client) -> Answer:
+        """Forecasts for ``request.series``, one per series, in order."""
+        return await self._serve("forecast", model, request, len(request.series), "series", client)
+
+    async def _serve(
+        self, task: str, name: str | None, request: Any, count: int, what: str, client: Client
+    ) -> Answer:
+        labels = client.labels if client.labels is not None else {}
+        if request.attention in BACKEND_NAMES:  # known names only: label values stay bounded
+            labels["attention"] = request.attention
+        model = self.registry.get(name, task)
+        labels["model"] = model.name
+        if request.attention is None:
+            labels["attention"] = model.default_attention
+        check_count(count, self.settings.max_inputs_per_request, what)
+        checked = model.check(request)
+        labels["attention"] = checked.call.backend
+        if checked.inline:
+            work = model.prepare(checked)
+        else:
+            work = await run_in_threadpool(model.prepare, checked)
+        result = await self.batcher.submit(
+            model.name,
+            BatchKey(checked.call, work.bucket),
+            work.rows,
+            work.lengths,
+            finish=work.finish,
+            disconnected=client.disconnected,
+            request_id=client.request_id,
+        )
+        horizon = int(checked.detail.get("horizon", 0))
+        return Answer(model.name, checked.call.backend, result.value, result, work.tokens, horizon)
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Every loaded model's card, in load order."""
+        return [self.card(name) for name in self.registry.names()]
+
+    def card(self, name: str) -> dict[str, Any]:
+        """One model's card (by name or alias) plus this server's request limits."""
+        model = self.registry.find(name)
+        s = self.settings
+        card = dict(model.card())
+        card["limits"] = {
+            "max_inputs_per_request": s.max_inputs_per_request,
+            "max_batch_size": s.max_batch_size,
+            "max_batch_tokens": s.max_batch_tokens,
+            "max_body_bytes": s.max_body_bytes,
+            "request_timeout_s": s.request_timeout_s,
+        }
+        return card
+
+
+def check_count(n: int, limit: int, what: str) -> None:
+    """422 for no inputs or more than ``limit`` of them."""
+    if n == 0:
+        raise InvalidRequest(f"{what} must not be empty")
+    if n > limit:
+        raise InvalidRequest(f"too many {what}: {n}; at most {limit} per request")
