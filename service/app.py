@@ -24,7 +24,7 @@ from service.batching.policy import Limits
 from service.engine import Engine
 from service.errors import install_error_handlers
 from service.metrics import Metrics
-from service.middleware import BodyLimit, RequestContext
+from service.middleware import ApiKeyGate, BodyLimit, RequestContext
 from service.registry import Loader, ModelLoadError, Registry, load_servables
 from service.routes import embeddings, encode, forecast, health, models
 from service.settings import Settings
@@ -157,7 +157,9 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     install_error_handlers(app)
     for module in (encode, embeddings, forecast, models, health):
         app.include_router(module.router)
-    # Added last = outermost: RequestContext sees every response, BodyLimit every body.
+    # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
+    # body is read, BodyLimit sees every body.
     app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, metrics=state.metrics)
+    app.add_middleware(ApiKeyGate, api_key=settings.api_key_value, metrics=state.metrics)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

@@ -1,9 +1,9 @@
 """Pure ASGI middleware (not ``BaseHTTPMiddleware``, which hides client disconnects): request ids,
-request metrics and the body size limit.
+request metrics, the API key and the body size limit.
 
 Order, outermost first: :class:`RequestContext` (id, timing, request metrics, and the 500 answer
-for anything that escaped the app's handlers) -> :class:`BodyLimit` -> the app's exception
-middleware -> routes.
+for anything that escaped the app's handlers) -> :class:`ApiKeyGate` -> :class:`BodyLimit` -> the
+app's exception middleware -> routes.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import logging
 import re
+import secrets
 import time
 import uuid
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BodyTooLarge, InternalError, error_response
+from service.errors import BodyTooLarge, InternalError, Unauthorized, error_response
 from service.metrics import Metrics
 
 log = logging.getLogger("attnserve")
@@ -95,6 +96,34 @@ class RequestContext:
         labels = (endpoint, state.get("model", ""), state.get("attention", ""), str(status))
         self.metrics.requests.labels(*labels).inc()
         self.metrics.request_duration.labels(*labels).observe(seconds)
+
+
+class ApiKeyGate:
+    """With an API key set, answers 401 to a model route without ``Authorization: Bearer <key>``
+    before anything reads its body (an unauthenticated client gets no parsing, no validation and
+    no body buffering). Health, readiness, metrics and the API docs stay open."""
+
+    PROTECTED = ("/encode", "/forecast", "/models", "/v1/")
+
+    def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics) -> None:
+        self.app = app
+        self.expected = api_key.encode() if api_key else None
+        self.metrics = metrics
+
+    def _allowed(self, scope: Scope) -> bool:
+        if self.expected is None or not scope["path"].startswith(self.PROTECTED):
+            return True
+        header = dict(scope.get("headers", ())).get(b"authorization", b"")
+        scheme, _, given = header.partition(b" ")
+        return scheme.lower() == b"bearer" and secrets.compare_digest(given.strip(), self.expected)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        self.metrics.rejections.labels("", "unauthorized").inc()
+        exc = Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
+        await error_response(exc)(scope, receive, send)
 
 
 class BodyLimit:

@@ -12,7 +12,8 @@ Options = dict[str, Any]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: a number sent as a string ("24"), a bool as 0/1 are refused, not coerced.
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 # ----------------------------------------------------------------------------- errors

@@ -54,6 +54,13 @@ class TextTokenizer:
         for i, text in enumerate(texts):
             if not isinstance(text, str):
                 raise ModelInputError(f"input {i} must be a string, got {type(text).__name__}")
+            try:
+                text.encode("utf-8")  # the tokenizer fails on anything that is not Unicode text
+            except UnicodeEncodeError as exc:
+                raise ModelInputError(
+                    f"input {i} holds an unpaired surrogate at character {exc.start}, which is "
+                    "not Unicode text; send valid UTF-8 text"
+                ) from None
         encodings = self._encode_batch(list(texts))
         limit, out = self.max_tokens, []
         for i, enc in enumerate(encodings):

@@ -1,16 +1,15 @@
-"""Dependencies shared by the routes: app state, API key, readiness gate (the engine), the
-caller, response headers."""
+"""Dependencies shared by the routes: app state, readiness gate (the engine), the caller,
+response headers. (The API key is checked earlier, before the body is read: ``ApiKeyGate``.)"""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request, Response
 
 from service.engine import Answer, Client, Engine
-from service.errors import NotReady, ShuttingDown, Unauthorized
+from service.errors import NotReady, ShuttingDown
 from service.middleware import request_state
 from service.state import AppState
 
@@ -22,19 +21,6 @@ async def get_app_state(request: Request) -> AppState:
 
 
 AppStateDep = Annotated[AppState, Depends(get_app_state)]
-
-
-async def require_api_key(request: Request, state: AppStateDep) -> None:
-    """401 unless ``Authorization: Bearer <api_key>`` matches (when a key is configured)."""
-    expected = state.settings.api_key_value
-    if expected is None:
-        return
-    scheme, _, given = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not secrets.compare_digest(
-        given.strip().encode(), expected.encode()
-    ):
-        state.metrics.rejections.labels("", "unauthorized").inc()
-        raise Unauthorized("missing or invalid API key; send 'Authorization: Bearer <key>'")
 
 
 async def require_engine(state: AppStateDep) -> AsyncIterator[Engine]:
@@ -57,7 +43,6 @@ async def require_engine(state: AppStateDep) -> AsyncIterator[Engine]:
 
 
 EngineDep = Annotated[Engine, Depends(require_engine)]
-AUTH = [Depends(require_api_key)]
 
 
 def client_of(request: Request) -> Client:

@@ -8,7 +8,7 @@ from array import array
 
 from fastapi import APIRouter, Request, Response
 
-from service.routes.deps import AUTH, EngineDep, client_of, set_timing_headers
+from service.routes.deps import EngineDep, client_of, set_timing_headers
 from service.routes.fast_json import FastJSONRoute
 from service.schemas import (
     ERROR_RESPONSES,
@@ -19,7 +19,7 @@ from service.schemas import (
 )
 from service.servables.base import TextInput
 
-router = APIRouter(tags=["openai"], dependencies=AUTH, route_class=FastJSONRoute)
+router = APIRouter(tags=["openai"], route_class=FastJSONRoute)
 
 
 def to_base64(vector: list[float]) -> str:

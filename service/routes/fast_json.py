@@ -17,18 +17,43 @@ from fastapi.routing import APIRoute
 from pydantic_core import from_json
 
 
+def parse_json_body(body: bytes, content_encoding: str | None = None) -> Any:
+    """The body as JSON, strictly: UTF-8 only (no byte-order mark, no UTF-16/32), no
+    ``Content-Encoding``, pydantic-core's nesting limit. Every refusal is a
+    ``json.JSONDecodeError`` saying what was wrong, which FastAPI turns into a 422.
+
+    pydantic-core refuses lone surrogate escapes (``"\\ud800"``), which JSON allows: those bodies
+    are parsed by the standard library, so the model's text check can name the input that holds
+    one (a 422 with its index)."""
+    encoding = (content_encoding or "identity").strip().lower()
+    if encoding != "identity":
+        raise json.JSONDecodeError(
+            f"Content-Encoding {content_encoding!r} is not supported; send the body uncompressed",
+            "",
+            0,
+        )
+    if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
+        raise json.JSONDecodeError(
+            "the body starts with a byte-order mark (UTF-16 or UTF-8 with BOM); send UTF-8 "
+            "without one",
+            "",
+            0,
+        )
+    try:
+        return from_json(body)
+    except ValueError as exc:
+        if "surrogate" not in str(exc):
+            raise json.JSONDecodeError(str(exc), "", 0) from None
+    return json.loads(body.decode("utf-8"))  # valid UTF-8: pydantic-core checked it first
+
+
 class FastJSONRequest(Request):
-    """A request whose ``json()`` uses pydantic-core; a body it refuses is re-read with the
-    standard library, so malformed JSON raises the same ``JSONDecodeError`` (with its position)
-    and anything the standard library accepts (e.g. lone surrogate escapes) still parses."""
+    """A request whose ``json()`` is :func:`parse_json_body`."""
 
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
             body = await self.body()
-            try:
-                self._json = from_json(body)
-            except ValueError:
-                self._json = json.loads(body)
+            self._json = parse_json_body(body, self.headers.get("content-encoding"))
         return self._json
 
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from service.routes.deps import AUTH, EngineDep, client_of, set_timing_headers
+from service.routes.deps import EngineDep, client_of, set_timing_headers
 from service.routes.fast_json import FastJSONRoute
 from service.schemas import ERROR_RESPONSES, ForecastOut, ForecastRequest, ForecastResponse
 from service.servables.base import ForecastInput
 
-router = APIRouter(tags=["models"], dependencies=AUTH, route_class=FastJSONRoute)
+router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 
 
 @router.post("/forecast", response_model=ForecastResponse, responses=ERROR_RESPONSES)

@@ -6,10 +6,10 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from service.routes.deps import AUTH, EngineDep
+from service.routes.deps import EngineDep
 from service.schemas import ERROR_RESPONSES, ModelsResponse
 
-router = APIRouter(tags=["models"], dependencies=AUTH)
+router = APIRouter(tags=["models"])
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERROR_RESPONSES)
