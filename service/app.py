@@ -19,7 +19,13 @@ from fastapi import FastAPI
 
 from service import __version__
 from service.batching.batcher import Batcher
-from service.batching.device import MIB, DeviceRuntime, configure_threads, select_device
+from service.batching.device import (
+    MIB,
+    DeviceRuntime,
+    configure_threads,
+    host_memory_limit,
+    select_device,
+)
 from service.batching.policy import Limits
 from service.engine import Engine
 from service.errors import install_error_handlers
@@ -77,6 +83,9 @@ async def start_serving(state: AppState) -> None:
     state.registry, state.batcher = registry, batcher
     state.engine = Engine(settings, registry, batcher)
     metrics.watch_device_memory(runtime.allocated_bytes, runtime.reserved_bytes)
+    metrics.serving(
+        registry.names(), settings.max_queue, runtime.total_bytes(), host_memory_limit()
+    )
     metrics.models_loaded.set(len(servables))
     lifecycle.mark_ready()
     metrics.ready.set(1 if lifecycle.ready else 0)

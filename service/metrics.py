@@ -106,6 +106,13 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.queue_capacity = Gauge(
+            "attnserve_queue_capacity_requests",
+            "Most requests a model's queue holds (max_queue; summed over worker processes).",
+            ["model"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.requests_in_flight = Gauge(
             "attnserve_requests_in_flight",
             "Model requests admitted and not yet answered (queued, batching or running).",
@@ -169,6 +176,18 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.device_memory_total = Gauge(
+            "attnserve_device_memory_total_bytes",
+            "The device's memory (CUDA; 0 on CPU).",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.memory_limit = Gauge(
+            "attnserve_memory_limit_bytes",
+            "Most resident memory the host or container allows (cgroup limit, else total RAM).",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
         self.process_rss = Gauge(
             "attnserve_process_resident_memory_bytes",
             "Resident set size of the server process (summed over worker processes).",
@@ -206,6 +225,16 @@ class Metrics:
         """Read device memory through these callables (the runtime owns torch)."""
         self.watch(self.device_memory_allocated, allocated)
         self.watch(self.device_memory_reserved, reserved)
+
+    def serving(self, models: list[str], max_queue: int, device_total: float, limit: int) -> None:
+        """What is fixed once the models are loaded: queue capacities, memory sizes; and a zero
+        for each model's per-model counters, so dashboards and alerts see 0 rather than no data."""
+        for model in models:
+            self.queue_capacity.labels(model).set(max_queue)
+            self.queue_depth.labels(model).set(0)
+            self.batch_splits.labels(model)
+        self.device_memory_total.set(device_total)
+        self.memory_limit.set(limit)
 
     def refresh(self) -> None:
         """Write every watched gauge's current value (several processes only; a no-op else)."""

@@ -101,6 +101,21 @@ def available_host_memory() -> int:
     return available
 
 
+def host_memory_limit() -> int:
+    """The most resident memory this process's host or container allows: the cgroup's memory
+    limit where one is set, the host's total RAM otherwise."""
+    total = int(psutil.virtual_memory().total)
+    for limit_file, _usage in _CGROUP_FILES:
+        try:
+            limit = limit_file.read_text().strip()
+        except OSError:
+            continue
+        if limit.isdigit() and int(limit) < 2**60:
+            return min(total, int(limit))
+        break
+    return total
+
+
 def batch_memory_budget(
     setting_mb: int | None, available: int, models: int, processes: int = 1
 ) -> int | None:
@@ -194,6 +209,12 @@ class DeviceRuntime:
 
     def allocated_bytes(self) -> float:
         return float(torch.cuda.memory_allocated(self.device)) if self.is_cuda else 0.0
+
+    def total_bytes(self) -> float:
+        """The device's memory (CUDA; 0 on CPU)."""
+        if not self.is_cuda:
+            return 0.0
+        return float(torch.cuda.get_device_properties(self.device).total_memory)
 
     def reserved_bytes(self) -> float:
         return float(torch.cuda.memory_reserved(self.device)) if self.is_cuda else 0.0

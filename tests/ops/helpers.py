@@ -132,3 +132,20 @@ def excluded(patterns: list[tuple[bool, str]], path: str) -> bool:
         if any(_matches(pattern, c) for c in candidates):
             verdict = exclude
     return verdict
+
+
+def prometheus_binary(name: str) -> str:
+    """The path of Debian's ``prometheus`` / ``promtool`` (package ``prometheus``). Missing: the
+    test skips, except under ``CI=true`` where it fails (``.ci/run`` installs the package)."""
+    import os
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed: apt-get install prometheus (Debian/Ubuntu)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + "; .ci/run installs it when missing")
+        pytest.skip(message)
+    return path
