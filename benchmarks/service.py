@@ -132,6 +132,7 @@ class ServerProcess:
         log: Path,
         workers: int = 1,
         device: str = "cpu",
+        root: Path = ROOT,
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -147,8 +148,8 @@ class ServerProcess:
             "--log-level", "warning",
         ]  # fmt: skip
         self.log = log.open("w")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
+        env = {**os.environ, "PYTHONPATH": str(root)}
+        self.proc = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=self.log)
 
     def wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout

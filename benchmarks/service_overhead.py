@@ -83,7 +83,12 @@ def measure(server: ServerProcess, args: argparse.Namespace) -> dict[int, LoadRe
     return results
 
 
-def table(plain: dict[int, LoadResult], ours: dict[int, LoadResult]) -> str:
+def table(
+    plain: dict[int, LoadResult],
+    ours: dict[int, LoadResult],
+    before: dict[int, LoadResult] | None = None,
+    before_label: str = "",
+) -> str:
     lines = [
         "| clients | server | req/s | p50 ms | p99 ms | mean batch | p50 / wrapper | req/s / wrapper |",
         "|---:|---|---:|---:|---:|---:|---:|---:|",
@@ -94,12 +99,16 @@ def table(plain: dict[int, LoadResult], ours: dict[int, LoadResult]) -> str:
             f"| {clients} | plain FastAPI wrapper (reference) | {ref.throughput:.1f} | "
             f"{ref.pct(50):.2f} | {ref.pct(99):.2f} | 1 | 1.00 | 1.00 |"
         )
-        batch = sum(mine.batch_sizes) / max(1, len(mine.batch_sizes))
-        lines.append(
-            f"| {clients} | attnserve | {mine.throughput:.1f} | {mine.pct(50):.2f} | "
-            f"{mine.pct(99):.2f} | {batch:.1f} | {mine.pct(50) / ref.pct(50):.2f} | "
-            f"{mine.throughput / ref.throughput:.2f} |"
-        )
+        rows = [("attnserve", mine)]
+        if before:
+            rows.insert(0, (f"attnserve before ({before_label})", before[clients]))
+        for label, got in rows:
+            batch = sum(got.batch_sizes) / max(1, len(got.batch_sizes))
+            lines.append(
+                f"| {clients} | {label} | {got.throughput:.1f} | {got.pct(50):.2f} | "
+                f"{got.pct(99):.2f} | {batch:.1f} | {got.pct(50) / ref.pct(50):.2f} | "
+                f"{got.throughput / ref.throughput:.2f} |"
+            )
     return "\n".join(lines)
 
 
@@ -110,6 +119,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
     parser.add_argument("--max-batch-size", type=int, default=32)
+    parser.add_argument(
+        "--before",
+        type=Path,
+        help="also measure attnserve from this checkout (e.g. a git worktree of an older commit)",
+    )
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--out", type=Path, default=RESULTS / "service-overhead-cpu")
     args = parser.parse_args(argv)
@@ -122,7 +136,25 @@ def main(argv: list[str] | None = None) -> None:
         ),
         args,
     )
-    text = table(plain, ours)
+    before = None
+    label = ""
+    if args.before:
+        label = subprocess.run(
+            ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+        before = measure(
+            ServerProcess(
+                ["all-MiniLM-L6-v2"],
+                args.threads,
+                args.max_batch_size,
+                log_dir / "attnserve-before.log",
+                root=args.before.resolve(),
+            ),
+            args,
+        )
+    text = table(plain, ours, before, label)
     header = (
         f"# attnserve vs a plain FastAPI wrapper: /encode, one short text per request\n\n"
         f"`python -m benchmarks.service_overhead --seconds {args.seconds:g}` "
@@ -137,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
             str(c): {"req_s": r.throughput, "p50_ms": r.pct(50), "p99_ms": r.pct(99)}
             for c, r in results.items()
         }
-        for name, results in (("plain", plain), ("attnserve", ours))
+        for name, results in (("plain", plain), ("attnserve", ours), ("before", before or {}))
     }
     args.out.with_suffix(".json").write_text(json.dumps(raw, indent=2) + "\n")
 

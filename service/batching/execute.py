@@ -22,7 +22,7 @@ from typing import Any
 from service.batching.device import DeviceRuntime, is_out_of_memory
 from service.batching.job import BatchStats, Job
 from service.batching.policy import Limits, padded_tokens, part_rows
-from service.errors import OutOfDeviceMemory, from_model_error
+from service.errors import ClientDisconnected, OutOfDeviceMemory, from_model_error
 
 log = logging.getLogger("attnserve.batching")
 
@@ -41,14 +41,28 @@ class Outcome:
     stats: BatchStats | None = None
 
 
-def run_in_parts(run_rows: RunRows, rows: list[Any], lengths: list[int], part: int) -> list[Any]:
+class Abandoned(Exception):
+    """Every request of the batch was given up (client gone or timed out) between two parts."""
+
+
+def run_in_parts(
+    run_rows: RunRows,
+    rows: list[Any],
+    lengths: list[int],
+    part: int,
+    abandoned: Callable[[], bool] = lambda: False,
+) -> list[Any]:
     """``run_rows`` on parts of at most ``part`` rows, longest rows first (so each part pads to
-    rows of its own length); the outputs joined in the rows' order."""
+    rows of its own length); the outputs joined in the rows' order. Before each part after the
+    first, :class:`Abandoned` if nobody waits for the answer any more (the worker is free
+    sooner)."""
     if len(rows) <= part:
         return run_rows(rows)
     order = sorted(range(len(rows)), key=lambda i: (-lengths[i], i))
     outputs: list[Any] = [None] * len(rows)
     for start in range(0, len(rows), part):
+        if start and abandoned():
+            raise Abandoned(f"stopped after {start} of {len(rows)} rows: nobody waits")
         chunk = order[start : start + part]
         for i, out in zip(chunk, run_rows([rows[i] for i in chunk]), strict=True):
             outputs[i] = out
@@ -86,11 +100,17 @@ def execute(
     try:
         try:
             with runtime.inference(backend):
-                outputs = run_in_parts(run_rows, rows, lengths, part)
+                outputs = run_in_parts(
+                    run_rows, rows, lengths, part, lambda: all(job.cancelled for job in jobs)
+                )
         finally:
             measured = runtime.peak_above(baseline)
         if len(outputs) != len(rows):
             raise RuntimeError(f"model returned {len(outputs)} outputs for {len(rows)} rows")
+    except Abandoned as exc:
+        log.info("request %s: %s", jobs[0].request_id, exc)
+        gone = ClientDisconnected("the client left or timed out before the answer")
+        return [Outcome(job, error=gone) for job in jobs]
     except Exception as exc:
         oom = is_out_of_memory(exc)
         if oom:

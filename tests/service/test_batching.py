@@ -264,3 +264,19 @@ def test_a_request_whose_client_left_is_dropped(text_double: Wrapped) -> None:
     assert status == 200
     assert batches == [1]  # only the first request ever ran
     assert metric(scrape, "attnserve_rejections_total", reason="client_disconnected") == 1
+
+
+def test_a_request_nobody_waits_for_stops_between_parts(text_double: Wrapped) -> None:
+    # Six texts in parts of two, half a second each; the client's 0.7 s timeout passes during
+    # the second part, so the third never runs and the worker is free for the next request.
+    app = make_app([text_double], max_batch_size=2, request_timeout_s=0.7)
+    with TestClient(app) as c:
+        text_double.recording = True
+        text_double.delay_s = 0.5
+        r = c.post("/encode", json={"inputs": [f"text {i}" for i in range(6)]})
+        assert r.status_code == 504
+        wait_until(lambda: len(text_double.batches) >= 2)
+        time.sleep(0.6)  # past where the third part would have run
+        assert text_double.batches == [2, 2]
+        text_double.delay_s = 0.0
+        assert c.post("/encode", json={"inputs": ["next"]}).status_code == 200
