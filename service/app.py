@@ -168,7 +168,12 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.
-    app.add_middleware(BodyLimit, max_bytes=settings.max_body_bytes, metrics=state.metrics)
+    app.add_middleware(
+        BodyLimit,
+        max_bytes=settings.max_body_bytes,
+        metrics=state.metrics,
+        timeout_s=settings.body_timeout_s,
+    )
     app.add_middleware(ApiKeyGate, api_key=settings.api_key_value, metrics=state.metrics)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

@@ -29,6 +29,7 @@ STATUS: dict[str, int] = {
     "model_not_found": 404,
     "method_not_allowed": 405,
     "body_too_large": 413,
+    "body_timeout": 408,
     "queue_full": 429,
     "client_closed_request": 499,
     "internal_error": 500,
@@ -182,9 +183,12 @@ async def _model_error(_: Request, exc: Exception) -> JSONResponse:
 
 async def _http_error(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
-    type_ = {404: "not_found", 405: "method_not_allowed", 413: "body_too_large"}.get(
-        exc.status_code, "invalid_request"
-    )
+    type_ = {
+        404: "not_found",
+        405: "method_not_allowed",
+        408: "body_timeout",
+        413: "body_too_large",
+    }.get(exc.status_code, "invalid_request")
     response = JSONResponse(error_body(type_, str(exc.detail)), exc.status_code)
     if exc.headers:
         response.headers.update(exc.headers)

@@ -8,6 +8,7 @@ app's exception middleware -> routes.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -17,9 +18,11 @@ import uuid
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import BodyTooLarge, InternalError, Unauthorized, error_response
+from service.errors import BodyTooLarge, InternalError, Unauthorized, error_body, error_response
 from service.metrics import Metrics
 
 log = logging.getLogger("attnserve")
@@ -126,16 +129,47 @@ class ApiKeyGate:
         await error_response(exc)(scope, receive, send)
 
 
+class BodyTimeout(StarletteHTTPException):
+    """The next chunk of the body did not come within ``body_timeout_s`` (raised from
+    ``receive``, so the route that reads the body answers it: a 408 with the error body)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(
+            408, f"the request body stalled: no data for {seconds:g} s; send the body at once"
+        )
+
+
 class BodyLimit:
     """Refuses bodies over ``max_bytes`` with a 413 before any route runs: from
     ``Content-Length`` at once, or, for chunked bodies, by reading at most ``max_bytes + 1``
     bytes first and replaying them to the app (the server enforces ``Content-Length`` framing,
-    so a declared length cannot be exceeded)."""
+    so a declared length cannot be exceeded). A body whose next chunk takes longer than
+    ``timeout_s`` gets a 408 (after the body, ``receive`` waits for a disconnect untimed)."""
 
-    def __init__(self, app: ASGIApp, max_bytes: int, metrics: Metrics) -> None:
+    def __init__(
+        self, app: ASGIApp, max_bytes: int, metrics: Metrics, timeout_s: float = 30.0
+    ) -> None:
         self.app = app
         self.max_bytes = max_bytes
         self.metrics = metrics
+        self.timeout_s = timeout_s
+
+    def _timed(self, receive: Receive) -> Receive:
+        done = False
+
+        async def timed_receive() -> Message:
+            nonlocal done
+            if done:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), self.timeout_s)
+            except TimeoutError:
+                self.metrics.rejections.labels("", "body_timeout").inc()
+                raise BodyTimeout(self.timeout_s) from None
+            done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        return timed_receive
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.rejections.labels("", "body_too_large").inc()
@@ -146,6 +180,7 @@ class BodyLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        receive = self._timed(receive)
         length = dict(scope.get("headers", ())).get(b"content-length")
         if length is not None:
             if length.isdigit() and int(length) > self.max_bytes:
@@ -157,7 +192,12 @@ class BodyLimit:
         buffered: list[Message] = []
         seen = 0
         while True:
-            message = await receive()
+            try:
+                message = await receive()
+            except BodyTimeout as exc:
+                body = error_body("body_timeout", str(exc.detail))
+                await JSONResponse(body, exc.status_code)(scope, receive, send)
+                return
             buffered.append(message)
             if message["type"] != "http.request":
                 break

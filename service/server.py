@@ -31,6 +31,7 @@ from service.lifecycle import Lifecycle, Phase
 from service.logs import configure_logging
 from service.settings import Settings
 from service.state import AppState
+from service.transport import guarded_protocol
 
 log = logging.getLogger("attnserve")
 
@@ -128,8 +129,11 @@ def build_server(
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
-        # The body limit is ours (413 with the error body); keep-alive for benchmark clients.
-        timeout_keep_alive=30,
+        # Transport limits (the body's size and read time are BodyLimit's, with the error body).
+        http=guarded_protocol(settings.header_timeout_s, settings.max_header_bytes),
+        h11_max_incomplete_event_size=settings.max_header_bytes,
+        timeout_keep_alive=settings.keep_alive_timeout_s,
+        limit_concurrency=settings.max_connections,
         access_log=False,
     )
     return DrainingServer(config, app.state.attnserve, supervisor_pid)

@@ -96,6 +96,33 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted request body; larger gets a 413.",
     )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=1024,
+        le=1024 * 1024,
+        description="Largest request line plus headers; a connection sending more is refused (400).",
+    )
+    header_timeout_s: float = Field(
+        default=10.0,
+        gt=0,
+        description="A connection must send a request's complete headers within this time of "
+        "its first byte (or of connecting); otherwise it is closed.",
+    )
+    body_timeout_s: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait for the next chunk of a request body; then a 408.",
+    )
+    keep_alive_timeout_s: int = Field(
+        default=15,
+        ge=1,
+        description="An idle keep-alive connection is closed after this time.",
+    )
+    max_connections: int = Field(
+        default=1024,
+        ge=1,
+        description="Most connections (and requests) handled at once per process; more get a 503.",
+    )
     max_inputs_per_request: int = Field(
         default=64, ge=1, description="Most texts (encode) or series (forecast) in one request."
     )

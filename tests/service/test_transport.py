@@ -1,0 +1,133 @@
+"""Transport limits on the real server (issue 15): header size, a deadline for headers (slow or
+silent clients), a read timeout for bodies, keep-alive and connection limits. Raw sockets, so
+the client can misbehave in ways an HTTP library will not."""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.service.server_process import ServerProcess
+
+MODEL = "informer-etth1-h24"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    log = tmp_path_factory.mktemp("transport") / "server.log"
+    args = [
+        "--header-timeout-s", "1", "--body-timeout-s", "1", "--keep-alive-timeout-s", "1",
+        "--max-header-bytes", "4096", "--max-connections", "8",
+    ]  # fmt: skip
+    s = ServerProcess(log, [MODEL], args)
+    try:
+        s.wait_ready()
+        yield s
+    finally:
+        s.stop()
+
+
+def connect(server: ServerProcess) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=5)
+    return sock
+
+
+def read_all(sock: socket.socket) -> bytes:
+    """Everything until the server closes the connection (or 5 s pass)."""
+    chunks = []
+    while True:
+        try:
+            chunk = sock.recv(65536)
+        except (TimeoutError, ConnectionResetError):
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def still_serving(server: ServerProcess) -> None:
+    assert httpx.get(server.url + "/readyz", timeout=5).status_code == 200
+
+
+@pytest.mark.parametrize("pieces", [1, 64], ids=["one-write", "in-pieces"])
+def test_headers_over_the_limit_are_refused(server: ServerProcess, pieces: int) -> None:
+    request = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 65536 + b"\r\n\r\n"
+    size = -(-len(request) // pieces)
+    with connect(server) as sock:
+        for start in range(0, len(request), size):
+            try:
+                sock.sendall(request[start : start + size])
+            except (BrokenPipeError, ConnectionResetError):
+                break  # refused before the rest was sent
+        answer = read_all(sock)
+        assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+        assert b'"headers_too_large"' in answer
+    still_serving(server)
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /forecast HTTP/1.1\r\nHost: x\r\n"])
+def test_a_client_that_does_not_finish_its_headers_is_cut_off(
+    server: ServerProcess, sent: bytes
+) -> None:
+    with connect(server) as sock:
+        started = time.monotonic()
+        sock.sendall(sent)
+        answer = read_all(sock)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b'"header_timeout"' in answer
+    assert 0.8 < elapsed < 4.0
+    still_serving(server)
+
+
+def test_a_stalled_body_gets_a_408(server: ServerProcess) -> None:
+    with connect(server) as sock:
+        sock.sendall(
+            b"POST /forecast HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 100\r\n\r\n{"model": '
+        )
+        started = time.monotonic()
+        answer = read_all(sock)
+        elapsed = time.monotonic() - started
+    assert answer.startswith(b"HTTP/1.1 408"), answer
+    assert b'"body_timeout"' in answer and b"stalled" in answer
+    assert 0.8 < elapsed < 4.0
+    still_serving(server)
+
+
+def test_an_idle_keep_alive_connection_is_closed(server: ServerProcess) -> None:
+    with connect(server) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = sock.recv(65536)
+        assert first.startswith(b"HTTP/1.1 200")
+        started = time.monotonic()
+        rest = read_all(sock)  # nothing more is sent: the server closes after the keep-alive
+        assert rest == b"" and 0.5 < time.monotonic() - started < 4.0
+
+
+def test_connections_over_the_limit_get_a_503(server: ServerProcess) -> None:
+    held = [connect(server) for _ in range(8)]
+    try:
+        time.sleep(0.2)
+        with connect(server) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(65536).startswith(b"HTTP/1.1 503")
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+    still_serving(server)
+
+
+def test_settings_have_sane_defaults() -> None:
+    from service.settings import Settings
+
+    s = Settings()
+    assert s.max_header_bytes == 16 * 1024 and s.header_timeout_s == 10.0
+    assert s.body_timeout_s == 30.0 and s.keep_alive_timeout_s == 15
+    assert s.max_connections == 1024
