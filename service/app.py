@@ -30,7 +30,7 @@ from service.batching.policy import Limits
 from service.engine import Engine
 from service.errors import install_error_handlers
 from service.metrics import Metrics
-from service.middleware import ApiKeyGate, BodyLimit, RequestContext
+from service.middleware import ApiKeyGate, BodyLimit, ConnectionRecycler, RequestContext
 from service.registry import Loader, ModelLoadError, Registry, load_servables
 from service.routes import embeddings, encode, forecast, health, models
 from service.settings import Settings
@@ -175,5 +175,6 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
         timeout_s=settings.body_timeout_s,
     )
     app.add_middleware(ApiKeyGate, api_key=settings.api_key_value, metrics=state.metrics)
+    app.add_middleware(ConnectionRecycler, max_age_s=settings.max_connection_age_s)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

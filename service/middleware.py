@@ -15,6 +15,7 @@ import re
 import secrets
 import time
 import uuid
+from collections import OrderedDict
 from typing import Any
 
 from starlette.datastructures import MutableHeaders
@@ -99,6 +100,42 @@ class RequestContext:
         labels = (endpoint, state.get("model", ""), state.get("attention", ""), str(status))
         self.metrics.requests.labels(*labels).inc()
         self.metrics.request_duration.labels(*labels).observe(seconds)
+
+
+class ConnectionRecycler:
+    """Answers with ``Connection: close`` once a keep-alive connection is older than
+    ``max_age_s``, so clients reconnect on a schedule. With several worker processes on one port
+    the kernel spreads new connections over the live workers: after a worker dies and is
+    replaced, its clients' connections reach the replacement within ``max_age_s`` instead of
+    staying pinned to the survivors for ever."""
+
+    MAX_TRACKED = 65536  # connections remembered (oldest forgotten first: a bounded table)
+
+    def __init__(self, app: ASGIApp, max_age_s: float) -> None:
+        self.app = app
+        self.max_age_s = max_age_s
+        self._first_seen: OrderedDict[tuple[Any, ...], float] = OrderedDict()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.max_age_s <= 0:
+            await self.app(scope, receive, send)
+            return
+        # One TCP connection = one (client address, server address) pair for its lifetime.
+        key = (tuple(scope.get("client") or ()), tuple(scope.get("server") or ()))
+        now = time.monotonic()
+        first = self._first_seen.setdefault(key, now)
+        if len(self._first_seen) > self.MAX_TRACKED:
+            self._first_seen.popitem(last=False)
+        close = now - first >= self.max_age_s
+        if close:
+            self._first_seen.pop(key, None)
+
+        async def send_closing(message: Message) -> None:
+            if close and message["type"] == "http.response.start":
+                MutableHeaders(scope=message)["connection"] = "close"
+            await send(message)
+
+        await self.app(scope, receive, send_closing)
 
 
 class ApiKeyGate:

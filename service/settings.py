@@ -118,6 +118,12 @@ class Settings(BaseSettings):
         ge=1,
         description="An idle keep-alive connection is closed after this time.",
     )
+    max_connection_age_s: float = Field(
+        default=60.0,
+        ge=0,
+        description="A keep-alive connection older than this gets 'Connection: close' on its "
+        "next response, so clients reconnect (and reach a replaced worker); 0: never.",
+    )
     max_connections: int = Field(
         default=1024,
         ge=1,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -48,6 +49,22 @@ def read_all(sock: socket.socket) -> bytes:
             break
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def read_response(sock: socket.socket) -> bytes:
+    """One complete response (headers, then Content-Length bytes of body)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next(
+        int(line.split(b":", 1)[1])
+        for line in head.split(b"\r\n")
+        if line.lower().startswith(b"content-length:")
+    )
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
 
 
 def still_serving(server: ServerProcess) -> None:
@@ -103,7 +120,7 @@ def test_a_stalled_body_gets_a_408(server: ServerProcess) -> None:
 def test_an_idle_keep_alive_connection_is_closed(server: ServerProcess) -> None:
     with connect(server) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-        first = sock.recv(65536)
+        first = read_response(sock)
         assert first.startswith(b"HTTP/1.1 200")
         started = time.monotonic()
         rest = read_all(sock)  # nothing more is sent: the server closes after the keep-alive
@@ -131,3 +148,21 @@ def test_settings_have_sane_defaults() -> None:
     assert s.max_header_bytes == 16 * 1024 and s.header_timeout_s == 10.0
     assert s.body_timeout_s == 30.0 and s.keep_alive_timeout_s == 15
     assert s.max_connections == 1024
+
+
+def test_old_keep_alive_connections_are_told_to_close(tmp_path: Path) -> None:
+    # After max_connection_age_s a keep-alive connection's next response says
+    # "Connection: close", so clients reconnect (and reach a replaced worker).
+    s = ServerProcess(tmp_path / "server.log", [MODEL], ["--max-connection-age-s", "1"])
+    try:
+        s.wait_ready()
+        with connect(s) as sock:
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            first = read_response(sock)
+            assert first.startswith(b"HTTP/1.1 200") and b"connection: close" not in first
+            time.sleep(1.2)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            second = read_all(sock)  # the server closes after this answer
+            assert second.startswith(b"HTTP/1.1 200") and b"connection: close" in second
+    finally:
+        s.stop()
