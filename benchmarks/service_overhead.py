@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--out", type=Path, default=RESULTS / "service-overhead-cpu")
     args = parser.parse_args(argv)
-    before = load_average()
+    load_before = load_average()
     log_dir = Path(args.log_dir)
     plain = measure(PlainServer(args.threads, log_dir / "plain-wrapper.log"), args)
     ours = measure(
@@ -157,9 +157,11 @@ def main(argv: list[str] | None = None) -> None:
     text = table(plain, ours, before, label)
     header = (
         f"# attnserve vs a plain FastAPI wrapper: /encode, one short text per request\n\n"
-        f"`python -m benchmarks.service_overhead --seconds {args.seconds:g}` "
+        f"`python -m benchmarks.service_overhead --seconds {args.seconds:g}"
+        + (f" --before <worktree of {label}>" if args.before else "")
+        + "` "
         f"(flash, {args.threads} torch thread(s), one process each, {os.cpu_count()} CPUs; "
-        f"load average before {before}, after {load_average()}).\n\n"
+        f"load average before {load_before}, after {load_average()}).\n\n"
     )
     print(header + text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -23,6 +23,7 @@ DEFAULT_MODELS = (
     "informer-etth1-h168",
     "informer-etth1-h336",
     "informer-etth1-h720",
+    "informer-ettm1-h288-c2048",
 )
 
 

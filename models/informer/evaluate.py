@@ -186,12 +186,18 @@ def evaluate_checkpoint(
     return quality
 
 
+def relative_to_linear(r: dict[str, Any], q: dict[str, Any]) -> float:
+    """A backend's MSE over the linear baseline's on the same test windows (every window, or
+    every k-th for a strided evaluation): how backends scored on different windows compare."""
+    return float(r["mse"]) / float(r.get("linear_mse", q["linear_baseline"]["mse"]))
+
+
 def results_table() -> str:
     """Markdown table over every shipped checkpoint's quality.json, the baseline row first."""
     lines = [
-        "| model | context | backend | test MSE | test MAE | MSE vs linear | MSE vs default |"
-        " paper Informer MSE |",
-        "|---|---:|---|---:|---:|---:|---:|---:|",
+        "| model | context | backend | test windows | test MSE | test MAE | MSE vs linear |"
+        " MSE vs default | paper Informer MSE |",
+        "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for directory in shipped_dirs().values():
         path = directory / "quality.json"
@@ -201,20 +207,23 @@ def results_table() -> str:
         name, ctx = directory.name, q.get("context", "")
         lin = q["linear_baseline"]
         default = q["default_backend"]
-        ref = q["backends"][default]["mse"]
+        ref = relative_to_linear(q["backends"][default], q)
         paper = (q.get("paper") or {}).get("mse", "—")
         lines.append(
-            f"| {name} | {ctx} | *linear baseline* | {lin['mse']:.3f} | {lin['mae']:.3f} | — | — "
-            f"| {paper} |"
+            f"| {name} | {ctx} | *linear baseline* | all {q['windows']:,} | {lin['mse']:.4f} | "
+            f"{lin['mae']:.4f} | — | — | {paper} |"
         )
         for backend in BACKENDS:
             r = q["backends"].get(backend)
             if r is None:
                 continue
             label = f"**{backend}** (default)" if backend == default else backend
+            stride = r.get("stride", 1)
+            windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"
+            rel = relative_to_linear(r, q)
             lines.append(
-                f"| {name} | {ctx} | {label} | {r['mse']:.3f} | {r['mae']:.3f} | "
-                f"{r['mse'] / lin['mse'] - 1:+.1%} | {r['mse'] / ref - 1:+.1%} | {paper} |"
+                f"| {name} | {ctx} | {label} | {windows} | {r['mse']:.4f} | {r['mae']:.4f} | "
+                f"{rel - 1:+.2%} | {rel / ref - 1:+.2%} | {paper} |"
             )
     return "\n".join(lines)
 
@@ -232,19 +241,30 @@ Notes:
   landmarks) is exact by construction and equals `full`; `probsparse` selects u = 5·ln(L) active
   queries: all 12 at context 96 (exact), 19 of 42 at 336.
 - What each lever bought: `benchmarks/results/forecast-ablation-etth1.md`.
+- `informer-ettm1-h288-c2048` (`long` preset, `models/informer/train_ettm1.sh`): one token per
+  15-minute step, channels mixed, so the encoder attends over 2,048 tokens and the backend
+  choice costs or saves real time; trained with `performer`. Its network adds almost nothing to
+  the linear path (test MSE 0.02 % under the baseline); the same architecture at context 96
+  scores 0.4075, 16 % worse: the long context pays through the linear path. Trained the same
+  way, horizons 96 and 672 ended above the baseline on the test split and are not shipped.
+  Backends other than the default were scored on every 16th test window.
 """
 
 
 def write_results(notes: str = NOTES) -> str:
     table = results_table()
     text = (
-        "# Informer-family forecasters on ETTh1 (multivariate, 7 channels): test results\n\n"
+        "# Informer-family forecasters on ETT (ETTh1 hourly, ETTm1 15-minute; 7 channels): "
+        "test results\n\n"
         "Written by `attnserve evaluate`. MSE/MAE on the scaled test split (train-split "
-        "StandardScaler), every test window counted. The reference row of each model is the "
-        "closed-form linear baseline (NLinear-style ridge map, same context, horizon and "
-        "windows); paper numbers from Zhou et al. 2021, Table 2 (Informer, multivariate "
-        "ETTh1). Each backend runs at its default options on the same checkpoint; layers a "
-        "backend cannot run use exact attention (see `quality.json` → `layers`).\n\n" + table + "\n"
+        "StandardScaler, 12/4/4-month protocol). The reference row of each model is the "
+        "closed-form linear baseline (NLinear-style ridge map, same context and horizon) on "
+        "every test window; a backend scored on every k-th window only (long contexts, where "
+        "exact attention over every window costs hours on a CPU) is compared with the baseline "
+        "on those same windows, and with the default backend through that ratio. Paper numbers "
+        "from Zhou et al. 2021, Table 2 (Informer, multivariate ETTh1 / ETTm1). Each backend "
+        "runs at its default options on the same checkpoint; layers a backend cannot run use "
+        "exact attention (see `quality.json` → `layers`).\n\n" + table + "\n"
     )
     RESULTS_MD.write_text(text + notes)
     return table

@@ -9,6 +9,7 @@ documented custom-route hook); validation, OpenAPI and error bodies are unchange
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -22,9 +23,9 @@ def parse_json_body(body: bytes, content_encoding: str | None = None) -> Any:
     ``Content-Encoding``, pydantic-core's nesting limit. Every refusal is a
     ``json.JSONDecodeError`` saying what was wrong, which FastAPI turns into a 422.
 
-    pydantic-core refuses lone surrogate escapes (``"\\ud800"``), which JSON allows: those bodies
-    are parsed by the standard library, so the model's text check can name the input that holds
-    one (a 422 with its index)."""
+    pydantic-core refuses some unpaired surrogate escapes (``"\\ud800"``), which JSON allows: those
+    bodies are parsed by the standard library, so the model's text check can name the input that
+    holds one (a 422 with its index)."""
     encoding = (content_encoding or "identity").strip().lower()
     if encoding != "identity":
         raise json.JSONDecodeError(
@@ -42,9 +43,23 @@ def parse_json_body(body: bytes, content_encoding: str | None = None) -> Any:
     try:
         return from_json(body)
     except ValueError as exc:
-        if "surrogate" not in str(exc):
-            raise json.JSONDecodeError(str(exc), "", 0) from None
-    return json.loads(body.decode("utf-8"))  # valid UTF-8: pydantic-core checked it first
+        error = exc
+    if "surrogate" in str(error) or "hex escape" in str(error):
+        try:  # unpaired surrogate escapes are valid JSON: let the text check name the input
+            return json.loads(body.decode("utf-8"))
+        except (ValueError, RecursionError):
+            pass
+    raise json.JSONDecodeError(str(error), "", _position(body, str(error))) from None
+
+
+def _position(body: bytes, message: str) -> int:
+    """The character offset of pydantic-core's "at line L column C" (0 when it gives none)."""
+    match = re.search(r"line (\d+) column (\d+)", message)
+    if match is None:
+        return 0
+    line, column = int(match[1]), int(match[2])
+    lines = body.decode("utf-8", errors="replace").split("\n")
+    return sum(len(text) + 1 for text in lines[: line - 1]) + column
 
 
 class FastJSONRequest(Request):

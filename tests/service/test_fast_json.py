@@ -32,7 +32,8 @@ def client() -> TestClient:
         b'{"values": [[1.5, -2e-3, 123456789012345678901234567890]], "s": "caf\\u00e9"}',
         b'  ["a", {"b": null, "c": true}]  ',
         b'{"a": 1, "a": 2}',  # duplicate keys: the last wins, as in json.loads
-        b'{"text": "\\ud800"}',  # a lone surrogate: pydantic-core refuses, json.loads takes it
+        b'{"text": "\\ud800"}',  # an unpaired surrogate: pydantic-core refuses, json.loads takes it
+        b'{"text": "\\udc00 after"}',  # an unpaired trailing surrogate: pydantic-core takes it
         b'{"x": NaN}',
     ],
 )
