@@ -151,13 +151,17 @@ class ServerProcess:
         env = {**os.environ, "PYTHONPATH": str(root)}
         self.proc = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=self.log)
 
+    def ready(self) -> bool:
+        """One readiness probe (``GET /readyz``)."""
+        return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
+
     def wait_ready(self, timeout: float = 300) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited; see {self.log.name}")
             try:
-                if httpx.get(self.url + "/readyz", timeout=2).status_code == 200:
+                if self.ready():
                     return
             except httpx.TransportError:
                 pass
