@@ -9,8 +9,8 @@ Options (command line flag, or the environment variable in brackets):
 - ``--endpoint-mix`` [ATTNSERVE_ENDPOINT_MIX]: ``forecast:1,encode:1`` (weights).
 - ``--attention-mix`` [ATTNSERVE_ATTENTION_MIX]: ``all`` or e.g. ``full:1,flash:2,probsparse:1``;
   a backend a model does not serve is left out for that model.
-- ``--forecast-models`` [ATTNSERVE_FORECAST_MODELS]: comma-separated; default every forecaster
-  in ``GET /models``.
+- ``--forecast-models`` [ATTNSERVE_FORECAST_MODELS]: comma-separated; default every hourly
+  forecaster in ``GET /models`` (the workload sends ETTh1 windows).
 - ``--user-rate`` [ATTNSERVE_USER_RATE]: requests per second per user (see pacing below).
 - ``--arrivals`` [ATTNSERVE_ARRIVALS]: ``poisson`` (exponential gaps) or ``constant``.
 - ``--max-texts`` [ATTNSERVE_MAX_TEXTS]: texts per /encode request, 1..N.
@@ -177,8 +177,16 @@ class Workload:
         unknown = [n for n in names if n not in cards]
         if unknown:
             raise ValueError(f"forecasters not loaded: {unknown}; loaded: {sorted(cards)}")
+        # The workload sends ETTh1 test windows: hourly forecasters only.
+        hourly = sorted(n for n, c in cards.items() if c.get("freq") == "h")
+        other = [n for n in names if n not in hourly]
+        if other:
+            raise ValueError(
+                f"{other} are not hourly forecasters; the workload sends ETTh1 (hourly) windows: "
+                f"pick among {hourly}"
+            )
         out = {}
-        for name in names or sorted(cards):
+        for name in names or hourly:
             mix = restrict_mix(self.attention_mix, cards[name].get("served_backends", BACKENDS))
             if mix:
                 out[name] = (cards[name], mix)

@@ -181,7 +181,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint-mix", default="forecast:1,encode:1", help="e.g. forecast:3,encode:1")
     p.add_argument("--attention-mix", default="all", help="e.g. full:1,flash:1,probsparse:2")
     p.add_argument(
-        "--forecast-models", default="", help="Forecasters to call (default: all loaded)."
+        "--forecast-models",
+        default="",
+        help="Forecasters to call (default: every hourly one loaded; the workload is ETTh1).",
     )
     p.add_argument("--max-texts", type=int, default=4, help="Texts per /encode request: 1..N.")
     p.add_argument("--seed", type=int, default=0)
