@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci train-etth1 clean
+.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci train-etth1 train-ettm1 clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -52,6 +52,10 @@ typecheck: install
 # Retrains the shipped ETTh1 forecasters (two queues, one core each; see the script)
 train-etth1: install
 	bash models/informer/train_etth1.sh
+
+# Trains the ETTm1 context-2048 forecasters and their context-96 controls (see the script)
+train-ettm1: install
+	bash models/informer/train_ettm1.sh
 
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention
