@@ -149,3 +149,12 @@ class TestApiKey:
         assert ok.status_code == 200
         for path in ("/healthz", "/readyz", "/metrics"):
             assert secured.get(path).status_code == 200
+
+
+def test_start_up_objects_are_frozen_out_of_the_cyclic_gc(text_double: Wrapped) -> None:
+    # Full collections would otherwise walk everything torch and the models allocated, on the
+    # event loop, whenever a large body creates enough new objects.
+    import gc
+
+    with TestClient(make_app([text_double])):
+        assert gc.get_freeze_count() > 10_000

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
+from models.informer.data import ETTH1_CHANNELS
 from tests.service.helpers import TINY_FORECAST, Wrapped, hourly_series, make_app
 from tests.service.test_errors import assert_error
 
@@ -76,3 +78,18 @@ def test_the_key_is_checked_before_the_body_is_read(text_double: Wrapped) -> Non
         assert c.get("/healthz").status_code == 200
         assert c.get("/readyz").status_code == 200
         assert c.get("/metrics").status_code == 200
+
+
+@pytest.mark.parametrize("value", ["1.5", True, None], ids=["string", "bool", "null"])
+def test_every_history_value_is_a_json_number(client: TestClient, value: Any) -> None:
+    rows = hourly_series(24)
+    for layout in ("values", "columns"):
+        series: dict[str, Any] = {"timestamps": rows["timestamps"]}
+        if layout == "values":
+            series["values"] = [[value] * 7, *rows["values"][1:]]
+        else:
+            columns = {c: [r[j] for r in rows["values"]] for j, c in enumerate(ETTH1_CHANNELS)}
+            columns["OT"] = [value, *columns["OT"][1:]]
+            series["columns"] = columns
+        body = {"model": TINY_FORECAST, "series": [series]}
+        assert_error(client.post("/forecast", json=body), 422, "invalid_request", layout)
