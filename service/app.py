@@ -10,8 +10,8 @@ Models are loaded in the lifespan, never at import, on a thread so the event loo
 from __future__ import annotations
 
 import asyncio
-import gc
 import contextlib
+import gc
 import logging
 import time
 from collections.abc import AsyncIterator
