@@ -64,10 +64,10 @@ class GuardedH11Protocol(H11Protocol):
             if self._header_deadline is None:
                 self._arm()  # the first byte of a request on a kept-alive connection
             # h11 bounds only headers that arrive in pieces: count them here, whole or not.
-            end = (self._tail + data).find(b"\r\n\r\n")
-            header_part = len(data) if end < 0 else end + 4 - len(self._tail)
-            self._header_bytes += header_part
-            self._tail = (self._tail + data)[-3:]
+            seen = self._tail + data
+            end = seen.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4 - len(self._tail)
+            self._tail = seen[-3:]
             if self._header_bytes > self.max_header_bytes:
                 self._refuse_headers()
                 return

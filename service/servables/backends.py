@@ -8,6 +8,13 @@ from typing import Any
 from models.attention import BACKENDS, AttentionError
 
 
+def served_card(
+    card: dict[str, Any], aliases: tuple[str, ...], backends: list[str]
+) -> dict[str, Any]:
+    """A model's own card plus what serving adds: its other names and the backends it serves."""
+    return {**card, "aliases": list(aliases), "served_backends": backends}
+
+
 def accepted_backends(check: Callable[[str, dict[str, Any] | None], Any]) -> list[str]:
     """The backends (in registry order) that ``check(backend, None)`` accepts on this model."""
     accepted = []

@@ -13,7 +13,7 @@ import pandas as pd
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
 from models.informer.timefeatures import freq_step
-from service.servables.backends import accepted_backends
+from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
     Call,
     Checked,
@@ -79,10 +79,7 @@ class ForecastServable:
         return self.forecaster.predict(rows, call.backend, call.options_dict, validated=True)
 
     def card(self) -> dict[str, Any]:
-        card = self.forecaster.card()
-        card["aliases"] = list(self.aliases)
-        card["served_backends"] = self.backends()
-        return card
+        return served_card(self.forecaster.card(), self.aliases, self.backends())
 
     # ------------------------------------------------------------------ operations
 

@@ -9,7 +9,7 @@ from models.errors import ModelInputError
 from models.text import SentenceEncoder
 from models.text.encoder import DEFAULT_ATTENTION
 from service.batching.policy import length_bucket
-from service.servables.backends import accepted_backends
+from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
     Checked,
     TextCall,
@@ -79,10 +79,7 @@ class TextServable:
         return vectors.tolist()
 
     def card(self) -> dict[str, Any]:
-        card = self.encoder.card()
-        card["aliases"] = list(self.aliases)
-        card["served_backends"] = self.backends()
-        return card
+        return served_card(self.encoder.card(), self.aliases, self.backends())
 
     # ------------------------------------------------------------------ operations
 

@@ -114,6 +114,12 @@ class Wrapped:
         return self.inner.run(rows, call)
 
 
+def post_all(client: Any, path: str, bodies: list[dict[str, Any]]) -> list[Any]:
+    """``bodies`` posted to ``path`` at once (one thread each); the responses in order."""
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        return list(pool.map(lambda b: client.post(path, json=b), bodies))
+
+
 def wait_until(condition: Callable[[], bool], timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():

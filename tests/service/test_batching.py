@@ -26,11 +26,6 @@ from tests.service.helpers import (
 )
 
 
-def post_all(client: TestClient, path: str, bodies: list[dict[str, Any]]) -> list[Any]:
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        return list(pool.map(lambda b: client.post(path, json=b), bodies))
-
-
 def test_a_lone_request_runs_at_once_and_arrivals_meanwhile_share_the_next_batch(
     text_double: Wrapped,
 ) -> None:

@@ -9,7 +9,6 @@ score matrices), 32 windows over 1 GB; under ``flash`` a window needs about a me
 
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -29,6 +28,7 @@ from tests.service.helpers import (
     hourly_series,
     long_forecast_servable,
     make_app,
+    post_all,
 )
 
 BUDGET_MB = 128  # a power of two: the metrics' buckets are, so "every batch <= budget" is exact
@@ -55,11 +55,6 @@ def long_app(double: Wrapped, budget_mb: int = BUDGET_MB, **settings: Any) -> An
         "request_timeout_s": 120.0,
     }
     return make_app([double], **(values | settings))
-
-
-def post_all(client: TestClient, bodies: list[dict[str, Any]]) -> list[Any]:
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        return list(pool.map(lambda b: client.post("/forecast", json=b), bodies))
 
 
 def windows(n: int) -> list[dict[str, list[Any]]]:
@@ -118,7 +113,7 @@ def test_a_burst_of_32_requests_under_full_forms_batches_within_budget(
     with TestClient(long_app(long_double, max_wait_ms=500.0)) as client:
         long_double.recording = True
         bodies = [{"model": LONG_FORECAST, "attention": "full", "series": [s]} for s in windows(32)]
-        responses = post_all(client, bodies)
+        responses = post_all(client, "/forecast", bodies)
         assert [r.status_code for r in responses] == [200] * 32
         assert sum(long_double.batches) == 32
         assert max(long_double.batches) <= 3  # capped by memory, not by max_batch_size (32)
