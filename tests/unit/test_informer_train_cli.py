@@ -9,9 +9,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from safetensors.torch import load_file
 
 from models.informer import InformerForecaster
+from models.informer.train import STATE_FILE
 from service.cli import main as cli
 from tests.unit.test_informer_helpers import one_thread  # noqa: F401
 
@@ -162,3 +164,21 @@ def test_an_unknown_backend_stops_before_training(tmp_path):
     with pytest.raises(SystemExit, match=r"flashy.*full"):
         _train(csv, tmp_path / "out", "--backend", "flashy")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("decay", ["0", "1.5", "-0.5"])
+def test_a_learning_rate_decay_outside_0_1_stops_before_reading_data(tmp_path, decay):
+    with pytest.raises(SystemExit):
+        _train(tmp_path / "missing.csv", tmp_path / "out", "--lr-decay", decay)
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_learning_rate_decay_is_applied_per_epoch_and_recorded(tmp_path):
+    csv = _csv(tmp_path / "site.csv")
+    out = tmp_path / "out"
+    _train(csv, out, "--epochs", "2", "--lr", "1e-3", "--lr-decay", "0.25", "--min-gain", "0")
+    training = json.loads((out / "config.json").read_text())["training"]
+    assert training["lr"] == 1e-3 and training["lr_decay"] == 0.25
+    state = torch.load(out / STATE_FILE, weights_only=True)
+    # Adam's param group holds the last epoch's rate: lr0 * decay^(epochs-1).
+    assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.25)
