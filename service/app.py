@@ -68,6 +68,7 @@ async def start_serving(state: AppState) -> None:
         settings.max_batch_tokens,
         settings.max_wait_ms / 1000,
         budget,
+        settings.request_compute_limit_s,
     )
     batcher = Batcher(
         servables, limits, settings.max_queue, settings.request_timeout_s, runtime, metrics

@@ -128,6 +128,7 @@ class Engine:
             "max_batch_tokens": s.max_batch_tokens,
             "max_body_bytes": s.max_body_bytes,
             "request_timeout_s": s.request_timeout_s,
+            "max_request_compute_s": s.request_compute_limit_s,
         }
         return card
 

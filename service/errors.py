@@ -24,6 +24,7 @@ log = logging.getLogger("attnserve")
 STATUS: dict[str, int] = {
     "invalid_request": 422,
     "memory_budget_exceeded": 422,
+    "compute_budget_exceeded": 422,
     "unauthorized": 401,
     "not_found": 404,
     "model_not_found": 404,
@@ -67,6 +68,14 @@ class MemoryBudgetExceeded(ServiceError):
     the estimate, the budget and the backends that would fit."""
 
     type = "memory_budget_exceeded"
+
+
+class ComputeBudgetExceeded(ServiceError):
+    """The request's estimated compute on this device (rows x length, backend and options) is
+    over the per-request limit; the message says how many rows, which options or which backends
+    would fit."""
+
+    type = "compute_budget_exceeded"
 
 
 class Unauthorized(ServiceError):

@@ -122,7 +122,8 @@ class Metrics:
         self.rejections = Counter(
             "attnserve_rejections_total",
             "Requests refused or dropped, by reason (queue_full, timeout, shutting_down, "
-            "not_ready, client_disconnected, out_of_memory, memory_budget, unauthorized, "
+            "not_ready, client_disconnected, out_of_memory, memory_budget, compute_budget, "
+            "unauthorized, "
             "body_too_large).",
             ["model", "reason"],
             registry=r,

@@ -92,6 +92,18 @@ class Settings(BaseSettings):
     request_timeout_s: float = Field(
         default=30.0, gt=0, description="A request not answered within this time gets a 504."
     )
+    max_request_compute_s: float | None = Field(
+        default=None,
+        ge=0,
+        description=(
+            "Most estimated compute one request (and one batch) may need, in seconds on this "
+            "device: the model's arithmetic for its rows, length, backend and options, priced "
+            "by the speed each backend showed at warm-up. A request over it gets a 422 "
+            "compute_budget_exceeded saying how to fit (fewer inputs, smaller options, another "
+            "backend) instead of holding the model past its client's timeout. Unset: half of "
+            "request_timeout_s. 0: no bound."
+        ),
+    )
     max_body_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1024,
@@ -211,11 +223,11 @@ class Settings(BaseSettings):
             value = [part.strip() for part in value.split(",") if part.strip()]
         return value
 
-    @field_validator("model_dir", "max_batch_memory_mb", mode="before")
+    @field_validator("model_dir", "max_batch_memory_mb", "max_request_compute_s", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         # ATTNSERVE_MODEL_DIR= (set but empty) means no folder, not the working directory;
-        # ATTNSERVE_MAX_BATCH_MEMORY_MB= means the default.
+        # ATTNSERVE_MAX_BATCH_MEMORY_MB= (or _MAX_REQUEST_COMPUTE_S=) means the default.
         return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("model_dir")
@@ -265,3 +277,11 @@ class Settings(BaseSettings):
     def api_key_value(self) -> str | None:
         """The API key as plain text, or None when authentication is off."""
         return self.api_key.get_secret_value() if self.api_key else None
+
+    @property
+    def request_compute_limit_s(self) -> float | None:
+        """The per-request compute bound in seconds (None: no bound); see
+        ``max_request_compute_s``."""
+        if self.max_request_compute_s is None:
+            return self.request_timeout_s / 2
+        return self.max_request_compute_s or None

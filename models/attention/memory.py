@@ -224,7 +224,7 @@ def nystrom_bytes(call: AttentionCall, options: Mapping[str, Any] | None = None)
 # ----------------------------------------------------------------------------- probsparse
 
 
-def _ln_count(n: int, factor: int) -> int:
+def ln_count(n: int, factor: int) -> int:
     """``min(c·⌈ln n⌉, n)``, at least 1: ProbSparse's active queries ``u`` / samples ``U``."""
     return min(max(factor * math.ceil(math.log(max(n, 1))), 1), n)
 
@@ -244,12 +244,12 @@ def probsparse_bytes(call: AttentionCall, options: Mapping[str, Any] | None = No
     """
     opts = options or {}
     factor = int(opts.get("factor") or 5)
-    u = _ln_count(call.lq, factor)
+    u = ln_count(call.lq, factor)
     if u >= call.lq:
         work, cast = _in_float32(call)
         return cast + full_bytes(replace(call, itemsize=work))
     work, cast = _in_float32(call)
-    big_u = _ln_count(call.lk, factor)
+    big_u = ln_count(call.lk, factor)
     b, h, lq, lk, d, bh = call.b, call.h, call.lq, call.lk, call.d, call.heads
     masked = call.padded or call.causal
     if call.causal:

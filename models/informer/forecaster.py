@@ -20,7 +20,7 @@ from models.attention import BACKENDS, get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
-from models.informer.memory import forward_bytes
+from models.informer.memory import forward_bytes, forward_work
 from models.informer.model import Informer, attention_plan
 from models.informer.timefeatures import (
     check_regular,
@@ -289,6 +289,14 @@ class InformerForecaster:
         itemsize = next(self.model.parameters()).element_size()
         plan = self._plan(backend, options)
         return forward_bytes(self.model.config, plan, rows, itemsize, self.device.type)
+
+    def work_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> float:
+        """Flop-equivalents of :meth:`predict` on ``rows`` windows with ``backend`` (see
+        :func:`models.informer.memory.forward_work`; a compiled backend's batch is priced at
+        its padded bucket)."""
+        if backend in self.compiled_backends:
+            rows = bucket_for(rows, self.batch_buckets) or rows
+        return forward_work(self.model.config, self._plan(backend, options), rows)
 
     def check_horizon(self, horizon: int | None) -> int:
         """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""

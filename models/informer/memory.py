@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
+from models.attention.work import ELEMENTWISE, attention_work, dense_work
 from models.informer.config import InformerConfig
 from models.informer.model import LayerChoice
 
@@ -76,3 +77,43 @@ def forward_bytes(
         phases.append(memory + 3 * width(t) + 2 * width(n_enc) + cross)
         phases.append(memory + 2 * width(t) + 2 * width(t, d_ff))
     return inputs + max(phases)
+
+
+def forward_work(config: InformerConfig, plan: Mapping[str, LayerChoice], rows: int) -> float:
+    """Flop-equivalents of one forward pass over ``rows`` windows (:mod:`models.attention.work`):
+    embeddings, per encoder layer its projections, feed-forward and attention kernel (from
+    ``plan``) and distilling convolution, then the decoder's self- and cross-attention layers.
+    The linear path and normalisation are a few passes over the raw window: negligible."""
+    c = config
+    d_model, d_ff, heads, e = c.d_model, c.d_ff, c.n_heads, c.head_dim
+    r = rows * (c.enc_in if c.channel_independent else 1)
+    channels, marks = c.series_channels, c.time_features
+
+    def attention(layer: str, lq: int, lk: int, causal: bool) -> float:
+        call = AttentionCall(r, heads, lq, lk, e, FLOAT32, causal)
+        return attention_work(plan[layer].backend, call, plan[layer].options)
+
+    def projections(n: int, kv_tokens: int) -> float:  # q and output of n tokens, k and v
+        q_out = 2 * dense_work(r * n, d_model, d_model)
+        return q_out + dense_work(r * kv_tokens, d_model, 2 * d_model) + norm(n)
+
+    def feed_forward(n: int) -> float:
+        return dense_work(r * n, d_model, d_ff) + dense_work(r * n, d_ff, d_model) + norm(n)
+
+    def norm(n: int) -> float:  # residual add and layer norm, ~3 passes
+        return ELEMENTWISE * 3 * r * n * d_model
+
+    lengths, t = c.encoder_lengths(), c.dec_tokens
+    patch = max(c.patch_len, 1)
+    total = dense_work(r * lengths[0], 3 * channels * patch + marks, d_model)  # embeddings
+    total += dense_work(r * t, 3 * channels * patch + marks, d_model)
+    for i, n in enumerate(lengths):
+        total += projections(n, n) + feed_forward(n) + attention(f"encoder.{i}.self", n, n, False)
+        if c.distil and i < c.e_layers - 1:  # conv (k=3), batch norm, ELU, max-pool
+            total += dense_work(r * n, 3 * d_model, d_model) + ELEMENTWISE * 4 * r * n * d_model
+    n_enc = lengths[-1]
+    for i in range(c.d_layers):
+        total += projections(t, t) + attention(f"decoder.{i}.self", t, t, True)
+        total += projections(t, n_enc) + attention(f"decoder.{i}.cross", t, n_enc, False)
+        total += feed_forward(t)
+    return total + dense_work(r * t, d_model, patch * (c.c_out if not c.channel_independent else 1))

@@ -22,7 +22,7 @@ from models.errors import ModelInputError
 from models.names import TEXT_MODEL
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
-from models.text.memory import forward_bytes
+from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_encoder, model_dir
 
@@ -210,6 +210,14 @@ class SentenceEncoder:
             self.device.type,
         )
         return peak + rows * self.dim * 4  # the float32 embeddings of every row
+
+    def work_estimate(
+        self, backend: str, options: Mapping[str, Any] | None, rows: int, length: int
+    ) -> float:
+        """Flop-equivalents of one :meth:`embed` forward pass over ``rows`` texts of up to
+        ``length`` tokens, padded as ``embed`` pads them (:func:`models.text.memory.forward_work`)."""
+        padded = -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
+        return forward_work(self.model.config, backend, options, rows, padded)
 
     def encode(
         self,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
+from models.attention.work import ELEMENTWISE, attention_work, dense_work
 from models.text.config import BertConfig
 
 
@@ -49,3 +50,24 @@ def forward_bytes(
     attention = max(pad, 4 * t * c * itemsize + kernel, 6 * t * c * itemsize)
     feed_forward = (2 * t * c + 2 * t * f) * itemsize
     return ids + max(embeddings, attention, feed_forward)
+
+
+def forward_work(
+    config: BertConfig,
+    backend: str,
+    options: Mapping[str, Any] | None,
+    rows: int,
+    length: int,
+) -> float:
+    """Flop-equivalents of one forward pass over ``rows`` texts padded to ``length`` tokens
+    (:mod:`models.attention.work`): per layer, the fused q/k/v, output and feed-forward
+    products, the layer norms and the attention kernel."""
+    c, f = config.hidden_size, config.intermediate_size
+    t = rows * length
+    heads, d = config.num_attention_heads, config.head_dim
+    call = AttentionCall(rows, heads, length, length, d, FLOAT32, False, rows > 1)
+    kernel = attention_work(backend, call, options)
+    dense = dense_work(t, c, 3 * c) + dense_work(t, c, c) + dense_work(t, c, f)
+    dense += dense_work(t, f, c)
+    norms = ELEMENTWISE * 2 * 3 * t * c  # two residual layer norms, ~3 passes each
+    return config.num_hidden_layers * (dense + norms + kernel) + ELEMENTWISE * 3 * t * c

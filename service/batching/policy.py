@@ -8,10 +8,11 @@ LitServe's ``collate_requests``):
 2. The oldest live request picks the batch key (the model's call: backend, canonical options,
    other call parameters; and the length bucket), so no key starves another.
 3. Requests with that key join in arrival order while the batch stays within ``max_batch_size``
-   rows, ``max_batch_tokens`` padded tokens (rows x longest row) and ``max_batch_memory`` bytes
+   rows, ``max_batch_tokens`` padded tokens (rows x longest row), ``max_batch_memory`` bytes
    of estimated peak activation memory (the model's estimate for that backend, rows and length,
-   passed in as ``memory``); the first one that does not fit ends the batch (strict FIFO within
-   a key). The oldest request always runs, even alone over a limit: the worker runs it in
+   passed in as ``memory``) and ``max_request_seconds`` of estimated compute (``seconds``: a
+   batch never holds the worker longer than one request may); the first one that does not fit
+   ends the batch (strict FIFO within a key). The oldest request always runs, even alone over a limit: the worker runs it in
    parts of :func:`part_rows` (a request whose single row is over the memory budget never gets
    here: it is refused on arrival). The model never splits a batch itself.
 4. The batch runs now if it is full (no room for one more row, by count or by memory), the
@@ -57,16 +58,21 @@ class Limits:
     Attributes:
         max_batch_memory: bytes of estimated peak activation memory one batch may need (None:
             no memory cap).
+        max_request_seconds: estimated compute seconds one request, and one batch, may need
+            (None: no bound).
     """
 
     max_batch_size: int
     max_batch_tokens: int
     max_wait_s: float
     max_batch_memory: int | None = None
+    max_request_seconds: float | None = None
 
 
 # Estimated peak bytes of one forward pass of (key, rows, longest row).
 MemoryEstimate = Callable[[BatchKey, int, int], int]
+# Estimated seconds of one forward pass of (key, rows, longest row); None: not measured.
+SecondsEstimate = Callable[[BatchKey, int, int], float | None]
 
 
 class Pending(Protocol):
@@ -119,7 +125,7 @@ def padded_tokens(n_rows: int, longest: int) -> int:
     return n_rows * longest
 
 
-def rows_within(budget: int, rows: int, cost: Callable[[int], int]) -> int:
+def rows_within(budget: float, rows: int, cost: Callable[[int], float]) -> int:
     """The most rows, at least 1 and at most ``rows``, whose ``cost`` (non-decreasing in the
     rows) stays within ``budget``: the size of the parts an over-budget request runs in."""
     low, high = 1, rows
@@ -153,6 +159,7 @@ def next_batch(
     flush: bool = False,
     free_since: float | None = None,
     memory: MemoryEstimate | None = None,
+    seconds: SecondsEstimate | None = None,
 ) -> Decision:
     """Decide what to run next; see the module docstring for the rules.
 
@@ -164,6 +171,8 @@ def next_batch(
         free_since: when the worker finished its last batch (None: never ran one).
         memory: the model's peak-memory estimate, for ``limits.max_batch_memory`` (None: no
             memory cap).
+        seconds: the model's compute estimate, for ``limits.max_request_seconds`` (None: no
+            time cap).
     """
     dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
     expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
@@ -175,13 +184,18 @@ def next_batch(
     head = pending[live[0]]
     budget = limits.max_batch_memory if memory is not None else None
 
-    def over_memory(rows: int, longest: int) -> bool:
-        return (
-            budget is not None and memory is not None and memory(head.key, rows, longest) > budget
-        )
+    time_budget = limits.max_request_seconds if seconds is not None else None
+
+    def over_budget(rows: int, longest: int) -> bool:  # memory or compute
+        if budget is not None and memory is not None and memory(head.key, rows, longest) > budget:
+            return True
+        if time_budget is None or seconds is None:
+            return False
+        needed = seconds(head.key, rows, longest)
+        return needed is not None and needed > time_budget
 
     def no_room(rows: int, longest: int) -> bool:  # not even one more row of this length fits
-        return rows >= limits.max_batch_size or over_memory(rows + 1, longest)
+        return rows >= limits.max_batch_size or over_budget(rows + 1, longest)
 
     batch = [live[0]]
     rows, longest = head.n_rows, head.longest
@@ -196,7 +210,7 @@ def next_batch(
         if (
             new_rows > limits.max_batch_size
             or padded_tokens(new_rows, new_longest) > limits.max_batch_tokens
-            or over_memory(new_rows, new_longest)
+            or over_budget(new_rows, new_longest)
         ):
             full = True  # the next request of this key waits for the next batch
             break

@@ -5,6 +5,12 @@ Memory: the worker prices batches with the model's own estimate
 (:meth:`~service.servables.base.ServedModel.memory_estimate`, cached per key, rows and length) and
 holds them under ``limits.max_batch_memory``; a request whose single row is over it is refused
 on arrival (:class:`~service.errors.MemoryBudgetExceeded`, a 422 naming the backends that fit).
+
+Time: warm-up measures each backend's work rate on this device (:mod:`service.batching.cost`);
+a request whose estimated compute is over ``limits.max_request_seconds`` is refused on arrival
+(:class:`~service.errors.ComputeBudgetExceeded`, a 422 saying how many rows, which options or
+which backends would fit), and no batch grows past it, so no request holds the worker for longer
+than its client would wait.
 """
 
 from __future__ import annotations
@@ -18,11 +24,18 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from service.batching.cost import CostModel, measure_backend
 from service.batching.device import MIB, DeviceRuntime
 from service.batching.execute import Outcome, execute
 from service.batching.job import Job, JobResult
-from service.batching.policy import BatchKey, Limits, next_batch
-from service.errors import MemoryBudgetExceeded, QueueFull, RequestTimeout, ShuttingDown
+from service.batching.policy import BatchKey, Limits, next_batch, rows_within
+from service.errors import (
+    ComputeBudgetExceeded,
+    MemoryBudgetExceeded,
+    QueueFull,
+    RequestTimeout,
+    ShuttingDown,
+)
 from service.metrics import Metrics
 from service.servables.base import ServedModel
 
@@ -65,12 +78,22 @@ class ModelWorker:
         self._batch_seconds = 0.05  # running estimate, for Retry-After
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
         self._task: asyncio.Task[None] | None = None
+        self.cost = CostModel()  # work rates per backend, measured by warm_up
         # Pure arithmetic per (key, rows, longest), asked for on every decision: cached.
         self.memory_estimate = functools.lru_cache(maxsize=4096)(self._memory_estimate)
+        self._work_estimate = functools.lru_cache(maxsize=4096)(self._work)
 
     def _memory_estimate(self, key: BatchKey, rows: int, longest: int) -> int:
         """Estimated peak activation bytes of a forward pass of ``rows`` rows of ``longest``."""
         return self.servable.memory_estimate(key.call, rows, longest)
+
+    def _work(self, key: BatchKey, rows: int, longest: int) -> float:
+        return self.servable.work_estimate(key.call, rows, longest)
+
+    def seconds_estimate(self, key: BatchKey, rows: int, longest: int) -> float | None:
+        """Estimated seconds of a forward pass of ``rows`` rows of ``longest`` on this device
+        (None before warm-up measured the backend)."""
+        return self.cost.seconds(key.backend, self._work_estimate(key, rows, longest))
 
     # ------------------------------------------------------------------ queue side
 
@@ -86,6 +109,7 @@ class ModelWorker:
             self.metrics.rejections.labels(self.name, "shutting_down").inc()
             raise ShuttingDown("the server is shutting down; retry on another replica")
         self._check_memory(job)
+        self._check_compute(job)
         job.arrived_idle = not self._pending and not self._busy
         if len(self._pending) >= self.max_queue:
             self.metrics.rejections.labels(self.name, "queue_full").inc()
@@ -127,6 +151,45 @@ class ModelWorker:
             f"memory budget of {budget / MIB:.0f} MiB (max_batch_memory_mb); {advice}"
         )
 
+    def _check_compute(self, job: Job) -> None:
+        budget = self.limits.max_request_seconds
+        key, rows, length = job.key, job.n_rows, job.longest
+        needed = self.seconds_estimate(key, rows, length) if budget is not None else None
+        if budget is None or needed is None or needed <= budget:
+            return
+        self.metrics.rejections.labels(self.name, "compute_budget").inc()
+        row, unit = ROW_WORDS.get(self.servable.task, ("row", "tokens"))
+
+        def fits(k: BatchKey, n: int = 1) -> float | None:
+            seconds = self.seconds_estimate(k, n, length)
+            return seconds if seconds is not None and seconds <= budget else None
+
+        ways = []
+        if fits(key) is not None:
+            most = rows_within(budget, rows, lambda n: self.seconds_estimate(key, n, length) or 0)
+            ways.append(f"send at most {most} {row}s of this length per request")
+        default = BatchKey(self.servable.default_call(key.backend), key.bucket)
+        if default != key and (seconds := fits(default, rows)) is not None:
+            ways.append(f"use {key.backend}'s default options (~{seconds:.1f} s)")
+        others = [
+            (seconds, backend)
+            for backend in self.servable.backends()
+            if backend != key.backend
+            and (seconds := fits(BatchKey(self.servable.default_call(backend), key.bucket), rows))
+            is not None
+        ]
+        if others:
+            listed = ", ".join(f"{b} (~{t:.1f} s)" for t, b in sorted(others))
+            ways.append(f"use a cheaper attention backend: {listed}")
+        options = ", ".join(f"{k}={v}" for k, v in key.call.options) or "default options"
+        raise ComputeBudgetExceeded(
+            f"{self.name}: {rows} {row}{'s' if rows != 1 else ''} of up to {length} {unit} under "
+            f"attention '{key.backend}' ({options}) need an estimated {needed:.1f} s of compute "
+            f"on this server, over its per-request limit of {budget:.1f} s "
+            "(max_request_compute_s); to fit: "
+            + ("; or ".join(ways) if ways else f"send shorter {row}s")
+        )
+
     def _retry_after_s(self) -> int:
         batches_ahead = self.max_queue / max(1, self.limits.max_batch_size)
         return max(1, math.ceil(batches_ahead * self._batch_seconds))
@@ -143,6 +206,8 @@ class ModelWorker:
         """Run the warm-up batches of every served backend (blocking; call from a thread): a
         small batch, or for a compiled backend every shape bucket, so graphs compile here.
 
+        Then times each backend's calibration batch to measure its work rate (:attr:`cost`).
+
         Returns seconds per backend. Raises whatever the model raises: a model that cannot run
         its own warm-up batch must not report ready.
         """
@@ -153,6 +218,7 @@ class ModelWorker:
                 with self.runtime.inference(backend):
                     self.servable.run(rows, call)
             timings[backend] = time.perf_counter() - started
+            measure_backend(self.cost, self.servable, backend, self.runtime.inference)
         return timings
 
     async def drain(self, grace_s: float) -> bool:
@@ -192,6 +258,7 @@ class ModelWorker:
                 not self._accepting,
                 self._free_since,
                 self.memory_estimate,
+                self.seconds_estimate,
             )
             taken = set(decision.batch) | set(decision.expired) | set(decision.dropped)
             batch = [self._pending[i] for i in decision.batch]

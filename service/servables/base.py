@@ -156,6 +156,17 @@ class ServedModel(Protocol):
         ``length`` tokens / time steps (the batcher keeps batches under its memory budget)."""
         ...
 
+    def work_estimate(self, call: Any, rows: int, length: int) -> float:
+        """Flop-equivalents of :meth:`run` on ``rows`` rows of ``length`` (see
+        :mod:`models.attention.work`); the worker prices them in seconds with the rate it
+        measured for the backend (:mod:`service.batching.cost`)."""
+        ...
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+        """A batch of typical size (rows, call, longest row), timed at start-up to measure
+        ``backend``'s work rate."""
+        ...
+
     def warmup_batches(self, backend: str) -> Sequence[tuple[list[Any], Call]]:
         """The batches (rows, call) to run before ready: one small batch, or for a compiled
         backend one per shape it will see (so no graph compiles while serving)."""

@@ -25,6 +25,8 @@ from service.servables.base import (
 # Parsing this many history rows costs about as much as a thread hop: smaller requests are
 # prepared on the event loop, larger ones in a thread.
 INLINE_PREPARE_ROWS = 1024
+# Windows in the batch timed at start-up to measure each backend's work rate.
+CALIBRATION_WINDOWS = 4
 
 
 def _cut(horizon: int, forecasts: list[Forecast]) -> list[dict[str, Any]]:
@@ -93,7 +95,18 @@ class ForecastServable:
         # Every window is cut to the model's context: ``length`` is always the context.
         return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
 
+    def work_estimate(self, call: Call, rows: int, length: int) -> float:
+        return self.forecaster.work_estimate(call.backend, call.options_dict, rows)
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+        rows = [self._mean_window()] * CALIBRATION_WINDOWS
+        return rows, self.default_call(backend), self.context
+
     def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
+        window, call = self._mean_window(), self.default_call(backend)
+        return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
+
+    def _mean_window(self) -> ForecastWindow:
         # The training mean at regular timestamps: always a valid, in-range history.
         index = pd.date_range(
             "2017-01-02 00:00:00", periods=self.context, freq=freq_step(self.forecaster.freq)
@@ -102,8 +115,7 @@ class ForecastServable:
         values = np.tile(mean, (self.context, 1)).tolist()
         stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]
         (window,) = self.windows([{"timestamps": stamps, "values": values}])
-        call = self.default_call(backend)
-        return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
+        return window
 
     def compile(
         self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]

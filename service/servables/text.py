@@ -21,6 +21,7 @@ from service.servables.base import (
 # Tokenizing this many characters costs about as much as a thread hop: shorter requests are
 # tokenized on the event loop, longer ones in a thread.
 INLINE_TOKENIZE_CHARS = 4096
+CALIBRATION_TOKENS = 128
 
 
 class TextServable:
@@ -93,6 +94,15 @@ class TextServable:
         return self.encoder.memory_estimate(
             call.backend, call.options_dict, rows, length, None, max_batch_size=rows
         )
+
+    def work_estimate(self, call: TextCall, rows: int, length: int) -> float:
+        return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
+        # Eight texts of 128 tokens: a typical batch, long enough that overhead does not dominate.
+        text = "the quick brown fox jumps over the lazy dog " * 16
+        rows = [ids[:CALIBRATION_TOKENS] for ids in self.tokenize([text] * 8)]
+        return rows, self.default_call(backend), max(map(len, rows))
 
     def tokenize(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
         """Token ids per text (for warm-up batches and tests)."""

@@ -208,3 +208,34 @@ def test_rows_within(rows: int, per_row: int, budget: int, expected: int) -> Non
 )
 def test_length_bucket(length: int, bucket: int) -> None:
     assert length_bucket(length) == bucket
+
+
+# ----------------------------------------------------------------------------- compute budget
+
+TIME_LIMITS = Limits(
+    max_batch_size=32, max_batch_tokens=10**9, max_wait_s=0.010, max_request_seconds=1.0
+)
+
+
+def per_row_seconds(key: BatchKey, rows: int, longest: int) -> float:
+    return 0.3 * rows  # a 1-second budget holds three rows
+
+
+def test_no_batch_grows_past_the_compute_budget_and_a_capped_batch_runs_at_once() -> None:
+    pending = [P(), P(n_rows=2), P(), P()]
+    d = next_batch(pending, now=0.0, limits=TIME_LIMITS, seconds=per_row_seconds)
+    assert d.batch == (0, 1)  # 0.9 s; a fourth row would be 1.2 s: full, so it runs now
+
+
+def test_an_unmeasured_backend_and_no_budget_leave_batches_uncapped() -> None:
+    pending = [P() for _ in range(5)]
+    unmeasured = next_batch(pending, now=1.0, limits=TIME_LIMITS, seconds=lambda *_: None)
+    assert unmeasured.batch == (0, 1, 2, 3, 4)
+    no_budget = Limits(32, 10**9, 0.010)
+    assert next_batch(pending, now=1.0, limits=no_budget, seconds=per_row_seconds).batch == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )

@@ -1,0 +1,171 @@
+"""Estimated against measured seconds of a forward pass: how far the per-request compute bound
+(``max_request_compute_s``, :mod:`service.batching.cost`) can be trusted.
+
+    python -m benchmarks.cost_model                       # MiniLM + the long ETTm1 forecaster
+    python -m benchmarks.cost_model --models informer-etth1-h24 --threads 2
+
+Each model is loaded as the server loads it, warmed up and calibrated exactly as the worker does
+at start-up (one calibration batch per backend at default options), then every (call, rows,
+length) of a grid runs through the servable's ``run`` and its best time is set beside the
+estimate. Calls whose estimate is over ``--max-seconds`` are estimated only (they are what the
+bound refuses). The ratio column is estimated / measured: above 1 the bound is conservative.
+Writes ``benchmarks/results/cost-model-<device>.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.names import TEXT_MODEL
+from service.batching.cost import CostModel, measure_backend
+from service.batching.device import DeviceRuntime, select_device
+from service.registry import load_servables
+from service.servables.base import Call, ServedModel, TextCall
+from service.settings import Settings
+
+RESULTS = Path(__file__).parent / "results"
+TEXT_GRID = [(1, 32), (8, 128), (32, 128), (16, 256), (64, 256)]
+FORECAST_ROWS = [1, 4, 16]
+# Non-default options worth pricing: the ones a request can turn up (or down) the most.
+OPTIONS: dict[str, list[dict[str, Any]]] = {
+    "performer": [{"num_features": 1024}, {"num_features": 4096}],
+    "nystrom": [{"num_landmarks": 256}],
+    "probsparse": [{"factor": 20}],
+}
+
+
+def calls(model: ServedModel) -> list[Call]:
+    """Every served backend at default options, plus the option variants of :data:`OPTIONS`."""
+    out = []
+    for backend in model.backends():
+        default = model.default_call(backend)
+        out.append(default)
+        for extra in OPTIONS.get(backend, []):
+            options = tuple(sorted({**default.options_dict, **extra}.items()))
+            if isinstance(default, TextCall):
+                out.append(TextCall(backend, options))
+            else:
+                out.append(Call(backend, options))
+    return out
+
+
+def rows_for(model: ServedModel, rows: int, length: int) -> list[Any]:
+    """``rows`` inputs of ``length`` tokens (text) or the model's context (forecasts)."""
+    sample, _, _ = model.calibration_batch(model.default_attention)
+    if model.task == "encode":
+        ids = model.tokenize(["the quick brown fox jumps over the lazy dog " * 40])[0]  # type: ignore[attr-defined]
+        return [ids[:length]] * rows
+    return [sample[0]] * rows
+
+
+def best_seconds(run: Any, repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def measure(model: ServedModel, runtime: DeviceRuntime, args: argparse.Namespace) -> list[dict]:
+    cost = CostModel()
+    for backend in model.backends():
+        for rows, call in model.warmup_batches(backend):
+            with runtime.inference(backend):
+                model.run(rows, call)
+        measure_backend(cost, model, backend, runtime.inference)
+    grid = (
+        TEXT_GRID
+        if model.task == "encode"
+        else [(r, model.calibration_batch(model.default_attention)[2]) for r in FORECAST_ROWS]
+    )
+    out = []
+    for call in calls(model):
+        for n, length in grid:
+            estimate = cost.seconds(call.backend, model.work_estimate(call, n, length))
+            assert estimate is not None
+            row = {
+                "model": model.name,
+                "backend": call.backend,
+                "options": ", ".join(f"{k}={v}" for k, v in call.options) or "-",
+                "rows": n,
+                "length": length,
+                "estimated_s": estimate,
+                "measured_s": None,
+            }
+            if estimate <= args.max_seconds:
+                inputs = rows_for(model, n, length)
+
+                def run(inputs: list[Any] = inputs, call: Call = call) -> None:
+                    with runtime.inference(call.backend):
+                        model.run(inputs, call)
+
+                row["measured_s"] = best_seconds(run, 1 if estimate > 2 else args.repeats)
+            out.append(row)
+            print(_line(row), flush=True)
+    return out
+
+
+def _line(r: dict) -> str:
+    measured = r["measured_s"]
+    ratio = f"{r['estimated_s'] / measured:.2f}" if measured else "-"
+    shown = f"{measured * 1000:.0f}" if measured else "not run"
+    return (
+        f"| {r['model']} | {r['backend']} | {r['options']} | {r['rows']} | {r['length']} | "
+        f"{r['estimated_s'] * 1000:.0f} | {shown} | {ratio} |"
+    )
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--models", nargs="+", default=[TEXT_MODEL, "informer-ettm1-h288-c2048"])
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--max-seconds", type=float, default=20.0, help="estimate-only above this")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    device = select_device("auto")
+    runtime = DeviceRuntime(device)
+    settings = Settings(models=tuple(args.models))
+    header = (
+        "| model | backend | options | rows | length | estimated ms | measured ms | est/meas |\n"
+        "|---|---|---|---:|---:|---:|---:|---:|"
+    )
+    print(header)
+    rows: list[dict] = []
+    for model in load_servables(settings, str(device)):
+        rows += measure(model, runtime, args)
+    ratios = [r["estimated_s"] / r["measured_s"] for r in rows if r["measured_s"]]
+    summary = (
+        f"est/measured over {len(ratios)} runs: median {statistics.median(ratios):.2f}, "
+        f"min {min(ratios):.2f}, max {max(ratios):.2f}"
+    )
+    print(summary)
+    RESULTS.mkdir(exist_ok=True)
+    stem = RESULTS / f"cost-model-{device.type}"
+    lines = [
+        f"# Estimated vs measured forward seconds ({device.type}, {args.threads} thread(s))",
+        "",
+        "`python -m benchmarks.cost_model "
+        + " ".join(f"--models {m}" for m in args.models[:0])
+        + f"--threads {args.threads}`; rates calibrated at start-up as the worker does.",
+        "",
+        header,
+        *(_line(r) for r in rows),
+        "",
+        summary,
+        "",
+    ]
+    stem.with_suffix(".md").write_text("\n".join(lines))
+    stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
