@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci train-etth1 train-ettm1 clean
+.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci soak train-etth1 train-ettm1 clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -63,6 +63,11 @@ bench-attention: install-bench
 # make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
 loadtest: install-load
 	$(BIN)/python loadtest/run.py $(ARGS)
+
+# Memory over time: 10 minutes of varied-length traffic, RSS / p99 / errors per minute; fails
+# when RSS grows over 15 % after minute 1 (make soak ARGS="--host http://... --minutes 30")
+soak: install-load
+	$(BIN)/python loadtest/soak.py $(or $(ARGS),--start-server --minutes 10)
 
 # CI: a local CPU server, 20 s of load, fails on any non-2xx (~30 s with start-up)
 loadtest-ci: install-load

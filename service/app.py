@@ -45,7 +45,9 @@ async def start_serving(state: AppState) -> None:
     settings, lifecycle, metrics = state.settings, state.lifecycle, state.metrics
     started = time.perf_counter()
     configure_threads(settings.torch_threads)
-    runtime = DeviceRuntime(select_device(settings.device), settings.autocast)
+    runtime = DeviceRuntime(
+        select_device(settings.device), settings.autocast, settings.memory_trim_interval_s
+    )
     state.device = str(runtime.device)
     extra = f" and the checkpoints in {settings.model_dir}" if settings.model_dir else ""
     lifecycle.step(f"loading {', '.join(settings.models)}{extra} on {runtime.device}")

@@ -23,6 +23,7 @@ DEFAULT_MODELS = (
     "informer-etth1-h168",
     "informer-etth1-h336",
     "informer-etth1-h720",
+    "informer-ettm1-h96-c2048",
     "informer-ettm1-h288-c2048",
 )
 
@@ -91,6 +92,16 @@ class Settings(BaseSettings):
     )
     request_timeout_s: float = Field(
         default=30.0, gt=0, description="A request not answered within this time gets a 504."
+    )
+    memory_trim_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description=(
+            "After a batch, return the C allocator's free memory to the operating system "
+            "(glibc malloc_trim) when this many seconds have passed since the last time, so "
+            "resident memory does not creep up under ever-new input shapes. 0: never (also "
+            "moot under a preloaded jemalloc or tcmalloc)."
+        ),
     )
     max_request_compute_s: float | None = Field(
         default=None,

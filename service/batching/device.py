@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ import psutil
 import torch
 
 from models.attention import get_backend
+from service import allocator
 
 
 def select_device(setting: str) -> torch.device:
@@ -135,11 +137,15 @@ class DeviceRuntime:
         device: the device every model of this process lives on.
         autocast: on CUDA, run under bf16 (fp16 where bf16 is unsupported) autocast for backends
             that accept that dtype; on CPU models run in their own dtype (float32).
+        trim_interval_s: after a batch, give the C allocator's free memory back to the kernel
+            when this long has passed since the last time (:mod:`service.allocator`); 0: never.
     """
 
     device: torch.device
     autocast: bool = True
+    trim_interval_s: float = 0.0
     _measuring: int = field(default=0, init=False, repr=False)
+    _last_trim: float = field(default=0.0, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
@@ -218,6 +224,19 @@ class DeviceRuntime:
 
     def reserved_bytes(self) -> float:
         return float(torch.cuda.memory_reserved(self.device)) if self.is_cuda else 0.0
+
+    def after_batch(self) -> bool:
+        """Between batches (on a worker thread): trim the C heap if ``trim_interval_s`` has
+        passed since the last trim (and no batch is being measured); True if it was due."""
+        if self.trim_interval_s <= 0:
+            return False
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last_trim < self.trim_interval_s or self._measuring:
+                return False
+            self._last_trim = now
+        allocator.trim()
+        return True
 
     def after_out_of_memory(self) -> None:
         """Give cached blocks back so the retried halves have room."""

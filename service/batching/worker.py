@@ -317,6 +317,9 @@ class ModelWorker:
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
         self._record(outcomes, started)
+        # Answers are out; the worker thread trims the heap before the next batch (if due).
+        with contextlib.suppress(RuntimeError):  # the executor shut down while draining
+            await loop.run_in_executor(self._executor, self.runtime.after_batch)
 
     def _record(self, outcomes: list[Outcome], started: float) -> None:
         seen: set[int] = set()

@@ -1,0 +1,99 @@
+"""Flat memory under varied shapes: the kernel caches are bounded, and freed heap memory is
+returned to the kernel between batches (``service/allocator.py``; the whole-server figure is
+``loadtest/soak.py``'s)."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from service import allocator
+from service.batching.device import DeviceRuntime
+
+REPO = Path(__file__).resolve().parents[2]
+
+# Runs fused linear layers (oneDNN) over 160 row counts, trimming after each, and prints the
+# resident set after the first 40 shapes and after all of them.
+SHAPES_SCRIPT = """
+import json, sys
+import service  # sets the cache bounds unless the environment has them
+import torch
+from torch import nn
+from models.text import fused_linear
+from service.allocator import trim
+from service.batching.device import proc_status_bytes
+torch.manual_seed(0)
+torch.set_num_threads(1)
+layer = nn.Linear(384, 1536)
+readings = []
+with torch.inference_mode():
+    for i, rows in enumerate(range(256, 256 + 8 * 160, 8)):
+        fused_linear.linear_gelu(torch.randn(rows, 384), layer)
+        trim()
+        if i in (39, 159):
+            readings.append(proc_status_bytes("VmRSS"))
+print(json.dumps({"fused": fused_linear.ENABLED, "rss": readings}))
+"""
+
+
+def run_shapes(**env: str) -> tuple[bool, float]:
+    """(fused path on, resident growth in MiB from shape 40 to 160) in a fresh interpreter."""
+    environment = {k: v for k, v in os.environ.items() if k not in allocator.KERNEL_CACHE_VARIABLES}
+    environment.update(env, PYTHONPATH=str(REPO))
+    out = subprocess.run(
+        [sys.executable, "-c", SHAPES_SCRIPT],
+        env=environment,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    first, last = result["rss"]
+    return result["fused"], (last - first) / 2**20
+
+
+def test_bounded_kernel_caches_keep_memory_flat_across_new_shapes() -> None:
+    fused, bounded = run_shapes()
+    if not fused:
+        pytest.skip("this torch build has no fused oneDNN linear: nothing to bound")
+    _, unbounded = run_shapes(LRU_CACHE_CAPACITY="1024", ONEDNN_PRIMITIVE_CACHE_CAPACITY="1024")
+    assert unbounded > 40, (
+        f"the control did not grow ({unbounded:.0f} MiB): the test proves nothing"
+    )
+    assert bounded < 15, f"resident memory grew {bounded:.0f} MiB over 120 new shapes"
+
+
+def test_the_environment_wins_over_the_default_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LRU_CACHE_CAPACITY", "7")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
+    allocator.bound_kernel_caches()
+    assert os.environ["LRU_CACHE_CAPACITY"] == "7"
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(allocator.KERNEL_CACHE_CAPACITY)
+
+
+@pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
+def test_trim_is_available_under_glibc_and_returns_freed_memory() -> None:
+    assert allocator.can_trim()
+    assert isinstance(allocator.trim(), bool)
+
+
+def test_the_runtime_trims_at_most_once_per_interval() -> None:
+    off = DeviceRuntime(torch.device("cpu"), trim_interval_s=0)
+    assert not off.after_batch()
+    runtime = DeviceRuntime(torch.device("cpu"), trim_interval_s=3600)
+    assert runtime.after_batch()  # the first batch: due
+    assert not runtime.after_batch()  # within the hour: not again
+    measuring = DeviceRuntime(torch.device("cpu"), trim_interval_s=1e-9)
+    baseline = measuring.reset_peak()
+    assert not measuring.after_batch()  # another batch is being measured: leave its pages
+    measuring.peak_above(baseline)
+    assert measuring.after_batch()
