@@ -14,7 +14,9 @@ from models.informer.timefeatures import feature_names
 from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
 
 SHIPPED = shipped_models()
-EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168, 336, 720)} | {"informer-ettm1-h288-c2048"}
+EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168, 336, 720)} | {
+    f"informer-ettm1-h{h}-c2048" for h in (96, 288)
+}
 LONG_CONTEXT = 2048
 pytestmark = pytest.mark.skipif(not SHIPPED, reason="no Informer checkpoints under models/weights/")
 
