@@ -42,6 +42,7 @@ def bound_kernel_caches(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
     for name in KERNEL_CACHE_VARIABLES:
         os.environ.setdefault(name, str(capacity))
 
+
 _MAPS = Path("/proc/self/maps")
 _OTHER_ALLOCATORS = ("libjemalloc", "libtcmalloc", "libmimalloc")
 
