@@ -25,8 +25,9 @@ from dataclasses import dataclass, field
 
 from service.servables.base import ServedModel
 
-# Timed runs of the calibration batch per backend (after warm-up); the fastest counts.
-CALIBRATION_RUNS = 2
+# Timed runs of the calibration batch per backend (after warm-up, so kernels are loaded): one
+# keeps start-up short (each backend of each model is timed); the fastest counts.
+CALIBRATION_RUNS = 1
 
 
 @dataclass

@@ -26,7 +26,7 @@ from service.servables.base import (
 # prepared on the event loop, larger ones in a thread.
 INLINE_PREPARE_ROWS = 1024
 # Windows in the batch timed at start-up to measure each backend's work rate.
-CALIBRATION_WINDOWS = 4
+CALIBRATION_WINDOWS = 2
 
 
 def _cut(horizon: int, forecasts: list[Forecast]) -> list[dict[str, Any]]:

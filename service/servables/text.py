@@ -99,9 +99,10 @@ class TextServable:
         return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
-        # Eight texts of 128 tokens: a typical batch, long enough that overhead does not dominate.
+        # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short
+        # enough that timing every backend adds little to start-up.
         text = "the quick brown fox jumps over the lazy dog " * 16
-        rows = [ids[:CALIBRATION_TOKENS] for ids in self.tokenize([text] * 8)]
+        rows = [ids[:CALIBRATION_TOKENS] for ids in self.tokenize([text] * 4)]
         return rows, self.default_call(backend), max(map(len, rows))
 
     def tokenize(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
