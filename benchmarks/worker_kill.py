@@ -1,0 +1,164 @@
+"""One worker of ``--workers 2`` SIGKILLed under 32 keep-alive clients: what it costs, and when
+the replacement serves again.
+
+    python -m benchmarks.worker_kill                 # 20 s before the kill, 100 s after
+    python -m benchmarks.worker_kill --clients 32 --after 120
+
+Starts ``attnserve serve --workers 2`` with all-MiniLM-L6-v2 only, runs closed-loop clients (one
+keep-alive connection each; httpx reconnects when the server sends ``Connection: close``), kills
+one worker with SIGKILL after ``--before`` seconds and keeps the load on for ``--after`` more.
+Which process answered comes from the ``x-request-id`` prefix. Reports the failed requests against
+the requests that were in flight on the killed worker when it died (each client whose last
+answer came from it had one), how long until the replacement answered its first request, and
+per 10-second window the share of answers from each process. Writes
+``benchmarks/results/worker-kill-cpu.{md,json}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+from loadtest.run import LocalServer
+
+RESULTS = Path(__file__).parent / "results"
+TEXTS = ["worker replacement under keep-alive load", "a second, somewhat longer sentence here"]
+
+
+def worker_pids(supervisor: int) -> list[int]:
+    out = []
+    for child in psutil.Process(supervisor).children():
+        try:
+            if "spawn_main" in " ".join(child.cmdline()):
+                out.append(child.pid)
+        except psutil.Error:
+            pass
+    return sorted(out)
+
+
+async def client(
+    url: str, stop: asyncio.Event, log: list[tuple[float, str | None, int]], last: dict
+) -> None:
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as c:
+        while not stop.is_set():
+            try:
+                r = await c.post("/encode", json={"inputs": TEXTS})
+                prefix = r.headers.get("x-request-id", "").rsplit("-", 1)[0] or None
+                status = r.status_code
+            except httpx.HTTPError:
+                prefix, status = None, 0
+            log.append((time.monotonic(), prefix, status))
+            if status == 200:
+                last[id(c)] = prefix
+
+
+async def run(args: argparse.Namespace, url: str, supervisor: int) -> dict[str, Any]:
+    stop = asyncio.Event()
+    log: list[tuple[float, str | None, int]] = []
+    last: dict[int, str | None] = {}
+    started = time.monotonic()
+    tasks = [asyncio.create_task(client(url, stop, log, last)) for _ in range(args.clients)]
+    await asyncio.sleep(args.before)
+    prefixes_before = Counter(p for t, p, s in log if s == 200 and t > started + args.before - 10)
+    victim = worker_pids(supervisor)[0]
+    snapshot = dict(last)  # which process each client last heard from
+    # The victim's prefix is the one that stops answering after the kill.
+    killed_at = time.monotonic()
+    os.kill(victim, signal.SIGKILL)
+    await asyncio.sleep(args.after)
+    stop.set()
+    await asyncio.gather(*tasks)
+    after = [(t, p, s) for t, p, s in log if t >= killed_at]
+    answering_after = {p for t, p, s in after if s == 200 and p and t > killed_at + 2}
+    victim_prefix = next((p for p in prefixes_before if p not in answering_after), None)
+    in_flight = sum(1 for p in snapshot.values() if p == victim_prefix)
+    failed = [(t, s) for t, p, s in after if s != 200]
+    new_prefixes = sorted(str(p) for p in answering_after - set(prefixes_before))
+    first_new = min((t for t, p, s in after if p in new_prefixes and s == 200), default=None)
+    windows = []
+    for start in range(0, int(args.after), 10):
+        lo, hi = killed_at + start, killed_at + start + 10
+        seen = Counter(p for t, p, s in after if lo <= t < hi and s == 200)
+        total = sum(seen.values())
+        windows.append(
+            {
+                "from_s": start,
+                "answers": total,
+                "replacement_share": (sum(seen[p] for p in new_prefixes) / total if total else 0.0),
+                "failed": sum(1 for t, p, s in after if lo <= t < hi and s != 200),
+            }
+        )
+    return {
+        "clients": args.clients,
+        "victim_pid": victim,
+        "in_flight_on_victim": in_flight,
+        "failed_requests": len(failed),
+        "failed_statuses": dict(Counter(s for _, s in failed)),
+        "replacement_first_answer_s": None if first_new is None else first_new - killed_at,
+        "windows": windows,
+        "max_connection_age_s": args.max_connection_age_s,
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--before", type=float, default=20.0)
+    p.add_argument("--after", type=float, default=100.0)
+    p.add_argument("--max-connection-age-s", type=float, default=60.0)
+    args = p.parse_args()
+    os.environ["ATTNSERVE_MAX_CONNECTION_AGE_S"] = str(args.max_connection_age_s)
+    RESULTS.mkdir(exist_ok=True)
+    options = argparse.Namespace(device="cpu", workers=2, models="all-MiniLM-L6-v2", api_key=None)
+    log_path = RESULTS / "worker-kill-server.log"
+    server = LocalServer(options, log_path)
+    try:
+        server.wait_ready(300)
+        time.sleep(5)  # the second worker finishes its warm-up
+        result = asyncio.run(run(args, server.url, server.process.pid))
+    finally:
+        server.stop()
+    log_path.unlink(missing_ok=True)
+    lines = [
+        "# One of two workers SIGKILLed under keep-alive load (CPU)",
+        "",
+        f"`python -m benchmarks.worker_kill --clients {args.clients}`; "
+        f"max_connection_age_s {args.max_connection_age_s:g}.",
+        "",
+        f"- requests in flight on the killed worker: {result['in_flight_on_victim']}",
+        f"- failed requests: {result['failed_requests']} {result['failed_statuses']}",
+        "- replacement's first answer: "
+        + (
+            "never"
+            if result["replacement_first_answer_s"] is None
+            else f"{result['replacement_first_answer_s']:.1f} s after the kill"
+        ),
+        "",
+        "| seconds after kill | answers | from the replacement | failed |",
+        "|---|---:|---:|---:|",
+        *(
+            f"| {w['from_s']}-{w['from_s'] + 10} | {w['answers']} | "
+            f"{w['replacement_share']:.0%} | {w['failed']} |"
+            for w in result["windows"]
+        ),
+        "",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    (RESULTS / "worker-kill-cpu.md").write_text(text)
+    (RESULTS / "worker-kill-cpu.json").write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()
