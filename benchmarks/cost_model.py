@@ -153,9 +153,9 @@ def main() -> None:
     lines = [
         f"# Estimated vs measured forward seconds ({device.type}, {args.threads} thread(s))",
         "",
-        "`python -m benchmarks.cost_model "
-        + " ".join(f"--models {m}" for m in args.models[:0])
-        + f"--threads {args.threads}`; rates calibrated at start-up as the worker does.",
+        f"`python -m benchmarks.cost_model --models {' '.join(args.models)} "
+        f"--threads {args.threads} --max-seconds {args.max_seconds:g}`; rates calibrated as the "
+        "worker does at start-up.",
         "",
         header,
         *(_line(r) for r in rows),
