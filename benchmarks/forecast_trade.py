@@ -16,6 +16,10 @@ of up to 32) and per backend, in turn:
 * **test MSE** (scaled units) from the checkpoint's ``quality.json`` (``attnserve evaluate``; a
   backend scored on every k-th window says so), and the linear baseline's as the reference row.
 
+``auto`` in ``--backends`` (there by default) adds a row for ``attention: "auto"`` with
+``max_quality_loss`` ``--auto-budget`` (0.1): the backend it resolved to, its MSE, and below the
+table its speed against the fastest fixed backend within the same budget and against ``flash``.
+
 Writes ``benchmarks/results/forecast-trade.{md,json,png}``: the table and latency against MSE.
 """
 
@@ -29,6 +33,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psutil
 
 from benchmarks.service import LoadResult, ServerProcess, Workload, drive
@@ -36,6 +41,7 @@ from models.informer.checkpoint import shipped_dirs
 from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
 from models.names import BACKEND_NAMES
+from models.quality_loss import forecast_losses
 
 RESULTS = Path(__file__).parent / "results"
 LONG_MODELS = ("informer-ettm1-h288-c2048",)
@@ -91,7 +97,12 @@ class PeakRss:
 
 
 def measure_model(
-    model: str, backends: list[str], seconds: float, threads: int, log_dir: Path
+    model: str,
+    backends: list[str],
+    seconds: float,
+    threads: int,
+    log_dir: Path,
+    auto_budget: float = 0.1,
 ) -> list[dict[str, Any]]:
     directory = shipped_dirs().get(model) or Path(model)
     quality = json.loads((directory / "quality.json").read_text())
@@ -101,19 +112,27 @@ def measure_model(
     try:
         server.wait_ready()
         for backend in backends:
+            extra = {"max_quality_loss": auto_budget} if backend == "auto" else {}
             bodies = [
-                json.dumps({"model": directory.name, "series": [s], "attention": backend}).encode()
+                json.dumps(
+                    {"model": directory.name, "series": [s], "attention": backend, **extra}
+                ).encode()
                 for s in series
             ]
             work = Workload("/forecast", bodies)
+            ran, reason = resolved(server.url, bodies[0])
             with PeakRss(server.proc.pid) as mem:
                 one: LoadResult = asyncio.run(drive(server.url, work, 1, seconds, 2.0))
                 eight: LoadResult = asyncio.run(drive(server.url, work, 8, seconds, 2.0))
-            q = quality["backends"].get(backend, {})
+            q = quality["backends"].get(ran, {})
             rows.append(
                 {
                     "model": directory.name,
                     "backend": backend,
+                    "ran": ran,
+                    "choice": reason,
+                    "quality_loss": forecast_losses(quality).get(ran),
+                    "budget": auto_budget if backend == "auto" else None,
                     "p50_ms_1_client": one.pct(50),
                     "requests_per_s_8_clients": eight.throughput,
                     "mean_batch_8_clients": (
@@ -140,6 +159,40 @@ def measure_model(
     finally:
         server.stop()
     return rows
+
+
+def resolved(url: str, body: bytes) -> tuple[str, str | None]:
+    """The backend one request ran (``auto`` resolves per request) and the server's reason."""
+    r = httpx.post(
+        f"{url}/forecast", content=body, headers={"content-type": "application/json"}, timeout=60
+    )
+    r.raise_for_status()
+    return str(r.json()["attention"]), r.headers.get("x-attention-choice")
+
+
+def auto_summary(rows: list[dict[str, Any]]) -> str:
+    """Per model: ``auto`` against the fastest fixed backend whose measured loss is within the
+    same budget, and against ``flash``."""
+    lines = []
+    for r in rows:
+        if r["backend"] != "auto":
+            continue
+        group = [g for g in rows if g["model"] == r["model"] and g["backend"] != "auto"]
+        within = [g for g in group if (g["quality_loss"] or 0.0) <= r["budget"]]
+        best = min(within, key=lambda g: g["p50_ms_1_client"], default=None)
+        flash = next((g for g in group if g["backend"] == "flash"), None)
+        if best is None or flash is None:
+            continue
+        lines.append(
+            f"- {r['model']}: `auto` (max_quality_loss {r['budget']:g}) ran **{r['ran']}** "
+            f"(`x-attention-choice: {r['choice']}`); p50 {r['p50_ms_1_client']:.0f} ms vs the "
+            f"fastest fixed backend within the budget ({best['backend']}) "
+            f"{best['p50_ms_1_client']:.0f} ms: {r['p50_ms_1_client'] / best['p50_ms_1_client']:.2f}x "
+            f"its latency, {r['requests_per_s_8_clients'] / best['requests_per_s_8_clients']:.2f}x "
+            f"its throughput at 8 clients; {flash['p50_ms_1_client'] / r['p50_ms_1_client']:.2f}x "
+            "faster than flash."
+        )
+    return "\n".join(lines)
 
 
 def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
@@ -170,6 +223,8 @@ def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
             label = (
                 f"**{r['backend']}** (default)" if r["backend"] == default[model] else r["backend"]
             )
+            if r["backend"] == "auto":
+                label = f"auto (max_quality_loss {r['budget']:g}) → {r['ran']}"
             every = "" if r["stride"] == 1 else f" (every {r['stride']}th window)"
             mse_cells = f"{mse:.4f}{every} | {vs}" if mse is not None else "— | —"
             lines.append(
@@ -192,7 +247,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
         for r in group:
             y = r["test_mse"] / r["linear_mse"]  # same windows: comparable across strides
             ax.scatter(r["p50_ms_1_client"], y)
-            ax.annotate(r["backend"], (r["p50_ms_1_client"], y), fontsize=8)
+            name = r["backend"] if r["backend"] != "auto" else f"auto→{r['ran']}"
+            ax.annotate(name, (r["p50_ms_1_client"], y), fontsize=8)
         ax.axhline(1.0, ls="--", color="grey", label="linear baseline")
         ax.set_xscale("log")
         ax.set_xlabel("p50 latency at 1 client (ms, log)")
@@ -206,7 +262,8 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", nargs="+", default=list(LONG_MODELS))
-    p.add_argument("--backends", nargs="+", default=list(BACKEND_NAMES))
+    p.add_argument("--backends", nargs="+", default=[*BACKEND_NAMES, "auto"])
+    p.add_argument("--auto-budget", type=float, default=0.1, help="max_quality_loss for auto")
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, default=RESULTS / "forecast-trade")
@@ -220,13 +277,15 @@ def main(argv: list[str] | None = None) -> None:
         default[directory.name] = json.loads((directory / "quality.json").read_text())[
             "default_backend"
         ]
-        rows += measure_model(model, args.backends, args.seconds, args.threads, args.log_dir)
+        rows += measure_model(
+            model, args.backends, args.seconds, args.threads, args.log_dir, args.auto_budget
+        )
     text = (
         f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
         f"machine), {args.seconds:g} s per phase; peak memory = the server's resident memory "
         "above its level at the start of the backend's phases. Test MSE from each checkpoint's "
-        "quality.json.\n\n" + table(rows, default) + "\n\nRegenerate: `python -m "
-        "benchmarks.forecast_trade`\n"
+        "quality.json.\n\n" + table(rows, default) + "\n\n" + auto_summary(rows) + "\n\n"
+        "Regenerate: `python -m benchmarks.forecast_trade`\n"
     )
     print(text)
     args.out.with_suffix(".md").write_text(text)

@@ -1,12 +1,14 @@
 """How long the event loop stalls while clients send large forecast bodies: ``/healthz``
 latency measured beside them.
 
-    .venv/bin/python -m benchmarks.loop_stall [--clients 1 4] [--seconds 15]
+    .venv/bin/python -m benchmarks.loop_stall [--clients 1 4] [--seconds 15] [--parse-processes 0 1]
 
-Starts ``attnserve serve`` with informer-etth1-h24 (one torch thread), then, per ``--clients``
-level, that many closed-loop clients each send a body just under the 4 MiB limit (64 series of
-360 hourly rows) while one prober calls ``/healthz`` every 10 ms. Prints the prober's p50, p99
-and worst latency and the forecasts answered: a stalled loop shows in ``/healthz``.
+Per ``--parse-processes`` (0: bodies parsed on the event loop; N: in N helper processes,
+``service.body_pool``), starts ``attnserve serve`` with informer-etth1-h24 (one torch thread),
+then, per ``--clients`` level, that many closed-loop clients each send a body just under the
+4 MiB limit (64 series of 360 hourly rows) while one prober calls ``/healthz`` every 10 ms.
+Prints the prober's p50, p99 and worst latency and the forecasts answered: a stalled loop shows
+in ``/healthz``.
 """
 
 from __future__ import annotations
@@ -63,25 +65,29 @@ def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4])
     p.add_argument("--seconds", type=float, default=15.0)
+    p.add_argument("--parse-processes", type=int, nargs="+", default=[0, 1])
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"))
     args = p.parse_args(argv)
     body = big_body()
-    server = ServerProcess([MODEL], 1, 32, args.log_dir / "loop-stall.log")
     print(f"body {len(body):,} bytes")
-    print("| clients | healthz p50 ms | p99 ms | max ms | forecasts answered |")
-    print("|---:|---:|---:|---:|---:|")
-    try:
-        server.wait_ready()
-        for clients in args.clients:
-            probe, sent = asyncio.run(drive(server.url, body, clients, args.seconds))
-            p99 = probe[min(len(probe) - 1, int(0.99 * len(probe)))]
-            print(
-                f"| {clients} | {statistics.median(probe):.1f} | {p99:.1f} | {probe[-1]:.1f} | "
-                f"{sent} |",
-                flush=True,
-            )
-    finally:
-        server.stop()
+    print("| clients | body parsing | healthz p50 ms | p99 ms | max ms | forecasts answered |")
+    print("|---:|---|---:|---:|---:|---:|")
+    for processes in args.parse_processes:
+        where = f"{processes} helper process(es)" if processes else "on the event loop"
+        extra = ["--body-parse-processes", str(processes)]
+        server = ServerProcess([MODEL], 1, 32, args.log_dir / "loop-stall.log", extra=extra)
+        try:
+            server.wait_ready()
+            for clients in args.clients:
+                probe, sent = asyncio.run(drive(server.url, body, clients, args.seconds))
+                p99 = probe[min(len(probe) - 1, int(0.99 * len(probe)))]
+                print(
+                    f"| {clients} | {where} | {statistics.median(probe):.1f} | {p99:.1f} | "
+                    f"{probe[-1]:.1f} | {sent} |",
+                    flush=True,
+                )
+        finally:
+            server.stop()
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -133,6 +133,7 @@ class ServerProcess:
         workers: int = 1,
         device: str = "cpu",
         root: Path = ROOT,
+        extra: Sequence[str] = (),
     ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -146,6 +147,7 @@ class ServerProcess:
             "--workers", str(workers),
             "--max-queue", "1024",
             "--log-level", "warning",
+            *extra,
         ]  # fmt: skip
         self.log = log.open("w")
         env = {**os.environ, "PYTHONPATH": str(root)}

@@ -28,6 +28,7 @@ from service.batching.device import (
     select_device,
 )
 from service.batching.policy import Limits
+from service.body_pool import BodyParsePool
 from service.engine import Engine
 from service.errors import install_error_handlers
 from service.metrics import Metrics
@@ -91,6 +92,9 @@ async def start_serving(state: AppState) -> None:
         registry.names(), settings.max_queue, runtime.total_bytes(), host_memory_limit()
     )
     metrics.models_loaded.set(len(servables))
+    if state.body_pool is not None:
+        lifecycle.step("starting the body-parsing processes")
+        await asyncio.to_thread(state.body_pool.start)
     # Everything loaded so far (torch, the models: hundreds of thousands of objects) lives as
     # long as the process: keep the cyclic GC from walking it on every full collection, which a
     # large request body (a few MB of JSON: ~10^5 new objects) triggers on the event loop.
@@ -110,6 +114,8 @@ async def stop_serving(state: AppState) -> None:
         grace = max(0.0, state.settings.shutdown_grace_s - lifecycle.draining_for())
         if not await state.batcher.drain(grace):
             log.warning("grace period over: requests still queued were answered 503")
+    if state.body_pool is not None:
+        await asyncio.to_thread(state.body_pool.close)
     lifecycle.mark_stopped()
 
 
@@ -125,6 +131,10 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     """Build the app. ``loader`` replaces model loading (tests pass small random-weight models)."""
     settings = settings or Settings()
     state = AppState(settings=settings, metrics=Metrics(), loader=loader or load_servables)
+    if settings.body_parse_processes:
+        state.body_pool = BodyParsePool(
+            settings.body_parse_processes, settings.body_parse_min_bytes
+        )
 
     async def load_or_fail() -> None:
         try:

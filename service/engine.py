@@ -10,19 +10,28 @@ between lives here, in order:
 3. ``model.check``: every model-level check once, into a typed, immutable job;
 4. ``model.prepare``: tokenize / parse on the event loop when that is cheaper than a thread hop
    (the model says which), otherwise in a thread so the loop keeps answering;
-5. submit to the model's worker under the job's batch key and await the result (or a 504, or
+5. ``attention: "auto"``: the backend for these rows (:mod:`service.auto_attention`);
+6. submit to the model's worker under the job's batch key and await the result (or a 504, or
    the client leaving).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
 from models.names import BACKEND_NAMES
+from service.auto_attention import (
+    AUTO,
+    DEFAULT_MAX_QUALITY_LOSS,
+    QUALITY_METRIC,
+    candidates,
+    choose,
+    quality_table,
+)
 from service.batching.batcher import Batcher
 from service.batching.job import JobResult
 from service.batching.policy import BatchKey
@@ -30,6 +39,9 @@ from service.errors import InvalidRequest
 from service.registry import Registry
 from service.servables.base import ForecastInput, TextInput
 from service.settings import Settings
+
+# Text lengths (tokens) at which ``GET /models`` shows the auto table: the quality bands' tops.
+TEXT_TABLE_LENGTHS = (64, 128, 256)
 
 
 @dataclass(frozen=True)
@@ -66,6 +78,7 @@ class Answer:
     result: JobResult
     tokens: int = 0
     horizon: int = 0
+    choice: str | None = None  # attention "auto": what ran and why (x-attention-choice)
 
 
 class Engine:
@@ -88,19 +101,32 @@ class Engine:
         self, task: str, name: str | None, request: Any, count: int, what: str, client: Client
     ) -> Answer:
         labels = client.labels if client.labels is not None else {}
-        if request.attention in BACKEND_NAMES:  # known names only: label values stay bounded
+        auto = request.attention == AUTO
+        if request.attention in BACKEND_NAMES or auto:  # known names only: bounded label values
             labels["attention"] = request.attention
         model = self.registry.get(name, task)
         labels["model"] = model.name
         if request.attention is None:
             labels["attention"] = model.default_attention
         check_count(count, self.settings.max_inputs_per_request, what)
-        checked = model.check(request)
-        labels["attention"] = checked.call.backend
+        check_auto_fields(request)
+        # auto: checked and prepared as for the default backend (the rows do not depend on
+        # it), then the backend is chosen for these rows and the request checked for it.
+        checked = model.check(replace(request, attention=None) if auto else request)
         if checked.inline:
             work = model.prepare(checked)
         else:
             work = await run_in_threadpool(model.prepare, checked)
+        choice = None
+        if auto:
+            budget = request.max_quality_loss
+            if budget is None:
+                budget = DEFAULT_MAX_QUALITY_LOSS[task]
+            worker = self.batcher.workers[model.name]
+            choice = choose(candidates(model, worker, len(work.rows), max(work.lengths)), budget)
+            checked = model.check(replace(request, attention=choice.backend))
+            self.batcher.metrics.auto_choices.labels(model.name, choice.backend).inc()
+        labels["attention"] = checked.call.backend
         result = await self.batcher.submit(
             model.name,
             BatchKey(checked.call, work.bucket),
@@ -111,7 +137,10 @@ class Engine:
             request_id=client.request_id,
         )
         horizon = int(checked.detail.get("horizon", 0))
-        return Answer(model.name, checked.call.backend, result.value, result, work.tokens, horizon)
+        reason = choice.header() if choice is not None else None
+        return Answer(
+            model.name, checked.call.backend, result.value, result, work.tokens, horizon, reason
+        )
 
     def cards(self) -> list[dict[str, Any]]:
         """Every loaded model's card, in load order."""
@@ -130,7 +159,35 @@ class Engine:
             "request_timeout_s": s.request_timeout_s,
             "max_request_compute_s": s.request_compute_limit_s,
         }
+        worker = self.batcher.workers.get(model.name)
+        if worker is not None:
+            context = getattr(model, "context", None)  # forecasters: every window's length
+            lengths = [context] if context else TEXT_TABLE_LENGTHS
+            card["auto"] = {
+                "default_max_quality_loss": DEFAULT_MAX_QUALITY_LOSS[model.task],
+                "quality_metric": QUALITY_METRIC[model.task],
+                "by_length": {
+                    str(n): quality_table(model, worker, n)
+                    for n in lengths
+                    if n <= getattr(model, "max_tokens", n)
+                },
+            }
         return card
+
+
+def check_auto_fields(request: Any) -> None:
+    """422 for a quality budget without ``auto``, or options with it."""
+    if request.attention == AUTO:
+        if request.attention_options:
+            raise InvalidRequest(
+                "attention_options cannot be combined with attention 'auto' (it picks a backend "
+                "at its default options); drop attention_options, or name a backend to set them"
+            )
+    elif request.max_quality_loss is not None:
+        raise InvalidRequest(
+            "max_quality_loss applies only with attention 'auto'; send attention 'auto', or "
+            "drop max_quality_loss to run the backend you named"
+        )
 
 
 def check_count(n: int, limit: int, what: str) -> None:

@@ -119,6 +119,12 @@ class Metrics:
             registry=r,
             multiprocess_mode="livesum",
         )
+        self.auto_choices = Counter(
+            "attnserve_auto_attention_choices_total",
+            "Backends chosen for requests that asked for attention 'auto', by model and backend.",
+            ["model", "backend"],
+            registry=r,
+        )
         self.rejections = Counter(
             "attnserve_rejections_total",
             "Requests refused or dropped, by reason (queue_full, timeout, shutting_down, "

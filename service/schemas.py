@@ -4,11 +4,40 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidatorFunctionWrapHandler
+from pydantic.functional_validators import WrapValidator
 
 Options = dict[str, Any]
+
+
+def _checked_array(ndim: int) -> WrapValidator:
+    """Let a float64 array of ``ndim`` dimensions through as it is. JSON never holds one: only
+    the body-parsing helper (``service.body_pool``) puts them there, after validating the very
+    lists they were built from, so the event loop does not walk the numbers a second time."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == ndim:
+            return value
+        return handler(value)
+
+    return WrapValidator(validate)
+
+
+def _array_or_list(numbers: list[Any], ndim: int) -> Any:
+    """``numbers`` as a float64 array when they form one of ``ndim`` dimensions, else as given."""
+    try:
+        array = np.asarray(numbers, dtype=np.float64)
+    except ValueError:
+        return numbers
+    return array if array.ndim == ndim else numbers
+
+
+# A history as rows or as one column; typed as the lists a client sends (the OpenAPI schema).
+FloatRows = Annotated[list[list[float]], _checked_array(2)]
+FloatColumn = Annotated[list[float], _checked_array(1)]
 
 
 class _Request(BaseModel):
@@ -45,10 +74,19 @@ class EncodeRequest(_Request):
     )
     model: str | None = Field(None, description="Encoder name; the only loaded encoder if omitted.")
     attention: str | None = Field(
-        None, description="Attention backend (full, flash, probsparse, performer, nystrom)."
+        None,
+        description="Attention backend (full, flash, probsparse, performer, nystrom), or auto: "
+        "the fastest within max_quality_loss.",
     )
     attention_options: Options = Field(
         default_factory=dict, description="Options of the backend (see GET /models)."
+    )
+    max_quality_loss: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="With attention 'auto': the most quality loss against exact attention the "
+        "server may trade for speed (1 - mean cosine to the exact embedding; default 0.01). Only with 'auto'.",
     )
     normalize: StrictBool = Field(True, description="Scale each embedding to unit length.")
     truncate: StrictBool = Field(
@@ -82,8 +120,15 @@ class EmbeddingsRequest(_Request):
         None, description="Accepted only when equal to the model's dimension (no shortening)."
     )
     user: str | None = Field(None, description="Ignored (OpenAI compatibility).")
-    attention: str | None = Field(None, description="Attention backend (extension).")
+    attention: str | None = Field(None, description="Attention backend or auto (extension).")
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
+    max_quality_loss: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="With attention 'auto': the most quality loss against exact attention the "
+        "server may trade for speed (1 - mean cosine to the exact embedding; default 0.01). Only with 'auto'.",
+    )
 
 
 class EmbeddingItem(BaseModel):
@@ -122,10 +167,10 @@ class Series(_Request):
         description="The first row's timestamp; the others follow at the model's step "
         "(instead of `timestamps`).",
     )
-    values: list[list[float]] | None = Field(
+    values: FloatRows | None = Field(
         None, description="Rows of the model's channels in original units (oldest first)."
     )
-    columns: dict[str, list[float]] | None = Field(
+    columns: dict[str, FloatColumn] | None = Field(
         None,
         description="Instead of `values`: each channel's history by name, oldest first "
         "(columnar: about a fifth of the parsing cost of rows for long histories).",
@@ -137,13 +182,39 @@ class Series(_Request):
             return len(self.values)
         return max((len(c) for c in (self.columns or {}).values()), default=0)
 
+    def packed(self) -> dict[str, Any]:
+        """The fields given, the numbers as float64 arrays (rows only when all have the same
+        length: a ragged history stays a list, so the forecaster's 422 can name the row)."""
+        out = self.model_dump(exclude_unset=True, exclude={"values", "columns"})
+        if self.values is not None:
+            out["values"] = _array_or_list(self.values, ndim=2)
+        if self.columns is not None:
+            out["columns"] = {name: _array_or_list(c, ndim=1) for name, c in self.columns.items()}
+        return out
+
 
 class ForecastRequest(_Request):
     model: str = Field(description="Forecaster name, e.g. informer-etth1-h24.")
     series: list[Series] = Field(description="Histories to forecast; each is one batch row.")
     horizon: int | None = Field(None, description="Steps to return (at most the model's horizon).")
-    attention: str | None = Field(None, description="Attention backend.")
+    attention: str | None = Field(
+        None, description="Attention backend, or auto: the fastest within max_quality_loss."
+    )
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
+    max_quality_loss: float | None = Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="With attention 'auto': the most quality loss against exact attention the "
+        "server may trade for speed (relative test-MSE increase; default 0.05). Only with 'auto'.",
+    )
+
+    def packed(self) -> dict[str, Any]:
+        """This request as the body-parsing helper hands it to the event loop: the histories'
+        numbers as arrays (:meth:`Series.packed`), which re-validate without a walk."""
+        out = self.model_dump(exclude_unset=True, exclude={"series"})
+        out["series"] = [s.packed() for s in self.series]
+        return out
 
 
 class ForecastOut(BaseModel):

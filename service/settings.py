@@ -120,6 +120,20 @@ class Settings(BaseSettings):
         ge=1024,
         description="Largest accepted request body; larger gets a 413.",
     )
+    body_parse_processes: int = Field(
+        default=1,
+        ge=0,
+        le=64,
+        description="Helper processes that parse and validate large forecast bodies off the "
+        "event loop, so a few MB of JSON do not stall other requests (and /healthz); 0: parse "
+        "every body on the event loop.",
+    )
+    body_parse_min_bytes: int = Field(
+        default=256 * 1024,
+        ge=0,
+        description="Forecast bodies of at least this size go to a body-parsing process; "
+        "smaller ones are parsed on the event loop (cheaper than the round trip).",
+    )
     max_header_bytes: int = Field(
         default=16 * 1024,
         ge=1024,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.batching.batcher import Batcher
+from service.body_pool import BodyParsePool
 from service.engine import Engine
 from service.lifecycle import Lifecycle
 from service.metrics import Metrics
@@ -25,3 +26,4 @@ class AppState:
     batcher: Batcher | None = None
     engine: Engine | None = None
     device: str = "cpu"
+    body_pool: BodyParsePool | None = None

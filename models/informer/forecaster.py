@@ -186,7 +186,7 @@ class InformerForecaster:
     def _rows(self, values: Sequence[Sequence[float]]) -> np.ndarray:
         """Rows as a float64 array ``[n, channels]``; the error names the first bad row."""
         n_ch = len(self.channels)
-        if not isinstance(values, list | tuple):
+        if not isinstance(values, list | tuple | np.ndarray):
             raise ModelInputError("values must be a list of rows")
         try:  # one C-level conversion; the row-by-row walk below only runs to name an error
             raw = np.asarray(values, dtype=np.float64)

@@ -36,7 +36,13 @@ async def embeddings(
 ) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings (unit-normalised, as OpenAI's are)."""
     texts = [body.input] if isinstance(body.input, str) else body.input
-    job = TextInput(texts, body.attention, body.attention_options, dimensions=body.dimensions)
+    job = TextInput(
+        texts,
+        body.attention,
+        body.attention_options,
+        dimensions=body.dimensions,
+        max_quality_loss=body.max_quality_loss,
+    )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     base64_format = body.encoding_format == "base64"

@@ -18,7 +18,14 @@ async def encode(
 ) -> EncodeResponse:
     """Embed one or more texts (mean-pooled all-MiniLM-L6-v2, 384-d)."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-    job = TextInput(texts, body.attention, body.attention_options, body.normalize, body.truncate)
+    job = TextInput(
+        texts,
+        body.attention,
+        body.attention_options,
+        body.normalize,
+        body.truncate,
+        max_quality_loss=body.max_quality_loss,
+    )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     return EncodeResponse(

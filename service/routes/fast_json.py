@@ -3,63 +3,24 @@
 FastAPI reads a JSON body with ``json.loads``; for a forecast request (hundreds to thousands of
 numbers) that builds Python objects on the event loop several times slower than
 ``pydantic_core.from_json`` (``python -m benchmarks.forecast_parsing`` measures the JSON step). Routers opt in with ``APIRouter(route_class=FastJSONRoute)`` (FastAPI's
-documented custom-route hook); validation, OpenAPI and error bodies are unchanged.
+documented custom-route hook); validation, OpenAPI and error bodies are unchanged. Large bodies
+leave the event loop altogether (:mod:`service.body_pool`).
 """
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic_core import from_json
+from pydantic import BaseModel
 
+from service.json_body import parse_json_body
 
-def parse_json_body(body: bytes, content_encoding: str | None = None) -> Any:
-    """The body as JSON, strictly: UTF-8 only (no byte-order mark, no UTF-16/32), no
-    ``Content-Encoding``, pydantic-core's nesting limit. Every refusal is a
-    ``json.JSONDecodeError`` saying what was wrong, which FastAPI turns into a 422.
-
-    pydantic-core refuses some unpaired surrogate escapes (``"\\ud800"``), which JSON allows: those
-    bodies are parsed by the standard library, so the model's text check can name the input that
-    holds one (a 422 with its index)."""
-    encoding = (content_encoding or "identity").strip().lower()
-    if encoding != "identity":
-        raise json.JSONDecodeError(
-            f"Content-Encoding {content_encoding!r} is not supported; send the body uncompressed",
-            "",
-            0,
-        )
-    if body.startswith((b"\xef\xbb\xbf", b"\xff\xfe", b"\xfe\xff")):
-        raise json.JSONDecodeError(
-            "the body starts with a byte-order mark (UTF-16 or UTF-8 with BOM); send UTF-8 "
-            "without one",
-            "",
-            0,
-        )
-    try:
-        return from_json(body)
-    except ValueError as exc:
-        error = exc
-    if "surrogate" in str(error) or "hex escape" in str(error):
-        try:  # unpaired surrogate escapes are valid JSON: let the text check name the input
-            return json.loads(body.decode("utf-8"))
-        except (ValueError, RecursionError):
-            pass
-    raise json.JSONDecodeError(str(error), "", _position(body, str(error))) from None
-
-
-def _position(body: bytes, message: str) -> int:
-    """The character offset of pydantic-core's "at line L column C" (0 when it gives none)."""
-    match = re.search(r"line (\d+) column (\d+)", message)
-    if match is None:
-        return 0
-    line, column = int(match[1]), int(match[2])
-    lines = body.decode("utf-8", errors="replace").split("\n")
-    return sum(len(text) + 1 for text in lines[: line - 1]) + column
+if TYPE_CHECKING:
+    from service.body_pool import BodyParsePool
 
 
 class FastJSONRequest(Request):
@@ -71,14 +32,63 @@ class FastJSONRequest(Request):
             self._json = parse_json_body(body, self.headers.get("content-encoding"))
         return self._json
 
+    async def parse_elsewhere(self, pool: BodyParsePool, model: type[BaseModel]) -> None:
+        """For a large JSON body: parse and validate it in ``pool``'s helper process, keep the
+        packed result as this request's JSON, or raise the 422 the route would have raised."""
+        if not _is_json(self.headers.get("content-type")):
+            return  # FastAPI refuses it as it is
+        body = await self.body()
+        if not pool.wants(body):
+            return
+        parsed = await pool.parse(body, self.headers.get("content-encoding"), model)
+        if parsed.json_error is not None:
+            message, position = parsed.json_error
+            raise RequestValidationError(
+                [
+                    {
+                        "type": "json_invalid",
+                        "loc": ("body", position),
+                        "msg": "JSON decode error",
+                        "input": {},
+                        "ctx": {"error": message},
+                    }
+                ]
+            )
+        if parsed.errors is not None:
+            raise RequestValidationError(parsed.errors)
+        self._json = parsed.body
+
+
+def _is_json(content_type: str | None) -> bool:
+    """Whether FastAPI would read a body of this type as JSON (absent counts)."""
+    if not content_type:
+        return True
+    kind = content_type.split(";", 1)[0].strip().lower()
+    return kind == "application/json" or (
+        kind.startswith("application/") and kind.endswith("+json")
+    )
+
 
 class FastJSONRoute(APIRoute):
-    """An ``APIRoute`` that hands its endpoint a :class:`FastJSONRequest`."""
+    """An ``APIRoute`` that hands its endpoint a :class:`FastJSONRequest`; a large body whose
+    model has ``packed()`` is parsed in the app's :class:`BodyParsePool` (when the app state
+    has one: ``app.state.attnserve.body_pool``)."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
+        # Only bodies whose model can pack itself (``packed()``: long number lists as arrays)
+        # gain from the trip; others are parsed here.
+        annotation = self.body_field.field_info.annotation if self.body_field else None
+        model: type[BaseModel] | None = None
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            model = annotation if hasattr(annotation, "packed") else None
 
         async def route(request: Request) -> Response:
-            return await handler(FastJSONRequest(request.scope, request.receive))
+            fast = FastJSONRequest(request.scope, request.receive)
+            state = getattr(request.app.state, "attnserve", None)
+            pool = getattr(state, "body_pool", None)
+            if model is not None and pool is not None:
+                await fast.parse_elsewhere(pool, model)
+            return await handler(fast)
 
         return route

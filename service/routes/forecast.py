@@ -27,6 +27,7 @@ async def forecast(
         body.attention,
         body.attention_options,
         steps=sum(s.rows() for s in body.series),
+        max_quality_loss=body.max_quality_loss,
     )
     answer = await engine.forecast(body.model, job, client_of(request))
     set_timing_headers(response, answer)

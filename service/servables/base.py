@@ -59,6 +59,7 @@ class TextInput:
     normalize: bool = True
     truncate: bool = False
     dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
+    max_quality_loss: float | None = None  # with attention "auto" (service.auto_attention)
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class ForecastInput:
     attention: str | None = None
     attention_options: Mapping[str, Any] = field(default_factory=dict)
     steps: int = 0  # history rows over all series: how much parsing ``prepare`` has to do
+    max_quality_loss: float | None = None  # with attention "auto" (service.auto_attention)
 
 
 @dataclass(frozen=True)
@@ -160,6 +162,12 @@ class ServedModel(Protocol):
         """Flop-equivalents of :meth:`run` on ``rows`` rows of ``length`` (see
         :mod:`models.attention.work`); the worker prices them in seconds with the rate it
         measured for the backend (:mod:`service.batching.cost`)."""
+        ...
+
+    def quality_losses(self, length: int) -> dict[str, float]:
+        """Measured quality loss against exact attention per backend at its default options, for
+        rows of ``length`` (see :mod:`models.quality_loss`); backends without a figure are left
+        out (``attention: "auto"`` never picks them)."""
         ...
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:

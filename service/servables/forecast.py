@@ -13,6 +13,7 @@ import pandas as pd
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
 from models.informer.timefeatures import freq_step
+from models.quality_loss import forecast_losses
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
     Call,
@@ -94,6 +95,11 @@ class ForecastServable:
     def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         # Every window is cut to the model's context: ``length`` is always the context.
         return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
+
+    def quality_losses(self, length: int) -> dict[str, float]:
+        # Every window is cut to the model's context: the figures hold at any history length.
+        losses = forecast_losses(self.forecaster.quality)
+        return {b: loss for b, loss in losses.items() if b in self._backends}
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
         return self.forecaster.work_estimate(call.backend, call.options_dict, rows)

@@ -6,8 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 from models.errors import ModelInputError
+from models.quality_loss import embedding_losses
 from models.text import SentenceEncoder
-from models.text.encoder import DEFAULT_ATTENTION
+from models.text.encoder import DEFAULT_ATTENTION, load_quality
 from service.batching.policy import length_bucket
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
@@ -42,6 +43,7 @@ class TextServable:
         self.dim = encoder.dim
         self.max_tokens = encoder.max_tokens
         self._backends = accepted_backends(self.encoder.check_attention)
+        self._quality = load_quality()
 
     # ------------------------------------------------------------------ per request
 
@@ -97,6 +99,16 @@ class TextServable:
 
     def work_estimate(self, call: TextCall, rows: int, length: int) -> float:
         return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
+
+    def quality_losses(self, length: int) -> dict[str, float]:
+        # Only figures measured at the options the backend runs by default now.
+        losses = {}
+        for backend, (loss, options) in embedding_losses(self._quality, length).items():
+            if backend in self._backends and (
+                not options or option_items(options) == self.default_call(backend).options
+            ):
+                losses[backend] = loss
+        return losses
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
         # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short

@@ -1,0 +1,60 @@
+"""Each attention backend's measured quality loss against exact attention, read from a model's
+shipped quality figures: what ``attention: "auto"`` budgets against (:mod:`service.auto_attention`).
+
+Pure arithmetic over the figures (no torch): a backend without a figure has no loss here, so it
+is never chosen on a guess.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+EXACT = ("flash", "full")
+
+
+def forecast_losses(quality: Mapping[str, Any]) -> dict[str, float]:
+    """Relative test-MSE increase of each backend over exact attention, from a checkpoint's
+    ``quality.json`` (:mod:`models.informer.evaluate`); ``{}`` without an exact figure.
+
+    Backends may have been scored on different windows (the default backend on all of them,
+    the others on every k-th, each beside the linear baseline's MSE on its own windows), so each
+    MSE is first divided by that linear MSE: ``loss = (mse_b / lin_b) / (mse_exact / lin_exact) - 1``.
+    On the same windows this is ``mse_b / mse_exact - 1``.
+    """
+    backends = quality.get("backends") or {}
+    overall = (quality.get("linear_baseline") or {}).get("mse")
+
+    def relative(entry: Mapping[str, Any]) -> float | None:
+        linear = entry.get("linear_mse", overall)
+        mse = entry.get("mse")
+        return None if not linear or mse is None else float(mse) / float(linear)
+
+    reference = next((relative(backends[n]) for n in EXACT if n in backends), None)
+    if not reference:
+        return {}
+    losses = {}
+    for name, entry in backends.items():
+        ratio = relative(entry)
+        if ratio is not None:
+            losses[name] = 0.0 if name in EXACT else ratio / reference - 1.0
+    return losses
+
+
+def embedding_losses(
+    quality: Mapping[str, Any], length: int
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """``1 - mean cosine`` to the exact embedding per backend, over the measured texts whose
+    token count falls in the same band as ``length`` (``models/text/quality.json``), with the
+    options the figure was measured at. ``{}`` when no band covers ``length``."""
+    losses: dict[str, tuple[float, dict[str, Any]]] = {}
+    reference = quality.get("reference")
+    for name, entry in (quality.get("backends") or {}).items():
+        for band, figures in (entry.get("by_tokens") or {}).items():
+            low, _, high = str(band).partition("-")
+            if int(low) <= length <= int(high):
+                loss = max(0.0, 1.0 - float(figures["mean_cosine"]))
+                losses[name] = (loss, dict(entry.get("options") or {}))
+    if reference and losses:
+        losses[str(reference)] = (0.0, {})
+    return losses

@@ -1,0 +1,131 @@
+"""``attention: "auto"``: quality losses read from the shipped figures, and a choice that never
+exceeds the budget (``models.quality_loss``, ``service.auto_attention``)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+
+from models.quality_loss import embedding_losses, forecast_losses
+from models.text.encoder import QUALITY_FILE
+from service.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
+
+WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "weights"
+SHIPPED = sorted(p.parent for p in WEIGHTS.glob("*/quality.json"))
+BUDGETS = (0.0, 1e-4, 0.001, 0.01, 0.05, 0.1, 0.5, 2.0)
+
+
+def test_every_default_forecaster_ships_quality_figures() -> None:
+    from service.settings import DEFAULT_MODELS
+
+    shipped = {p.name for p in SHIPPED}
+    assert {m for m in DEFAULT_MODELS if m.startswith("informer-")} <= shipped
+
+
+@pytest.mark.parametrize("checkpoint", SHIPPED, ids=lambda p: p.name)
+def test_forecast_losses_follow_the_figures_on_matching_windows(checkpoint: Path) -> None:
+    quality = json.loads((checkpoint / "quality.json").read_text())
+    losses = forecast_losses(quality)
+    backends = quality["backends"]
+    assert set(losses) == set(backends)
+    exact = backends.get("flash") or backends["full"]
+    overall = quality["linear_baseline"]["mse"]
+    for name, entry in backends.items():
+        if name in EXACT_BACKENDS:
+            assert losses[name] == 0.0
+            continue
+        # Recomputed from the figures: each MSE over the linear MSE of its own windows.
+        mine = entry["mse"] / entry.get("linear_mse", overall)
+        ref = exact["mse"] / exact.get("linear_mse", overall)
+        assert losses[name] == pytest.approx(mine / ref - 1, abs=1e-12)
+        if entry.get("windows") == exact.get("windows"):
+            assert losses[name] == pytest.approx(entry["mse"] / exact["mse"] - 1, abs=1e-9)
+
+
+def test_forecast_losses_compare_scores_on_different_windows_through_the_baseline() -> None:
+    quality = {
+        "linear_baseline": {"mse": 0.50},
+        "backends": {
+            "performer": {"mse": 0.45},  # all windows: 10 % better than linear there
+            "flash": {"mse": 0.40, "linear_mse": 0.40},  # every k-th window: equal to linear
+            "nystrom": {"mse": 0.44, "linear_mse": 0.40},  # 10 % worse than linear there
+        },
+    }
+    losses = forecast_losses(quality)
+    assert losses["flash"] == 0.0
+    assert losses["performer"] == pytest.approx(0.9 - 1)
+    assert losses["nystrom"] == pytest.approx(0.1)
+    assert forecast_losses({"backends": {"performer": {"mse": 1.0}}}) == {}  # no exact figure
+    assert forecast_losses({}) == {}
+
+
+def test_embedding_losses_are_the_band_of_the_length() -> None:
+    quality = json.loads(QUALITY_FILE.read_text())
+    for length, band in ((10, "1-64"), (64, "1-64"), (65, "65-128"), (200, "129-256")):
+        losses = embedding_losses(quality, length)
+        assert losses[quality["reference"]] == (0.0, {})
+        for name, entry in quality["backends"].items():
+            loss, options = losses[name]
+            assert loss == pytest.approx(max(0.0, 1 - entry["by_tokens"][band]["mean_cosine"]))
+            assert options == entry["options"]
+    assert embedding_losses(quality, 257) == {}  # no figure beyond the measured lengths
+
+
+def _shipped_loss_tables() -> list[tuple[str, dict[str, float]]]:
+    tables = [
+        (p.name, forecast_losses(json.loads((p / "quality.json").read_text()))) for p in SHIPPED
+    ]
+    text = json.loads(QUALITY_FILE.read_text())
+    for length in (32, 100, 256):
+        tables.append(
+            (f"text@{length}", {k: v for k, (v, _) in embedding_losses(text, length).items()})
+        )
+    return tables
+
+
+@pytest.mark.parametrize("name,losses", _shipped_loss_tables(), ids=lambda x: str(x)[:40])
+def test_never_a_backend_whose_measured_loss_exceeds_the_budget(
+    name: str, losses: dict[str, float]
+) -> None:
+    rng = random.Random(name)
+    for _ in range(50):  # any prices the device might measure
+        options = [
+            Candidate(b, 0.0 if b in EXACT_BACKENDS else loss, rng.uniform(0.001, 1.0), True)
+            for b, loss in losses.items()
+        ]
+        for exact in EXACT_BACKENDS:
+            if exact not in losses:
+                options.append(Candidate(exact, 0.0, rng.uniform(0.001, 1.0), True))
+        for budget in BUDGETS:
+            choice = choose(options, budget)
+            chosen = next(c for c in options if c.backend == choice.backend)
+            assert chosen.loss <= budget
+            allowed = [c for c in options if c.loss <= budget]
+            assert chosen.seconds == min(c.seconds or 0.0 for c in allowed)  # the cheapest
+            if budget == 0.0:
+                assert choice.backend in EXACT_BACKENDS or chosen.loss <= 0.0
+
+
+def test_choice_skips_what_does_not_fit_memory_and_prefers_priced_candidates() -> None:
+    options = [
+        Candidate("full", 0.0, 0.9, False),
+        Candidate("flash", 0.0, 0.5, True),
+        Candidate("performer", 0.01, 0.1, False),
+        Candidate("nystrom", 0.02, None, True),
+        Candidate("probsparse", 0.03, 0.3, True),
+    ]
+    assert choose(options, 0.05).backend == "probsparse"
+    assert choose(options, 0.025).backend == "flash"
+    assert choose(options, 0.0).backend == "flash"
+    with pytest.raises(ValueError):
+        choose([], 0.1)
+
+
+def test_the_header_says_what_ran_why_and_against_what() -> None:
+    flash = Candidate("flash", 0.0, 0.126, True)
+    choice = Choice("performer", -0.0002, 0.05, 0.041, flash)
+    assert choice.header() == "performer; loss -0.0002 <= 0.05; est 41 ms vs flash 126 ms"
+    assert Choice("flash", 0.0, 0.0, 0.126, flash).header() == "flash; loss 0 <= 0; est 126 ms"
