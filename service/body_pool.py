@@ -5,8 +5,9 @@ of forecast history keep the event loop (and every other request, ``/healthz`` i
 for tens of milliseconds per body, and a thread does not help. A process does: the helper parses
 the bytes, validates them against the route's body model and sends back a *packed* form (long
 number lists as float64 arrays) that costs the event loop a copy and a cheap re-validation
-(``service.schemas`` passes arrays through). Bodies under ``offload_min_bytes`` stay on the loop:
-a process round trip costs more than parsing them.
+(``service.schemas`` passes arrays through). Bodies under ``body_parse_min_bytes`` stay on the
+loop: for them the round trip (a few ms: the body crosses a pipe twice) costs more latency than
+the loop would lose parsing them.
 
 The helper is a spawned interpreter (never forked: the server runs torch threads) that imports
 pydantic, numpy and the schemas, not torch or the models.
@@ -19,6 +20,9 @@ import concurrent.futures
 import json
 import logging
 import multiprocessing
+import os
+import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +58,19 @@ def parse_and_validate(body: bytes, content_encoding: str | None, model: type[Ba
     return Parsed(body=validated.packed())  # type: ignore[attr-defined]
 
 
+def _exit_with_parent(parent: int, every_s: float = 1.0) -> None:
+    """In each helper, at start: exit once the server that started it is gone. A helper holds
+    both ends of its work queue's pipe, so it would otherwise wait forever after its server was
+    killed (SIGKILL, OOM killer), an orphan per kill."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(every_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="exit-with-parent", daemon=True).start()
+
+
 def _ready() -> bool:
     """Run once per helper at start-up, so the imports are paid before the first body."""
     return True
@@ -80,7 +97,10 @@ class BodyParsePool:
     def _pool(self) -> concurrent.futures.ProcessPoolExecutor:
         if self._executor is None:
             self._executor = concurrent.futures.ProcessPoolExecutor(
-                self.processes, mp_context=multiprocessing.get_context("spawn")
+                self.processes,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_exit_with_parent,
+                initargs=(os.getpid(),),
             )
         return self._executor
 

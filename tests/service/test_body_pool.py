@@ -8,11 +8,14 @@ import copy
 import json
 import os
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+import psutil
 import pytest
 from fastapi.testclient import TestClient
 
@@ -254,3 +257,34 @@ def test_pool_helpers_stop_with_the_app(servable: Any, tmp_path: Path) -> None:
         assert len(processes) == 1 and processes[0].is_alive()
     processes[0].join(timeout=10)
     assert not processes[0].is_alive()
+
+
+def test_helpers_exit_when_their_server_is_killed(tmp_path: Path) -> None:
+    # A server process (here: a bare interpreter holding a started pool) SIGKILLed: its helper
+    # must not stay behind as an orphan.
+    script = tmp_path / "server.py"
+    script.write_text(
+        "import asyncio, sys, time\n"
+        "from service.body_pool import BodyParsePool\n"
+        "from tests.service.pid_probe import PidProbe\n"
+        "if __name__ == '__main__':\n"
+        "    pool = BodyParsePool(1, 0)\n"
+        "    pool.start()\n"
+        "    print(asyncio.run(pool.parse(b'{\"n\": 1}', None, PidProbe)).body['pid'], flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(root)},
+    )
+    try:
+        assert server.stdout is not None
+        helper = psutil.Process(int(server.stdout.readline()))
+    finally:
+        server.kill()
+        server.wait()
+    gone, alive = psutil.wait_procs([helper], timeout=10)
+    assert not alive, "the helper outlived its server"
