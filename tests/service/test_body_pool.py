@@ -286,5 +286,5 @@ def test_helpers_exit_when_their_server_is_killed(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
-    gone, alive = psutil.wait_procs([helper], timeout=10)
+    _, alive = psutil.wait_procs([helper], timeout=10)
     assert not alive, "the helper outlived its server"
