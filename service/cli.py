@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -28,11 +29,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="run the HTTP server")
     for name, field in Settings.model_fields.items():
         env = f"ATTNSERVE_{name.upper()}"
+        switch = field.annotation is bool  # ``--ray`` alone means true; ``--ray false`` works
         serve.add_argument(
             _flag(name),
             dest=name,
             default=None,
             metavar="VALUE",
+            nargs="?" if switch else None,
+            const="true" if switch else None,
             help=f"{field.description} [{env}]",
         )
     commands.add_parser("settings", help="print the settings table (markdown)")
@@ -81,6 +85,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    if settings.ray:
+        from service.logs import configure_logging
+
+        configure_logging(settings)
+        if importlib.util.find_spec("ray") is None:
+            print("attnserve: --ray needs Ray Serve: pip install 'attnserve[ray]'", file=sys.stderr)
+            return 2
+        from service.ray_serve import run as run_on_ray
+
+        return run_on_ray(settings)
     if settings.workers > 1:
         # The supervisor loads no model: keep torch and the app out of its process.
         from service.logs import configure_logging

@@ -196,6 +196,28 @@ class Settings(BaseSettings):
             "core, its event loop and model sharing one GIL."
         ),
     )
+    ray: bool = Field(
+        default=False,
+        description="Serve on Ray Serve (pip install 'attnserve[ray]'): replicas of the whole app "
+        "behind Ray's proxy on host:port, on a local Ray cluster or the one RAY_ADDRESS names. "
+        "One GPU per replica on GPU hosts, else torch_threads CPUs each.",
+    )
+    replicas: int = Field(
+        default=0,
+        ge=0,
+        le=1024,
+        description="With ray: this many replicas; 0: autoscale between 1 and max_replicas on "
+        "ongoing requests.",
+    )
+    max_replicas: int = Field(
+        default=4, ge=1, le=1024, description="With ray and replicas 0: the autoscaler's ceiling."
+    )
+    ray_target_ongoing_requests: float | None = Field(
+        default=None,
+        gt=0,
+        description="With ray and replicas 0: ongoing requests per replica the autoscaler aims "
+        "at. Unset: max_batch_size (one full batch waiting per replica).",
+    )
     torch_threads: int = Field(
         default=0,
         ge=0,

@@ -13,12 +13,22 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = {"service", "models"}
+# Modules that only run with an optional extra installed (the CLI checks for it first), and that
+# extra's name in [project.optional-dependencies]; nothing else may import its packages.
+OPTIONAL_MODULES = {
+    ROOT / "service" / "ray_serve.py": "ray",
+    ROOT / "service" / "ray_metrics.py": "ray",
+}
 
 
 def imported_modules(package: Path) -> set[str]:
-    """Top-level names of absolute imports anywhere in ``package``."""
+    """Top-level names of absolute imports anywhere in ``package`` (a folder or one file),
+    optional modules left out of folders."""
     names: set[str] = set()
-    for path in package.rglob("*.py"):
+    paths = [package] if package.is_file() else sorted(package.rglob("*.py"))
+    for path in paths:
+        if package.is_dir() and path in OPTIONAL_MODULES:
+            continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
                 names.update(alias.name.split(".")[0] for alias in node.names)
@@ -31,28 +41,45 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def declared_dependencies() -> set[str]:
+def declared_dependencies(extra: str | None = None) -> set[str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = project["optional-dependencies"][extra] if extra else project["dependencies"]
+    return {normalise(re.split(r"[\[<>=!~ ;]", req, maxsplit=1)[0]) for req in requirements}
+
+
+def third_party(modules: set[str]) -> set[str]:
     return {
-        normalise(re.split(r"[\[<>=!~ ;]", req, maxsplit=1)[0]) for req in project["dependencies"]
-    }
-
-
-def test_runtime_imports_are_declared_dependencies() -> None:
-    third_party = {
         name
-        for pkg in LOCAL
-        for name in imported_modules(ROOT / pkg)
+        for name in modules
         if name not in sys.stdlib_module_names and name not in LOCAL and name != "__future__"
     }
-    assert {"torch", "fastapi"} <= third_party  # the scan sees real imports
+
+
+def undeclared_imports(names: set[str], declared: set[str]) -> dict[str, list[str]]:
     distributions = packages_distributions()
-    declared = declared_dependencies()
     undeclared = {}
-    for name in sorted(third_party):
+    for name in sorted(names):
         dists = {normalise(d) for d in distributions.get(name, [name])}
         if not dists & declared:
             undeclared[name] = sorted(dists)
+    return undeclared
+
+
+def test_optional_modules_import_only_their_extra() -> None:
+    for module, extra in OPTIONAL_MODULES.items():
+        names = third_party(imported_modules(module))
+        assert extra in names  # the scan sees the extra's import
+        undeclared = undeclared_imports(
+            names, declared_dependencies() | declared_dependencies(extra)
+        )
+        assert not undeclared, f"{module.name} imports packages outside [{extra}]: {undeclared}"
+
+
+def test_runtime_imports_are_declared_dependencies() -> None:
+    names = third_party({name for pkg in LOCAL for name in imported_modules(ROOT / pkg)})
+    assert {"torch", "fastapi"} <= names  # the scan sees real imports
+    assert not names & set(OPTIONAL_MODULES.values())  # only the optional modules use extras
+    undeclared = undeclared_imports(names, declared_dependencies())
     assert not undeclared, (
         f"imported by service/ or models/ but not in [project.dependencies]: {undeclared}"
     )
