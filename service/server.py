@@ -8,18 +8,17 @@ once. The process then exits 0 (uvicorn's default re-raises the signal after a g
 a failed start-up (missing weights, ...) exits 1.
 
 With ``workers`` > 1 the CLI starts :class:`service.workers.Supervisor` instead (it must not
-import this module, which pulls in torch and the app); its worker processes each run
-:func:`serve_worker`: the same server on its own ``SO_REUSEPORT`` listener.
+import this module, which pulls in torch and the app); its worker processes each run the same
+server (:func:`build_server`) on their own ``SO_REUSEPORT`` listener.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
-import socket
 import time
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -34,6 +33,9 @@ from service.state import AppState
 from service.transport import guarded_protocol
 
 log = logging.getLogger("attnserve")
+
+# Returns why the server should stop now, or None to go on (checked once per tick).
+ExitCondition = Callable[[], str | None]
 
 
 class StartupLifespan(LifespanOn):
@@ -56,11 +58,11 @@ class DrainingServer(uvicorn.Server):
     """``uvicorn.Server`` whose exit signal first drains the app (see the module docstring)."""
 
     def __init__(
-        self, config: uvicorn.Config, state: AppState, supervisor_pid: int | None = None
+        self, config: uvicorn.Config, state: AppState, exit_when: ExitCondition | None = None
     ) -> None:
         super().__init__(config)
         self.state = state
-        self.supervisor_pid = supervisor_pid
+        self.exit_when = exit_when
         self._loop: asyncio.AbstractEventLoop | None = None
 
     async def serve(self, sockets: list | None = None) -> None:
@@ -98,11 +100,12 @@ class DrainingServer(uvicorn.Server):
         if self.state.lifecycle.phase is Phase.FAILED:
             log.error("exiting with status 1: start-up failed (see above)")
             return True
-        # A worker whose supervisor died (killed without a word) is re-parented: drain and go.
-        orphaned = self.supervisor_pid is not None and os.getppid() != self.supervisor_pid
-        if orphaned and not (self.state.lifecycle.draining or self.should_exit):
-            log.warning("the supervisor (pid %d) is gone", self.supervisor_pid)
-            self.handle_exit(signal.SIGTERM, None)
+        # The embedder's reason to stop (a worker whose supervisor is gone): drain and go.
+        if self.exit_when is not None and not (self.state.lifecycle.draining or self.should_exit):
+            reason = self.exit_when()
+            if reason:
+                log.warning("%s: draining", reason)
+                self.handle_exit(signal.SIGTERM, None)
         return await super().on_tick(counter)
 
     async def _drain(self) -> None:
@@ -118,10 +121,11 @@ class DrainingServer(uvicorn.Server):
 
 
 def build_server(
-    settings: Settings, app: FastAPI | None = None, supervisor_pid: int | None = None
+    settings: Settings, app: FastAPI | None = None, exit_when: ExitCondition | None = None
 ) -> DrainingServer:
     """A configured server for ``settings`` (``app`` defaults to ``create_app(settings)``);
-    ``supervisor_pid``: the parent process of a worker (see :mod:`service.workers`)."""
+    ``exit_when``: checked every tick; a reason it returns drains and stops the server (see
+    :mod:`service.workers`)."""
     app = app or create_app(settings)
     config = uvicorn.Config(
         app,
@@ -136,7 +140,7 @@ def build_server(
         limit_concurrency=settings.max_connections,
         access_log=False,
     )
-    return DrainingServer(config, app.state.attnserve, supervisor_pid)
+    return DrainingServer(config, app.state.attnserve, exit_when)
 
 
 def serve(settings: Settings) -> int:
@@ -145,13 +149,4 @@ def serve(settings: Settings) -> int:
     configure_logging(settings)
     server = build_server(settings)
     server.run()
-    return 1 if server.state.lifecycle.phase is Phase.FAILED else 0
-
-
-def serve_worker(settings: Settings, sockets: list[socket.socket], supervisor_pid: int) -> int:
-    """One worker process of several: serve on ``sockets`` (its listener on the shared port)
-    until told to stop, or until the supervisor is gone. Returns the exit status, as
-    :func:`serve`."""
-    server = build_server(settings, supervisor_pid=supervisor_pid)
-    server.run(sockets=sockets)
     return 1 if server.state.lifecycle.phase is Phase.FAILED else 0

@@ -82,7 +82,8 @@ def run_worker(settings: Settings, port: int, supervisor_pid: int) -> None:
     exits with the server's status."""
     os.setpgrp()  # out of the terminal's process group: Ctrl-C goes to the supervisor only
     from service.batching.device import select_device  # torch and the app: in the worker only
-    from service.server import serve_worker
+    from service.lifecycle import Phase
+    from service.server import build_server
 
     configure_logging(settings)
     if settings.device == "auto" and select_device("auto").type != "cpu":
@@ -91,7 +92,15 @@ def run_worker(settings: Settings, port: int, supervisor_pid: int) -> None:
         sys.exit(1)
     sock = reuse_port_socket(settings.host, port)
     sock.listen(2048)
-    sys.exit(serve_worker(settings.model_copy(update={"device": "cpu"}), [sock], supervisor_pid))
+
+    def orphaned() -> str | None:
+        # A worker whose supervisor died (killed without a word) is re-parented.
+        gone = os.getppid() != supervisor_pid
+        return f"the supervisor (pid {supervisor_pid}) is gone" if gone else None
+
+    server = build_server(settings.model_copy(update={"device": "cpu"}), exit_when=orphaned)
+    server.run(sockets=[sock])
+    sys.exit(1 if server.state.lifecycle.phase is Phase.FAILED else 0)
 
 
 class Supervisor:
