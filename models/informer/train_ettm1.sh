@@ -19,7 +19,9 @@
 # few short epochs, so --lr-decay 0.8 and 50 batches per epoch, 8 epochs. h96 improved validation
 # by 0.24 % (best epoch 2) and beat the linear baseline on every test window (0.30509 vs 0.30555,
 # -0.15 %): it ships with this recipe. h672 (validation -0.15 %, best epoch 1) still lost on test
-# (0.3919 vs 0.3913, +0.1 %) and stays out.
+# (0.3919 vs 0.3913, +0.1 %) and stays out. Two more h672 tries (2026-11-23, session 8) did no
+# better: THIRD with seed 7 (no epoch improved validation) and lr 5e-5, decay 0.9, dropout 0.2
+# (validation 0.8508, test every 16th window 0.3925, +0.1 % vs linear).
 # RESUME=--resume continues stopped runs.
 set -u
 cd "$(dirname "$0")/../.."
