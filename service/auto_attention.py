@@ -19,15 +19,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from models.quality_loss import EXACT
 from service.batching.policy import BatchKey
 from service.batching.worker import ModelWorker
 from service.servables.base import ServedModel
 
 AUTO = "auto"
-EXACT_BACKENDS = ("flash", "full")
-# The budget a request gets when it names none, per task: a forecast may be up to 5 % worse in
-# test MSE than exact attention; an embedding must keep a mean cosine of 0.99 to the exact one.
-DEFAULT_MAX_QUALITY_LOSS = {"forecast": 0.05, "encode": 0.01}
+EXACT_BACKENDS = EXACT
 QUALITY_METRIC = {
     "forecast": "relative test-MSE increase over exact attention",
     "encode": "1 - mean cosine similarity to the exact embedding, over texts of this length",

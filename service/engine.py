@@ -24,9 +24,9 @@ from typing import Any
 from starlette.concurrency import run_in_threadpool
 
 from models.names import BACKEND_NAMES
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 from service.auto_attention import (
     AUTO,
-    DEFAULT_MAX_QUALITY_LOSS,
     QUALITY_METRIC,
     candidates,
     choose,

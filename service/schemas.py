@@ -10,6 +10,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidatorFunctionWrapHandler
 from pydantic.functional_validators import WrapValidator
 
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
+
 Options = dict[str, Any]
 
 
@@ -65,6 +67,18 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def quality_budget(metric: str, task: str) -> Any:
+    """The ``max_quality_loss`` field of ``task``, whose quality loss is ``metric``."""
+    default = DEFAULT_MAX_QUALITY_LOSS[task]
+    return Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="With attention 'auto': the most quality loss against exact attention the "
+        f"server may trade for speed ({metric}; default {default}). Only with 'auto'.",
+    )
+
+
 # ----------------------------------------------------------------------------- encode
 
 
@@ -81,12 +95,8 @@ class EncodeRequest(_Request):
     attention_options: Options = Field(
         default_factory=dict, description="Options of the backend (see GET /models)."
     )
-    max_quality_loss: float | None = Field(
-        None,
-        ge=0,
-        allow_inf_nan=False,
-        description="With attention 'auto': the most quality loss against exact attention the "
-        "server may trade for speed (1 - mean cosine to the exact embedding; default 0.01). Only with 'auto'.",
+    max_quality_loss: float | None = quality_budget(
+        "1 - mean cosine to the exact embedding", "encode"
     )
     normalize: StrictBool = Field(True, description="Scale each embedding to unit length.")
     truncate: StrictBool = Field(
@@ -122,12 +132,8 @@ class EmbeddingsRequest(_Request):
     user: str | None = Field(None, description="Ignored (OpenAI compatibility).")
     attention: str | None = Field(None, description="Attention backend or auto (extension).")
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
-    max_quality_loss: float | None = Field(
-        None,
-        ge=0,
-        allow_inf_nan=False,
-        description="With attention 'auto': the most quality loss against exact attention the "
-        "server may trade for speed (1 - mean cosine to the exact embedding; default 0.01). Only with 'auto'.",
+    max_quality_loss: float | None = quality_budget(
+        "1 - mean cosine to the exact embedding", "encode"
     )
 
 
@@ -201,13 +207,7 @@ class ForecastRequest(_Request):
         None, description="Attention backend, or auto: the fastest within max_quality_loss."
     )
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
-    max_quality_loss: float | None = Field(
-        None,
-        ge=0,
-        allow_inf_nan=False,
-        description="With attention 'auto': the most quality loss against exact attention the "
-        "server may trade for speed (relative test-MSE increase; default 0.05). Only with 'auto'.",
-    )
+    max_quality_loss: float | None = quality_budget("relative test-MSE increase", "forecast")
 
     def packed(self) -> dict[str, Any]:
         """This request as the body-parsing helper hands it to the event loop: the histories'
