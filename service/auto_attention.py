@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from models.quality_loss import EXACT
+from models.quality_loss import EXACT as EXACT_BACKENDS
 from service.batching.policy import BatchKey
 from service.batching.worker import ModelWorker
 from service.servables.base import ServedModel
 
 AUTO = "auto"
-EXACT_BACKENDS = EXACT
 QUALITY_METRIC = {
     "forecast": "relative test-MSE increase over exact attention",
     "encode": "1 - mean cosine similarity to the exact embedding, over texts of this length",

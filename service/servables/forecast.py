@@ -48,6 +48,9 @@ class ForecastServable:
         self.context = forecaster.context
         self.horizon = forecaster.horizon
         self._backends = accepted_backends(self.forecaster.check_attention)
+        # The shipped figures do not change while serving: read once, asked per auto request.
+        losses = forecast_losses(self.forecaster.quality)
+        self._losses = {b: loss for b, loss in losses.items() if b in self._backends}
 
     # ------------------------------------------------------------------ per request
 
@@ -98,8 +101,7 @@ class ForecastServable:
 
     def quality_losses(self, length: int) -> dict[str, float]:
         # Every window is cut to the model's context: the figures hold at any history length.
-        losses = forecast_losses(self.forecaster.quality)
-        return {b: loss for b, loss in losses.items() if b in self._backends}
+        return self._losses
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
         return self.forecaster.work_estimate(call.backend, call.options_dict, rows)

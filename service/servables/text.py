@@ -44,6 +44,7 @@ class TextServable:
         self.max_tokens = encoder.max_tokens
         self._backends = accepted_backends(self.encoder.check_attention)
         self._quality = load_quality()
+        self._losses: dict[int, dict[str, float]] = {}
 
     # ------------------------------------------------------------------ per request
 
@@ -101,13 +102,17 @@ class TextServable:
         return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
 
     def quality_losses(self, length: int) -> dict[str, float]:
-        # Only figures measured at the options the backend runs by default now.
-        losses = {}
-        for backend, (loss, options) in embedding_losses(self._quality, length).items():
-            if backend in self._backends and (
-                not options or option_items(options) == self.default_call(backend).options
-            ):
-                losses[backend] = loss
+        # The figures do not change while serving: worked out once per length (at most
+        # max_tokens of them), then asked per auto request.
+        losses = self._losses.get(length)
+        if losses is None:
+            # Only figures measured at the options the backend runs by default now.
+            losses = self._losses[length] = {
+                backend: loss
+                for backend, (loss, options) in embedding_losses(self._quality, length).items()
+                if backend in self._backends
+                and (not options or option_items(options) == self.default_call(backend).options)
+            }
         return losses
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
