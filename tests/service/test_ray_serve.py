@@ -148,7 +148,10 @@ def test_a_killed_replica_costs_only_its_in_flight_requests_and_is_replaced(url:
     failures = outcomes.count(False)
     # Each client has one request in flight at a time: at most that many die with the replica.
     assert failures <= clients, f"{failures} failures for {clients} clients"
-    assert all(outcomes[-20:]), "the survivor should have carried the load meanwhile"
+    # The failures are the killed replica's in-flight requests, which may be reported after
+    # later requests succeed: what must hold is that serving goes on, so ask again now.
+    with httpx.Client(base_url=url, timeout=60) as c:
+        assert all(forecast(c).status_code == 200 for _ in range(20))
 
     # Ray starts a replacement; capacity returns: two replicas serve again, one of them new.
     def two_again() -> bool:
