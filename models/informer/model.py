@@ -12,9 +12,11 @@ Options beyond the paper (see :class:`InformerConfig`): channel independence and
 Attention plan (which backend each layer runs), decided per call by :func:`attention_plan`:
     * every layer runs the requested backend with the requested options;
     * a layer the backend cannot run (e.g. causal decoder self-attention for ``nystrom``) runs
-      exact ``full`` attention instead, with the reason recorded;
+      exact attention instead, with the reason recorded;
     * with ``probsparse``, the decoder cross-attention is exact, as in the paper (Fig. 2; the
       reference builds it with ``FullAttention``): ProbSparse is a self-attention mechanism.
+    * exact attention in place of the requested backend is ``flash`` (the fused kernel, same
+      result as ``full`` without the score matrix) where that accepts the layer, else ``full``.
 
 Dimension legend: ``b`` batch (``b·c`` rows when channels run independently), ``n`` steps,
 ``t`` tokens, ``c`` channels, ``f`` calendar features, ``d`` width, ``h`` horizon.
@@ -70,19 +72,30 @@ def attention_plan(
         spec = InputSpec(lq, lk, head_dim, dtype, device_type, causal=causal)
         reasons = chosen.unsupported_reasons(spec, resolved)
         if reasons:
-            return LayerChoice("full", {}, "; ".join(reasons))
+            return exact_choice(spec, "; ".join(reasons))
         return LayerChoice(backend, resolved)
 
     plan = {f"encoder.{i}.self": pick(n, n, False) for i, n in enumerate(enc_lengths)}
     for i in range(cfg.d_layers):
         plan[f"decoder.{i}.self"] = pick(dec_len, dec_len, True)
         if backend == "probsparse":
-            plan[f"decoder.{i}.cross"] = LayerChoice(
-                "full", {}, "Informer's cross-attention is exact (paper Fig. 2)"
+            spec = InputSpec(dec_len, enc_lengths[-1], head_dim, dtype, device_type)
+            plan[f"decoder.{i}.cross"] = exact_choice(
+                spec, "Informer's cross-attention is exact (paper Fig. 2)"
             )
         else:
             plan[f"decoder.{i}.cross"] = pick(dec_len, enc_lengths[-1], False)
     return plan
+
+
+def exact_choice(spec: InputSpec, reason: str) -> LayerChoice:
+    """Exact attention for a layer the requested backend does not run: ``flash`` where its fused
+    kernel takes ``spec`` (the same result as ``full`` without the Lq x Lk score matrix), else
+    ``full``."""
+    for name in ("flash", "full"):
+        if not get_backend(name).unsupported_reasons(spec):
+            return LayerChoice(name, {}, reason)
+    return LayerChoice("full", {}, reason)
 
 
 def _with_seq_len(config: InformerConfig, seq_len: int) -> InformerConfig:
@@ -109,7 +122,10 @@ class LinearPath(nn.Module):
                 f"{self.weight.shape[0]}; got {x.shape[1]} steps and horizon {horizon}"
             )
         last = x[:, -1:]
-        return torch.einsum("hn,bnc->bhc", self.weight, x - last) + last
+        # As [b·c, n] x [n, h]: one GEMM with h columns (the [h, n] x [n, c] form has only c, a
+        # shape BLAS runs several times slower).
+        moved = torch.matmul((x - last).transpose(1, 2), self.weight.T)  # [b, c, h]
+        return moved.transpose(1, 2) + last
 
 
 class Informer(nn.Module):

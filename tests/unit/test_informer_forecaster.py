@@ -145,10 +145,10 @@ def test_layer_backends_and_card_report_fallbacks(forecaster):
     assert forecaster.layer_backends("nystrom") == {
         "encoder.0.self": "nystrom",
         "encoder.1.self": "nystrom",
-        "decoder.0.self": "full",
+        "decoder.0.self": "flash",
         "decoder.0.cross": "nystrom",
     }
-    assert forecaster.layer_backends("probsparse")["decoder.0.cross"] == "full"
+    assert forecaster.layer_backends("probsparse")["decoder.0.cross"] == "flash"
     card = forecaster.card()
     assert card["task"] == "forecast" and card["default_attention"] == "probsparse"
     assert set(card["backends"]) == set(BACKENDS)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
 from models.attention import BACKENDS, AttentionError
+from models.informer import model as model_module
 from models.informer.config import PRESETS, preset
 from models.informer.data import decoder_input
-from models.informer.model import Informer, attention_plan
+from models.informer.model import Informer, LayerChoice, attention_plan
 from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
 
 
@@ -57,17 +60,60 @@ def test_decoder_self_attention_is_causal(backend):
     assert not torch.allclose(a[:, t], b[:, t])
 
 
+def test_exact_fallback_is_full_where_the_fused_kernel_cannot_take_the_layer():
+    # On CUDA, SDPA's fused kernels need a head dimension divisible by 8 and no float64.
+    odd_heads = replace(PRESETS["small"], d_model=36, n_heads=3)  # head_dim 12
+    for cfg, dtype in ((odd_heads, torch.float32), (PRESETS["small"], torch.float64)):
+        plan = attention_plan(cfg, "probsparse", dtype=dtype, device_type="cuda")
+        assert plan["decoder.0.cross"].backend == "full"
+        assert (
+            attention_plan(cfg, "nystrom", dtype=dtype, device_type="cuda")[
+                "decoder.0.self"
+            ].backend
+            == "full"
+        )
+    assert (
+        attention_plan(PRESETS["small"], "probsparse", device_type="cuda")[
+            "decoder.0.cross"
+        ].backend
+        == "flash"
+    )
+
+
+def test_exact_fallback_gives_the_answer_of_full_attention(monkeypatch):
+    # The layers a backend cannot run are exact whichever exact kernel runs them.
+    torch.manual_seed(0)
+    cfg = replace(PRESETS["small"], seq_len=96, label_len=24, pred_len=12, dropout=0.0)
+    model = Informer(cfg).eval()
+    x, xm = torch.randn(2, 96, cfg.enc_in), torch.randn(2, 96, cfg.time_features)
+    xd, xdm = torch.randn(2, 36, cfg.dec_in), torch.randn(2, 36, cfg.time_features)
+    planned = model_module.attention_plan
+    for backend, layer in (("nystrom", "decoder.0.self"), ("probsparse", "decoder.0.cross")):
+        assert planned(cfg, backend, seq_len=96)[layer].backend == "flash"
+        with torch.no_grad():
+            fused = model(x, xm, xd, xdm, backend)
+
+            def with_full(*args, _layer=layer, **kwargs):
+                return {**planned(*args, **kwargs), _layer: LayerChoice("full", {}, "reference")}
+
+            monkeypatch.setattr(model_module, "attention_plan", with_full)
+            reference = model(x, xm, xd, xdm, backend)
+            monkeypatch.setattr(model_module, "attention_plan", planned)
+        assert not torch.equal(fused, reference)  # a different kernel did run
+        torch.testing.assert_close(fused, reference, rtol=1e-5, atol=1e-5)
+
+
 def test_plan_falls_back_where_backend_cannot_run():
     cfg = PRESETS["small"]
     plan = attention_plan(cfg, "nystrom")
     assert plan["encoder.0.self"].backend == "nystrom"
     assert plan["decoder.0.cross"].backend == "nystrom"
-    assert plan["decoder.0.self"].backend == "full"  # no causal Nyström
+    assert plan["decoder.0.self"].backend == "flash"  # no causal Nyström: exact, fused
     assert "causal" in plan["decoder.0.self"].reason
     prob = attention_plan(cfg, "probsparse")
     assert [prob[f"encoder.{i}.self"].backend for i in range(2)] == ["probsparse"] * 2
     assert prob["decoder.0.self"].backend == "probsparse"
-    assert prob["decoder.0.cross"].backend == "full"  # exact cross-attention, as in the paper
+    assert prob["decoder.0.cross"].backend == "flash"  # exact cross-attention, as in the paper
     assert prob["encoder.0.self"].options == {"factor": cfg.factor}
     for name in ("full", "flash", "performer"):
         assert all(

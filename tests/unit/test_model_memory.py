@@ -20,7 +20,7 @@ from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
 from models.informer.data import ETTH1_CHANNELS, StandardScaler
 from models.informer.memory import forward_bytes as informer_bytes
-from models.informer.model import Informer, attention_plan
+from models.informer.model import Informer, LayerChoice, attention_plan
 from models.profiling import allocated_peak
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.config import BertConfig
@@ -79,9 +79,12 @@ def test_informer_estimate_is_linear_in_rows_and_follows_the_plan() -> None:
     full = [informer_bytes(config, attention_plan(config, "full"), n) for n in (1, 2, 32)]
     assert full[2] == pytest.approx(32 * full[0], rel=0.01)
     assert full[2] > 32 * 4 * 2049**2 * 4 * 2  # two [32, 4, 2049, 2049] float32 score matrices
-    # nystrom cannot run the causal decoder self-attention: that layer falls back to full.
+    # nystrom cannot run the causal decoder self-attention: that layer falls back to exact
+    # (fused) attention; each layer is priced as its plan says.
     plan = attention_plan(config, "nystrom")
-    assert plan["decoder.0.self"].backend == "full"
+    assert plan["decoder.0.self"].backend == "flash"
+    with_full = {**plan, "encoder.0.self": LayerChoice("full", {})}
+    assert informer_bytes(config, with_full, 32) > 2 * informer_bytes(config, plan, 32)
 
 
 def test_forecaster_prices_a_compiled_batch_at_its_bucket(tmp_path: Path) -> None:
