@@ -62,16 +62,21 @@ def orthogonal_features(head_dim: int, num_features: int, device: str = "cpu") -
 NUMERICAL_STABILISER = 1e-4
 
 
-def _hyperbolic_features(proj: Tensor, shift: Tensor) -> Tensor:
-    """[exp(p − shift), exp(−p − shift)] + ε for projections ``p`` ``[b,h,n,m/2]`` → ``[b,h,n,m]``."""
+# Run eagerly under torch.compile, for the reason given at orthogonal_features.
+@torch.compiler.disable
+@functools.lru_cache(maxsize=64)
+def signed_features(head_dim: int, pairs: int, device: str = "cpu") -> Tensor:
+    """``[ω; −ω]``: ``[2·pairs, d]``, so that one product gives both halves of the hyperbolic
+    features (and a max over it is the max of ``|ωᵀx|``)."""
+    omega = orthogonal_features(head_dim, pairs, device)
+    return torch.cat([omega, -omega])
+
+
+def _positive_features(proj: Tensor, shift: Tensor) -> Tensor:
+    """``exp(proj − shift) + ε``; in place on ``proj`` (a temporary) outside training."""
     if torch.is_grad_enabled() and (proj.requires_grad or shift.requires_grad):
-        # Training: the in-place, out= path below cannot be differentiated.
-        return torch.cat([proj - shift, -proj - shift], dim=-1).exp() + NUMERICAL_STABILISER
-    out = torch.empty(*proj.shape[:-1], 2 * proj.shape[-1], dtype=proj.dtype, device=proj.device)
-    half = proj.shape[-1]
-    torch.sub(proj, shift, out=out[..., :half])
-    torch.sub(proj.neg_(), shift, out=out[..., half:])  # proj is a temporary: negate in place
-    return out.exp_().add_(NUMERICAL_STABILISER)
+        return (proj - shift).exp() + NUMERICAL_STABILISER  # in-place ops cannot be differentiated
+    return proj.sub_(shift).exp_().add_(NUMERICAL_STABILISER)
 
 
 def _feature_maps(
@@ -82,28 +87,29 @@ def _feature_maps(
 
     Hyperbolic positive features (the paper's Lemma 1, "SM^hyp+"): each projection ω is used
     as the antithetic pair (ω, −ω), φ(x) = e^(−|x|²/2) · [e^(ωᵀx), e^(−ωᵀx)], which has lower
-    variance than m independent positive features at the same feature count.
+    variance than m independent positive features at the same feature count. Both halves come
+    out of one product with ``[ω; −ω]``, then shift, exp and ε run in place: at the head widths
+    we serve these few passes over ``[b,h,n,m]`` are most of the kernel's time.
     """
     d = q.shape[-1]
     pairs = max(1, num_features // 2)
     scale = d**-0.25  # so that (q·d^-¼)·(k·d^-¼) = q·k/√d
-    omega = orthogonal_features(d, pairs, str(q.device)).to(q.dtype) * scale
+    omega = signed_features(d, pairs, str(q.device)).to(q.dtype) * scale  # [m, d]
+    half_sq = 0.5 * scale**2
 
     # Query stabiliser: the row's own max |projection| (a per-query constant, cancels).
-    q_proj = torch.matmul(q, omega.T)
-    q_shift = q_proj.abs().amax(dim=-1, keepdim=True) + (0.5 * scale**2) * q.pow(2).sum(
-        -1, keepdim=True
-    )
-    phi_q = _hyperbolic_features(q_proj, q_shift)
+    q_proj = torch.matmul(q, omega.T)  # [b,h,n,m]: ωᵀq then −ωᵀq
+    q_shift = q_proj.amax(dim=-1, keepdim=True) + half_sq * q.pow(2).sum(-1, keepdim=True)
+    phi_q = _positive_features(q_proj, q_shift)
     # Key stabiliser: one max over the real keys of a (row, head); padding must not move it.
     k_proj = torch.matmul(k, omega.T)
-    k_abs = k_proj.abs().amax(dim=-1, keepdim=True)  # [b,h,n,1]
+    k_abs = k_proj.amax(dim=-1, keepdim=True)  # [b,h,n,1]
     if key_padding_mask is not None:
         real = key_padding_mask[:, None, :, None]
         k_abs = k_abs.masked_fill(~real, -torch.inf)
     k_max = k_abs.amax(dim=-2, keepdim=True)
     k_max = torch.where(torch.isfinite(k_max), k_max, torch.zeros_like(k_max))  # all padding
-    phi_k = _hyperbolic_features(k_proj, k_max + (0.5 * scale**2) * k.pow(2).sum(-1, keepdim=True))
+    phi_k = _positive_features(k_proj, k_max + half_sq * k.pow(2).sum(-1, keepdim=True))
     if key_padding_mask is not None:  # padded keys leave numerator and denominator
         phi_k = phi_k * real
     return phi_q, phi_k

@@ -9,6 +9,7 @@ Dimension legend: ``b`` batch, ``n`` time steps, ``c`` channels, ``f`` calendar 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -24,11 +25,21 @@ class TokenEmbedding(nn.Module):
         nn.init.kaiming_normal_(self.conv.weight, mode="fan_in", nonlinearity="leaky_relu")
 
     def forward(self, x: Tensor) -> Tensor:  # [b, n, c] -> [b, n, d]
-        return self.conv(x.transpose(1, 2)).transpose(1, 2)
+        # Contiguous in [b, n, d]: left as the convolution's transposed view, every sum after it
+        # keeps that layout and each attention projection pays a copy instead of one GEMM.
+        return self.conv(x.transpose(1, 2)).transpose(1, 2).contiguous()
 
 
+@functools.lru_cache(maxsize=32)
 def sinusoid_table(length: int, d_model: int, device: torch.device | None = None) -> Tensor:
-    """Fixed positional encoding ``[length, d]`` (Vaswani et al. 2017, Sec. 3.5)."""
+    """Fixed positional encoding ``[length, d]`` (Vaswani et al. 2017, Sec. 3.5); computed once
+    per (length, width, device): a constant, never written, made outside inference mode so that
+    training can use it too."""
+    with torch.inference_mode(False), torch.no_grad():
+        return _sinusoid(length, d_model, device)
+
+
+def _sinusoid(length: int, d_model: int, device: torch.device | None) -> Tensor:
     pos = torch.arange(length, dtype=torch.float32, device=device)[:, None]
     div = torch.exp(
         torch.arange(0, d_model, 2, dtype=torch.float32, device=device)

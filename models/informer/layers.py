@@ -102,7 +102,7 @@ class DistilLayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         y = self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2)))))
-        return y.transpose(1, 2)
+        return y.transpose(1, 2).contiguous()  # [b, n, d] rows for the next layer's GEMMs
 
 
 class DecoderLayer(nn.Module):
