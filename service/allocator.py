@@ -17,6 +17,17 @@ free page of every arena to the kernel. The worker calls it after a batch when a
 ``memory_trim_interval_s`` have passed since the last trim, on its own thread (off the event
 loop), while no forward pass runs.
 
+**Freed memory kept between trims.** Left to itself, glibc serves every block over its mmap
+threshold (128 KiB, raised only as far as the largest block freed so far) with a fresh ``mmap``
+and gives the top of its heap back as soon as 128 KiB there are free, so the activations of the
+next forward pass start on new pages: over a thousand page faults per long-context forecast
+(``[4, 2048, 44]`` feature maps and the like), a few milliseconds each time. Since the
+periodic trim already decides when memory goes back, :func:`retain_freed_memory` tells glibc to
+keep blocks up to :data:`MMAP_THRESHOLD` in its heaps and not to shrink them by itself
+(``mallopt``; the ``MALLOC_MMAP_THRESHOLD_`` / ``MALLOC_TRIM_THRESHOLD_`` environment variables,
+when set, win). Blocks over the threshold (exact attention's score matrices at long lengths)
+are still mapped and unmapped on their own.
+
 Under another allocator (jemalloc or tcmalloc preloaded with ``LD_PRELOAD``, which return memory
 by their own decay rules) or a C library without ``malloc_trim`` (musl), this does nothing.
 """
@@ -47,9 +58,26 @@ _MAPS = Path("/proc/self/maps")
 _OTHER_ALLOCATORS = ("libjemalloc", "libtcmalloc", "libmimalloc")
 
 
-@functools.cache
 def _glibc_trim() -> ctypes._NamedFuncPointer | None:
     """glibc's ``malloc_trim`` when it is the allocator in use, else None."""
+    libc = _glibc()
+    if libc is None:
+        return None
+    trim = libc.malloc_trim
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
+
+
+# mallopt parameters (malloc.h) and what retain_freed_memory sets them to.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+MMAP_THRESHOLD = 32 * 2**20  # glibc's own ceiling for its dynamic threshold (64-bit)
+TRIM_THRESHOLD = 2**30  # in effect: never shrink on free(); the periodic trim does it
+MALLOPT_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
+
+
+@functools.cache
+def _glibc() -> ctypes.CDLL | None:
+    """The C library when glibc is the allocator in use, else None."""
     try:
         maps = _MAPS.read_text()
     except OSError:
@@ -60,11 +88,24 @@ def _glibc_trim() -> ctypes._NamedFuncPointer | None:
     if path is None:
         return None
     try:
-        trim = ctypes.CDLL(path).malloc_trim
-    except (OSError, AttributeError):  # not glibc
+        libc = ctypes.CDLL(path)
+    except OSError:
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    glibc = hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt")  # glibc's own extensions
+    return libc if glibc else None
+
+
+def retain_freed_memory() -> bool:
+    """Keep freed blocks up to :data:`MMAP_THRESHOLD` in glibc's heaps until the next
+    :func:`trim` (see the module docstring); True if the settings were changed. Does nothing
+    under another allocator or when the environment sets glibc's thresholds itself."""
+    libc = _glibc()
+    if libc is None or any(name in os.environ for name in MALLOPT_VARIABLES):
+        return False
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
+        libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )
 
 
 def can_trim() -> bool:

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from service import __version__
+from service import __version__, allocator
 from service.batching.batcher import Batcher
 from service.batching.device import (
     MIB,
@@ -49,6 +49,8 @@ async def start_serving(state: AppState) -> None:
     runtime = DeviceRuntime(
         select_device(settings.device), settings.autocast, settings.memory_trim_interval_s
     )
+    if settings.memory_trim_interval_s > 0:  # the periodic trim returns freed memory instead
+        allocator.retain_freed_memory()
     state.device = str(runtime.device)
     extra = f" and the checkpoints in {settings.model_dir}" if settings.model_dir else ""
     lifecycle.step(f"loading {', '.join(settings.models)}{extra} on {runtime.device}")
