@@ -4,9 +4,10 @@ forecaster's checks, against one ``flash`` forward of the same window.
     python -m benchmarks.forecast_parsing                       # 2,048 x 7, ETTm1 rows
     python -m benchmarks.forecast_parsing --rows 4096 --model informer-ettm1-h96-c2048
 
-Three payloads carry the same history (the last ``rows`` rows of the shipped ETTm1 test split):
+Four payloads carry the same history (the last ``rows`` rows of the shipped ETTm1 test split):
 ``rows`` (``timestamps`` + ``values``, one list per step), ``columns`` (``start`` + one list per
-channel) and ``columns + timestamps``. Each is parsed exactly as the server does it
+channel), ``columns + timestamps`` and ``columns as base64`` (each channel's float32 bytes,
+base64: the numbers rounded to float32, which the model computes in anyway). Each is parsed exactly as the server does it
 (:class:`~service.routes.fast_json.FastJSONRequest`'s pydantic-core reader, the
 :class:`~service.schemas.ForecastRequest` model, :meth:`InformerForecaster.prepare`); the
 reference row is the model's forward pass on one window under ``flash`` (median of repeats,
@@ -16,6 +17,7 @@ the same thread count). Writes ``benchmarks/results/forecast-parsing.md``.
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import statistics
 import time
@@ -45,7 +47,7 @@ def _median_ms(fn: Callable[[], object], repeats: int) -> float:
 
 
 def payloads(rows: int, channels: list[str], model: str) -> dict[str, bytes]:
-    """The same history as three request bodies."""
+    """The same history as four request bodies."""
     table = load_series_csv(data_dir() / "ETT" / "ETTm1.csv", "date", channels)
     values = table.values[-rows:]
     stamps = format_timestamps(table.stamps[-rows:])
@@ -54,6 +56,13 @@ def payloads(rows: int, channels: list[str], model: str) -> dict[str, bytes]:
         "rows": {"timestamps": stamps, "values": values.tolist()},
         "columns": {"start": stamps[0], "columns": columns},
         "columns + timestamps": {"timestamps": stamps, "columns": columns},
+        "columns as base64": {
+            "start": stamps[0],
+            "columns": {
+                c: base64.b64encode(values[:, i].astype("<f4").tobytes()).decode()
+                for i, c in enumerate(channels)
+            },
+        },
     }
     return {k: json.dumps({"model": model, "series": [v]}).encode() for k, v in bodies.items()}
 
@@ -111,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     lines += [
         "",
         f"`columns` costs {totals['columns'] / totals['rows']:.2f}x what `rows` costs "
-        f"({totals['rows'] / totals['columns']:.1f}x cheaper).",
+        f"({totals['rows'] / totals['columns']:.1f}x cheaper); `columns as base64` "
+        f"{totals['columns as base64'] / totals['rows']:.2f}x "
+        f"({totals['rows'] / totals['columns as base64']:.1f}x cheaper).",
     ]
     text = "\n".join(lines) + "\n"
     print(text)

@@ -4,11 +4,21 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidatorFunctionWrapHandler
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidatorFunctionWrapHandler,
+    WithJsonSchema,
+)
 from pydantic.functional_validators import WrapValidator
+from pydantic_core import PydanticCustomError
 
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 
@@ -21,14 +31,19 @@ def _checked_array(ndim: int) -> WrapValidator:
     lists they were built from, so the event loop does not walk the numbers a second time."""
 
     def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
-        if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == ndim:
-            return value
-        return handler(value)
+        return _packed_or(value, handler, ndim)
 
     return WrapValidator(validate)
 
 
-def _array_or_list(numbers: list[Any], ndim: int) -> Any:
+def _packed_or(value: Any, handler: ValidatorFunctionWrapHandler, ndim: int) -> Any:
+    """``value`` itself when it is a float64 array of ``ndim`` dimensions, else validated."""
+    if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == ndim:
+        return value
+    return handler(value)
+
+
+def _array_or_list(numbers: Any, ndim: int) -> Any:
     """``numbers`` as a float64 array when they form one of ``ndim`` dimensions, else as given."""
     try:
         array = np.asarray(numbers, dtype=np.float64)
@@ -37,9 +52,54 @@ def _array_or_list(numbers: list[Any], ndim: int) -> Any:
     return array if array.ndim == ndim else numbers
 
 
-# A history as rows or as one column; typed as the lists a client sends (the OpenAPI schema).
+def decode_float32(text: str) -> np.ndarray:
+    """A base64 string of little-endian float32 values (the ``encoding_format: base64`` of
+    embeddings, here for inputs) as a float64 array; ``ValueError`` says what is wrong."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError(
+            "a column given as a string must be base64 (standard alphabet, padded) of "
+            "little-endian float32 values"
+        ) from None
+    if len(raw) % 4:
+        raise ValueError(
+            f"a base64 column holds {len(raw)} bytes, not a whole number of float32 values "
+            "(4 bytes each)"
+        )
+    return np.frombuffer(raw, dtype="<f4").astype(np.float64)
+
+
+def _column() -> WrapValidator:
+    """A column as JSON numbers (validated as usual), as base64 float32 (decoded here, without
+    a number walk), or as the float64 array the body-parsing helper packed."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        if isinstance(value, str):
+            try:
+                return decode_float32(value)
+            except ValueError as exc:
+                raise PydanticCustomError("base64_column", str(exc)) from None
+        return _packed_or(value, handler, ndim=1)
+
+    return WrapValidator(validate)
+
+
+# A history as rows or as one column; typed as what a client sends (the OpenAPI schema).
 FloatRows = Annotated[list[list[float]], _checked_array(2)]
-FloatColumn = Annotated[list[float], _checked_array(1)]
+FloatColumn = Annotated[
+    list[float] | str,
+    _column(),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "array", "items": {"type": "number"}},
+                {"type": "string", "contentEncoding": "base64"},
+            ],
+            "description": "Numbers, or base64 of their little-endian float32 bytes.",
+        }
+    ),
+]
 
 
 class _Request(BaseModel):
@@ -179,7 +239,9 @@ class Series(_Request):
     columns: dict[str, FloatColumn] | None = Field(
         None,
         description="Instead of `values`: each channel's history by name, oldest first "
-        "(columnar: about a fifth of the parsing cost of rows for long histories).",
+        "(columnar: about a fifth of the parsing cost of rows for long histories), as numbers "
+        "or as a base64 string of little-endian float32 bytes (cheaper still: no numbers to "
+        "parse, a quarter of the bytes).",
     )
 
     def rows(self) -> int:

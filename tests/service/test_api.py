@@ -118,6 +118,43 @@ def test_forecast_columns_and_start_give_the_same_forecast_as_rows(client: TestC
         assert r.json()["forecasts"][0] == first
 
 
+def test_forecast_base64_columns_give_the_forecast_of_the_same_numbers(client: TestClient) -> None:
+    rows = hourly_series(30, start="2017-03-01 00:00:00", seed=4)
+    cards = client.get("/models").json()["data"]
+    channels = next(c for c in cards if c["name"] == TINY_FORECAST)["channels"]
+    float32 = [array("f", [r[i] for r in rows["values"]]) for i in range(len(channels))]
+    as_numbers = {c: list(col) for c, col in zip(channels, float32, strict=True)}
+    as_base64 = {
+        c: base64.b64encode(col.tobytes()).decode()
+        for c, col in zip(channels, float32, strict=True)
+    }
+    assert array("f").itemsize == 4 and array("f", [1.0]).tobytes() == b"\x00\x00\x80?"  # LE
+    mixed = {**as_numbers, channels[0]: as_base64[channels[0]]}
+    got = [
+        client.post(
+            "/forecast",
+            json={
+                "model": TINY_FORECAST,
+                "series": [{"start": rows["timestamps"][0], "columns": c}],
+            },
+        )
+        for c in (as_numbers, as_base64, mixed)
+    ]
+    assert all(r.status_code == 200 for r in got), [r.text for r in got]
+    first = got[0].json()["forecasts"][0]
+    assert got[1].json()["forecasts"][0] == first and got[2].json()["forecasts"][0] == first
+    # The bytes are the numbers: a different column gives a different forecast.
+    changed = {**as_base64, channels[0]: as_base64[channels[1]]}
+    other = client.post(
+        "/forecast",
+        json={
+            "model": TINY_FORECAST,
+            "series": [{"start": rows["timestamps"][0], "columns": changed}],
+        },
+    )
+    assert other.status_code == 200 and other.json()["forecasts"][0] != first
+
+
 def test_forecast_default_horizon_and_every_backend(client: TestClient) -> None:
     for backend in ("full", "flash", "probsparse", "performer", "nystrom"):
         r = client.post(

@@ -4,6 +4,7 @@ the answers, refusals and error bodies are exactly those of parsing on the event
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import json
 import os
@@ -63,6 +64,16 @@ def _columns(servable: Any, rows: int = 200) -> dict[str, Any]:
     }
 
 
+def _base64_columns(servable: Any, rows: int = 200, bad: bool = False) -> dict[str, Any]:
+    body = _columns(servable, rows)
+    columns = body["series"][0]["columns"]
+    for name, values in columns.items():
+        columns[name] = base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+    if bad:
+        columns["OT"] = columns["OT"][:-4]  # 3 bytes short of the last value
+    return body
+
+
 def _variants(servable: Any) -> dict[str, bytes]:
     ok = _body(servable)
     ragged = copy.deepcopy(ok)
@@ -78,6 +89,8 @@ def _variants(servable: Any) -> dict[str, bytes]:
     return {
         "rows": json.dumps(ok).encode(),
         "columns": json.dumps(_columns(servable)).encode(),
+        "base64 columns": json.dumps(_base64_columns(servable)).encode(),
+        "bad base64 column": json.dumps(_base64_columns(servable, bad=True)).encode(),
         "horizon and options": json.dumps(
             {
                 **ok,
@@ -101,6 +114,8 @@ def _variants(servable: Any) -> dict[str, bytes]:
     [
         "rows",
         "columns",
+        "base64 columns",
+        "bad base64 column",
         "horizon and options",
         "ragged row",
         "number as string",
@@ -123,7 +138,7 @@ def test_helper_answers_as_the_event_loop_does(
     b = inline.post("/forecast", content=raw, headers=headers)
     assert sizes[before:] == [len(raw)]  # this body went to the helper
     assert (a.status_code, a.json()) == (b.status_code, b.json())
-    expected = 200 if name in ("rows", "columns", "horizon and options") else 422
+    expected = 200 if name in ("rows", "columns", "base64 columns", "horizon and options") else 422
     assert a.status_code == expected, a.text
 
 

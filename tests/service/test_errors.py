@@ -3,11 +3,13 @@ batch, and requests batched at the same moment still succeed."""
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -61,6 +63,15 @@ COLUMNS = {
     for i, name in enumerate(["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"])
 }
 START = GOOD["timestamps"][0]
+
+
+def b64(values: list[float]) -> str:
+    """A column as base64 little-endian float32."""
+    return base64.b64encode(np.asarray(values, dtype="<f4").tobytes()).decode()
+
+
+B64_COLUMNS = {name: b64(values) for name, values in COLUMNS.items()}
+NAN_COLUMN = [*COLUMNS["OT"][:5], float("nan"), *COLUMNS["OT"][6:]]
 GAP = list(GOOD["timestamps"])
 GAP[10] = "2017-01-01 12:00:00"  # 09:00 -> 12:00 -> 11:00: not regular
 
@@ -199,6 +210,30 @@ FORECAST_CASES = [
         422,
         "invalid_request",
         ["start 'soon'", "not a date-time"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**B64_COLUMNS, "OT": "not base64!"}}]},
+        422,
+        "invalid_request",
+        ["columns.OT", "base64", "little-endian float32"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**B64_COLUMNS, "OT": "AAAAAAAAAAAAAA=="}}]},
+        422,
+        "invalid_request",
+        ["columns.OT", "10 bytes", "whole number of float32"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**B64_COLUMNS, "OT": b64(NAN_COLUMN)}}]},
+        422,
+        "invalid_request",
+        ["row 5, channel OT", "finite"],
+    ),
+    (
+        {"series": [{"start": START, "columns": {**B64_COLUMNS, "OT": b64(COLUMNS["OT"][:-1])}}]},
+        422,
+        "invalid_request",
+        ["same number of values", "OT has 23"],
     ),
     ({"series": [GOOD], "horizon": 9}, 422, "invalid_request", ["horizon", "between 1 and 8"]),
     ({"series": [GOOD], "horizon": 0}, 422, "invalid_request", ["horizon"]),
