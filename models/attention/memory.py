@@ -46,6 +46,9 @@ INDEX = 8  # int64 positions and indices
 # Largest gathered block of sampled keys (elements) in ProbSparse's causal, per-query sampling
 # (``probsparse._GATHER_BUDGET``; copied, not imported: that module is private and changing).
 PROBSPARSE_GATHER_BUDGET = 1 << 24
+# Causal scores (b·h·Lq·Lk) up to which ProbSparse computes them all and picks the sampled ones
+# (``probsparse._DENSE_MEASURE_BUDGET``, copied likewise).
+PROBSPARSE_DENSE_MEASURE_BUDGET = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -235,7 +238,9 @@ def probsparse_bytes(call: AttentionCall, options: Mapping[str, Any] | None = No
 
     Measure phase, non-causal: the scaled queries and one sample of ``U`` keys per row shared by
     its queries and heads, scores ``[b, h, Lq, U]`` (twice with a mask). Causal: per-query
-    samples, index tensors ``[b, Lq, U]`` (int64) and a gathered key block capped at
+    samples (index tensors ``[b, Lq, U]``, int64, drawn per call only with padding); up to
+    :data:`PROBSPARSE_DENSE_MEASURE_BUDGET` scores every score ``[b, h, Lq, Lk]`` and the
+    sampled ones picked out, beyond it a gathered key block capped at
     :data:`PROBSPARSE_GATHER_BUDGET` elements (``[b, Lq, s, h, d]``, ``s`` sample slots at a
     time; ``einsum`` copies it once more), plus a contiguous copy of ``k``. Top phase: the ``u``
     active rows' exact scores ``[b, h, u, Lk]`` (up to three copies: scores, mask, softmax) and
@@ -253,11 +258,16 @@ def probsparse_bytes(call: AttentionCall, options: Mapping[str, Any] | None = No
     b, h, lq, lk, d, bh = call.b, call.h, call.lq, call.lk, call.d, call.heads
     masked = call.padded or call.causal
     if call.causal:
-        slots = max(1, PROBSPARSE_GATHER_BUDGET // max(1, call.queries))
-        s = min(slots, big_u)
-        indices = b * lq * big_u * (4 * INDEX + 1)
-        # the gathered block, and einsum's contiguous copy of it, per chunk of sample slots
-        measure = call.queries + call.keys + b * lq * s * h * (2 * d + 3) + 3 * b * lq * h
+        # drawn per call with padding; without, once per shape and cached
+        indices = b * lq * big_u * (4 * INDEX + 1) if call.padded else 0
+        if bh * lq * lk <= PROBSPARSE_DENSE_MEASURE_BUDGET:
+            # every score, then the sampled ones picked out, masked and summed
+            measure = bh * lq * lk + 3 * bh * lq * big_u
+        else:
+            slots = max(1, PROBSPARSE_GATHER_BUDGET // max(1, call.queries))
+            s = min(slots, big_u)
+            # the gathered block, and einsum's contiguous copy of it, per chunk of sample slots
+            measure = call.queries + call.keys + b * lq * s * h * (2 * d + 3) + 3 * b * lq * h
         measure_bytes = measure * work + indices
     else:
         measure = call.queries + bh * (big_u * d + (3 if masked else 1) * lq * big_u)

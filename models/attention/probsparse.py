@@ -38,6 +38,7 @@ When ``u >= Lq`` every query is active and the result equals ``full`` exactly.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -48,6 +49,9 @@ from models.attention.full import full_attention
 
 SAMPLE_SEED = 0x5EED
 # Largest gathered block of sampled keys, in elements, so sampling memory stays linear in L.
+# Scores (b·h·Lq·Lk) up to which the causal measure computes all of them (see
+# _per_query_measure): 4 MiB in float32.
+_DENSE_MEASURE_BUDGET = 2**20
 _GATHER_BUDGET = 1 << 24
 
 
@@ -125,6 +129,24 @@ def _sample_positions(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """Causal: per-query key positions ``[b, Lq, U]`` among keys ``j <= i``, which slots count
     ``[b, Lq, U]``, and the number of keys each query sees ``[b, Lq]``."""
+    if key_padding_mask is None:  # the same for every row and call: drawn once
+        positions, used, visible = _unpadded_sample_positions(lq, lk, factor, str(device))
+        return positions.expand(b, -1, -1), used.expand(b, -1, -1), visible.expand(b, -1)
+    return _draw_sample_positions(key_padding_mask, b, lq, lk, factor, device)
+
+
+@functools.lru_cache(maxsize=64)
+def _unpadded_sample_positions(
+    lq: int, lk: int, factor: int, device: str
+) -> tuple[Tensor, Tensor, Tensor]:
+    # Made outside inference mode so that training can use the cached tensors too.
+    with torch.inference_mode(False), torch.no_grad():
+        return _draw_sample_positions(None, 1, lq, lk, factor, torch.device(device))
+
+
+def _draw_sample_positions(
+    key_padding_mask: Tensor | None, b: int, lq: int, lk: int, factor: int, device: torch.device
+) -> tuple[Tensor, Tensor, Tensor]:
     real, real_pos = _ranked_keys(key_padding_mask, b, lk, device)
     prefix = real.cumsum(dim=-1)  # real keys at positions <= j
     pos = torch.arange(lq, device=device).clamp_max(lk - 1)
@@ -150,6 +172,15 @@ def _per_query_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) ->
     """
     b, h, lq, d = q.shape
     lk = k.shape[-2]
+    if b * h * lq * lk <= _DENSE_MEASURE_BUDGET:
+        # Short sequences: all scores in one product, then the sampled ones picked out, costs
+        # less than gathering every query's sampled keys (many small copies).
+        picked = (q @ k.transpose(-1, -2)).gather(
+            -1, positions[:, None].expand(b, h, lq, positions.shape[-1])
+        )  # [b, h, Lq, U]
+        ok = used[:, None]
+        best = picked.masked_fill(~ok, -torch.inf).amax(dim=-1)
+        return best - (picked * ok).sum(dim=-1) / used.sum(dim=-1).clamp_min(1)[:, None]
     q_rows = q.permute(0, 2, 1, 3)  # [b, Lq, h, d]
     k_rows = k.permute(0, 2, 1, 3).reshape(b, lk, h * d)  # [b, Lk, h·d]
     batch = torch.arange(b, device=q.device)[:, None]

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.attention import informer2020_probsparse
-from models.attention import attend
+from models.attention import attend, probsparse
 from models.attention.probsparse import _count, _shared_positions, probsparse_attention
 from tests.attention_inputs import relative_error, structured_qkv
 
@@ -125,3 +125,36 @@ def test_float64_runs_in_float64_and_agrees_with_float32():
 def test_reference_peer_is_exact_when_every_query_is_active():
     q, k, v = structured_qkv(1, 2, 12, 12, 16)
     assert torch.allclose(informer2020_probsparse(q, k, v), attend(q, k, v), atol=1e-6)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_causal_measure_is_the_same_dense_or_gathered(monkeypatch, padded):
+    # Short sequences take every score and pick the sampled ones; long ones gather the sampled
+    # keys. Both must measure the same thing, and select the same queries.
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 4, 144, 16) for _ in range(3))
+    mask = torch.ones(2, 144, dtype=torch.bool)
+    if padded:
+        mask[1, 100:] = False
+    key_mask = mask if padded else None
+    positions, used, _ = probsparse._sample_positions(key_mask, 2, 144, 144, 5, q.device)
+    dense = probsparse._per_query_measure(q, k, positions, used)
+    out_dense = probsparse.probsparse_attention(q, k, v, key_mask, causal=True)
+    monkeypatch.setattr(probsparse, "_DENSE_MEASURE_BUDGET", 0)
+    gathered = probsparse._per_query_measure(q, k, positions, used)
+    out_gathered = probsparse.probsparse_attention(q, k, v, key_mask, causal=True)
+    torch.testing.assert_close(dense, gathered, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(out_dense, out_gathered, rtol=1e-5, atol=1e-6)
+
+
+def test_cached_unpadded_samples_are_the_drawn_ones_and_train():
+    cached = probsparse._sample_positions(None, 3, 144, 144, 5, torch.device("cpu"))
+    drawn = probsparse._draw_sample_positions(None, 3, 144, 144, 5, torch.device("cpu"))
+    for a, b in zip(cached, drawn, strict=True):
+        assert torch.equal(a, b)
+    # Drawn once, possibly under inference mode: training still backpropagates through them.
+    with torch.inference_mode():
+        probsparse._sample_positions(None, 1, 96, 96, 5, torch.device("cpu"))
+    q = torch.randn(1, 2, 96, 8, requires_grad=True)
+    probsparse.probsparse_attention(q, q, q, causal=True).sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
