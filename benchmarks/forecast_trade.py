@@ -1,14 +1,17 @@
 """The attention trade through HTTP: for each long-context forecaster and each backend, what a
 request costs (latency, throughput, memory) beside what it is worth (test MSE).
 
-    python -m benchmarks.forecast_trade                    # the shipped ETTm1 context-2048 model
+    python -m benchmarks.forecast_trade                    # the shipped ETTm1 context-2048 models
     python -m benchmarks.forecast_trade --models informer-ettm1-h96-c2048 --seconds 20
+    python -m benchmarks.forecast_trade --payload columns  # histories as JSON numbers
 
 Per model, one ``attnserve serve`` process (only that model, ``--torch-threads`` threads, batches
 of up to 32) and per backend, in turn:
 
-* **p50 at 1 client**: one closed-loop client sending one window per request (columnar payload,
-  consecutive ETTm1 test-split windows) for ``--seconds``; median client latency.
+* **p50 at 1 client**: one closed-loop client sending one window per request (consecutive
+  ETTm1 test-split windows; ``--payload base64``, the default: columns as base64 float32, the
+  API's most compact form; ``columns``: columns as JSON numbers) for ``--seconds``; median
+  client latency.
 * **throughput at 8 clients**: eight such clients at once; answered requests per second.
 * **peak memory**: the server's resident memory sampled every 10 ms during both phases, minus
   its resident memory when the phase started (allocations freed between batches return to the
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import threading
 import time
@@ -44,11 +48,13 @@ from models.names import BACKEND_NAMES
 from models.quality_loss import forecast_losses
 
 RESULTS = Path(__file__).parent / "results"
-LONG_MODELS = ("informer-ettm1-h288-c2048",)
+LONG_MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
+PAYLOADS = ("base64", "columns")
 
 
-def columnar_windows(model_dir: Path, n: int) -> list[dict[str, Any]]:
-    """``n`` consecutive test-split histories of the model's context, as columnar series."""
+def columnar_windows(model_dir: Path, n: int, payload: str = "columns") -> list[dict[str, Any]]:
+    """``n`` consecutive test-split histories of the model's context, as columnar series
+    (``payload``: ``columns`` as JSON numbers, ``base64`` as base64 little-endian float32)."""
     meta = json.loads((model_dir / "config.json").read_text())
     source = source_of(meta)
     context = int(meta["context"])
@@ -61,11 +67,17 @@ def columnar_windows(model_dir: Path, n: int) -> list[dict[str, Any]]:
             {
                 "start": format_timestamps(table.stamps[rows][:1])[0],
                 "columns": {
-                    c: table.values[rows, j].tolist() for j, c in enumerate(source.columns)
+                    c: _column(table.values[rows, j], payload) for j, c in enumerate(source.columns)
                 },
             }
         )
     return series
+
+
+def _column(values: Any, payload: str) -> Any:
+    if payload == "base64":
+        return base64.b64encode(values.astype("<f4").tobytes()).decode()
+    return values.tolist()
 
 
 class PeakRss:
@@ -103,10 +115,11 @@ def measure_model(
     threads: int,
     log_dir: Path,
     auto_budget: float = 0.1,
+    payload: str = "base64",
 ) -> list[dict[str, Any]]:
     directory = shipped_dirs().get(model) or Path(model)
     quality = json.loads((directory / "quality.json").read_text())
-    series = columnar_windows(directory, 64)
+    series = columnar_windows(directory, 64, payload)
     server = ServerProcess([str(directory)], threads, 32, log_dir / f"trade-{directory.name}.log")
     rows = []
     try:
@@ -168,6 +181,40 @@ def resolved(url: str, body: bytes) -> tuple[str, str | None]:
     )
     r.raise_for_status()
     return str(r.json()["attention"]), r.headers.get("x-attention-choice")
+
+
+def cheapest_summary(
+    rows: list[dict[str, Any]], default: dict[str, str], within: float = 0.10
+) -> str:
+    """Per model: the fastest approximate backend whose test MSE is within ``within`` of the
+    default backend's (compared through the linear baseline on each one's own windows), against
+    ``flash`` and ``full``."""
+    lines = []
+    for model in dict.fromkeys(r["model"] for r in rows):
+        group = {r["backend"]: r for r in rows if r["model"] == model}
+        ref, flash, full = group.get(default[model]), group.get("flash"), group.get("full")
+        if ref is None or flash is None or full is None or not ref["test_mse"]:
+            continue
+        base = ref["test_mse"] / ref["linear_mse"]
+        ok = [
+            r
+            for name, r in group.items()
+            if name not in ("full", "flash", "auto")
+            and r["test_mse"]
+            and (r["test_mse"] / r["linear_mse"]) / base - 1 <= within
+        ]
+        if not ok:
+            continue
+        best = min(ok, key=lambda r: r["p50_ms_1_client"])
+        lines.append(
+            f"- {model}: the fastest approximate backend with test MSE within {within:.0%} of "
+            f"the default's is **{best['backend']}**, p50 {best['p50_ms_1_client']:.0f} ms: "
+            f"{flash['p50_ms_1_client'] / best['p50_ms_1_client']:.2f}x faster than flash "
+            f"({flash['p50_ms_1_client']:.0f} ms), "
+            f"{full['p50_ms_1_client'] / best['p50_ms_1_client']:.1f}x faster than full "
+            f"({full['p50_ms_1_client']:.0f} ms)."
+        )
+    return "\n".join(lines)
 
 
 def auto_summary(rows: list[dict[str, Any]]) -> str:
@@ -266,9 +313,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--auto-budget", type=float, default=0.1, help="max_quality_loss for auto")
     p.add_argument("--seconds", type=float, default=12.0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=RESULTS / "forecast-trade")
+    p.add_argument("--payload", choices=PAYLOADS, default="base64", help="how histories travel")
+    p.add_argument(
+        "--out", type=Path, default=None, help="default: results/forecast-trade[-PAYLOAD]"
+    )
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="server logs go here")
     args = p.parse_args(argv)
+    if args.out is None:
+        suffix = "" if args.payload == "base64" else f"-{args.payload}"
+        args.out = RESULTS / f"forecast-trade{suffix}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     rows: list[dict[str, Any]] = []
     default = {}
@@ -278,14 +331,27 @@ def main(argv: list[str] | None = None) -> None:
             "default_backend"
         ]
         rows += measure_model(
-            model, args.backends, args.seconds, args.threads, args.log_dir, args.auto_budget
+            model,
+            args.backends,
+            args.seconds,
+            args.threads,
+            args.log_dir,
+            args.auto_budget,
+            args.payload,
         )
+    how = "base64 float32 columns" if args.payload == "base64" else "columns as JSON numbers"
+    flag = "" if args.payload == "base64" else f" --payload {args.payload}"
     text = (
         f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
-        f"machine), {args.seconds:g} s per phase; peak memory = the server's resident memory "
-        "above its level at the start of the backend's phases. Test MSE from each checkpoint's "
-        "quality.json.\n\n" + table(rows, default) + "\n\n" + auto_summary(rows) + "\n\n"
-        "Regenerate: `python -m benchmarks.forecast_trade`\n"
+        f"machine, histories as {how}), {args.seconds:g} s per phase; peak memory = the server's "
+        "resident memory above its level at the start of the backend's phases. Test MSE from "
+        "each checkpoint's quality.json.\n\n"
+        + table(rows, default)
+        + "\n\n"
+        + cheapest_summary(rows, default)
+        + "\n"
+        + auto_summary(rows)
+        + f"\n\nRegenerate: `python -m benchmarks.forecast_trade{flag}`\n"
     )
     print(text)
     args.out.with_suffix(".md").write_text(text)
