@@ -1,0 +1,113 @@
+"""How much of a long-context forecast is attention: each backend's forward pass beside the
+same forward with every attention layer replaced by a free stub (the *floor* no backend can go
+below), for the shipped context-2,048 models.
+
+    python -m benchmarks.forward_floor
+    python -m benchmarks.forward_floor --models informer-ettm1-h96-c2048 --repeats 40
+
+One window (batch 1, the shipped weights, a random input: the cost does not depend on the
+values), 1 torch thread by default, inference mode, in-process (no HTTP). The backends and the
+stub run alternately, so a slow spell of a shared machine hits them all alike; each figure is
+the median of ``--repeats``. The stub returns the values unchanged (``[b, h, L, d]``), so every
+other layer sees tensors of the shapes it always sees. ``× flash`` and ``× full`` are what a
+backend would gain per forward if attention were all it did differently, and the floor row says
+what the attention-free rest costs. Writes ``benchmarks/results/forward-floor-cpu.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from models.informer import layers
+from models.informer.forecaster import InformerForecaster
+from models.names import BACKEND_NAMES
+
+RESULTS = Path(__file__).parent / "results"
+MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
+FLOOR = "no attention (floor)"
+
+
+def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Attention that costs nothing: the first ``Lq`` value rows (cross-attention: the queries)."""
+    return v[:, :, : q.shape[2]] if v.shape[2] >= q.shape[2] else q
+
+
+@contextmanager
+def attention_replaced(stub: bool) -> Iterator[None]:
+    """Every Informer attention layer calls ``_free_attention`` inside the block when ``stub``."""
+    real = layers.attend
+    layers.attend = _free_attention if stub else real  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        layers.attend = real
+
+
+def measure(model: str, repeats: int) -> dict[str, float]:
+    """Median milliseconds per forward for each backend and the floor."""
+    forecaster = InformerForecaster.load(model)
+    net = forecaster.model.eval()
+    c = net.config
+    torch.manual_seed(0)
+    x, marks = torch.randn(1, c.seq_len, c.enc_in), torch.randn(1, c.seq_len, c.time_features)
+    dec_len = c.label_len + c.pred_len
+    x_dec, marks_dec = torch.randn(1, dec_len, c.dec_in), torch.randn(1, dec_len, c.time_features)
+    runs = [(FLOOR, "flash", True), *((b, b, False) for b in BACKEND_NAMES)]
+    times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    with torch.inference_mode():
+        for round_ in range(repeats + 1):  # the first round warms up
+            for name, backend, stub in runs:
+                with attention_replaced(stub):
+                    started = time.perf_counter()
+                    net(x, marks, x_dec, marks_dec, backend)
+                    if round_:
+                        times[name].append(time.perf_counter() - started)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def table(results: dict[str, dict[str, float]]) -> str:
+    lines = [
+        "| model | forward | ms | attention ms (above the floor) | × flash | × full |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for model, ms in results.items():
+        floor, flash, full = ms[FLOOR], ms["flash"], ms["full"]
+        for name, value in ms.items():
+            attention = "—" if name == FLOOR else f"{value - floor:.1f}"
+            lines.append(
+                f"| {model} | {name} | {value:.1f} | {attention} | {flash / value:.2f}x | "
+                f"{full / value:.1f}x |"
+            )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--models", nargs="+", default=list(MODELS))
+    p.add_argument("--repeats", type=int, default=25)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--out", type=Path, default=RESULTS / "forward-floor-cpu.md")
+    args = p.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    results = {m: measure(m, args.repeats) for m in args.models}
+    text = (
+        f"One forward pass, batch 1, {args.threads} torch thread(s), in-process, median of "
+        f"{args.repeats} (backends and the attention-free floor alternated).\n\n"
+        + table(results)
+        + "\n\nRegenerate: `python -m benchmarks.forward_floor`\n"
+    )
+    print(text)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
