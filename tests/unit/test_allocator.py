@@ -43,12 +43,13 @@ print(json.dumps({"fused": fused_linear.ENABLED, "rss": readings}))
 """
 
 
-def run_shapes(**env: str) -> tuple[bool, float]:
-    """(fused path on, resident growth in MiB from shape 40 to 160) in a fresh interpreter."""
-    environment = {k: v for k, v in os.environ.items() if k not in allocator.KERNEL_CACHE_VARIABLES}
+def run_script(script: str, args: list[str], unset: tuple[str, ...], **env: str) -> dict:
+    """The JSON a script prints last, run in a fresh interpreter without the ``unset``
+    variables and with ``env``."""
+    environment = {k: v for k, v in os.environ.items() if k not in unset}
     environment.update(env, PYTHONPATH=str(REPO))
     out = subprocess.run(
-        [sys.executable, "-c", SHAPES_SCRIPT],
+        [sys.executable, "-c", script, *args],
         env=environment,
         cwd=REPO,
         capture_output=True,
@@ -56,7 +57,12 @@ def run_shapes(**env: str) -> tuple[bool, float]:
         timeout=300,
         check=True,
     )
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run_shapes(**env: str) -> tuple[bool, float]:
+    """(fused path on, resident growth in MiB from shape 40 to 160) in a fresh interpreter."""
+    result = run_script(SHAPES_SCRIPT, [], allocator.KERNEL_CACHE_VARIABLES, **env)
     first, last = result["rss"]
     return result["fused"], (last - first) / 2**20
 
@@ -125,18 +131,8 @@ print(json.dumps({"retained": retained, "faults": faults, "trimmed": held - proc
 
 
 def run_rounds(mode: str, **env: str) -> dict:
-    environment = {k: v for k, v in os.environ.items() if k not in allocator.MALLOPT_VARIABLES}
-    environment.update(env, PYTHONPATH=str(REPO))
-    out = subprocess.run(
-        [sys.executable, "-c", FAULTS_SCRIPT, mode],
-        env=environment,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    """FAULTS_SCRIPT's figures with glibc's defaults (``default``) or retention (``retain``)."""
+    return run_script(FAULTS_SCRIPT, [mode], allocator.MALLOPT_VARIABLES, **env)
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt is glibc's")
