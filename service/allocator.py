@@ -58,6 +58,7 @@ _MAPS = Path("/proc/self/maps")
 _OTHER_ALLOCATORS = ("libjemalloc", "libtcmalloc", "libmimalloc")
 
 
+@functools.cache
 def _glibc_trim() -> ctypes._NamedFuncPointer | None:
     """glibc's ``malloc_trim`` when it is the allocator in use, else None."""
     libc = _glibc()

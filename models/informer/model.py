@@ -92,10 +92,8 @@ def exact_choice(spec: InputSpec, reason: str) -> LayerChoice:
     """Exact attention for a layer the requested backend does not run: ``flash`` where its fused
     kernel takes ``spec`` (the same result as ``full`` without the Lq x Lk score matrix), else
     ``full``."""
-    for name in ("flash", "full"):
-        if not get_backend(name).unsupported_reasons(spec):
-            return LayerChoice(name, {}, reason)
-    return LayerChoice("full", {}, reason)
+    fused = not get_backend("flash").unsupported_reasons(spec)
+    return LayerChoice("flash" if fused else "full", {}, reason)
 
 
 def _with_seq_len(config: InformerConfig, seq_len: int) -> InformerConfig:
