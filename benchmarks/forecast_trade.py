@@ -183,6 +183,12 @@ def resolved(url: str, body: bytes) -> tuple[str, str | None]:
     return str(r.json()["attention"]), r.headers.get("x-attention-choice")
 
 
+def vs_reference(r: dict[str, Any], ref: dict[str, Any]) -> float:
+    """``r``'s test MSE relative to ``ref``'s, minus 1; backends scored on different windows
+    compare through the linear baseline on their own windows."""
+    return (r["test_mse"] / r["linear_mse"]) / (ref["test_mse"] / ref["linear_mse"]) - 1
+
+
 def cheapest_summary(
     rows: list[dict[str, Any]], default: dict[str, str], within: float = 0.10
 ) -> str:
@@ -195,13 +201,12 @@ def cheapest_summary(
         ref, flash, full = group.get(default[model]), group.get("flash"), group.get("full")
         if ref is None or flash is None or full is None or not ref["test_mse"]:
             continue
-        base = ref["test_mse"] / ref["linear_mse"]
         ok = [
             r
             for name, r in group.items()
             if name not in ("full", "flash", "auto")
             and r["test_mse"]
-            and (r["test_mse"] / r["linear_mse"]) / base - 1 <= within
+            and vs_reference(r, ref) <= within
         ]
         if not ok:
             continue
@@ -261,12 +266,7 @@ def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
             speed = flash["p50_ms_1_client"] / r["p50_ms_1_client"] if flash else float("nan")
             vs_full = full["p50_ms_1_client"] / r["p50_ms_1_client"] if full else float("nan")
             mse = r["test_mse"]
-            # Backends scored on different windows compare through the baseline on their own.
-            vs = (
-                f"{(mse / r['linear_mse']) / (ref['test_mse'] / ref['linear_mse']) - 1:+.2%}"
-                if ref and mse and ref["test_mse"]
-                else "—"
-            )
+            vs = f"{vs_reference(r, ref):+.2%}" if ref and mse and ref["test_mse"] else "—"
             label = (
                 f"**{r['backend']}** (default)" if r["backend"] == default[model] else r["backend"]
             )
