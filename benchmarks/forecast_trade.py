@@ -19,6 +19,10 @@ of up to 32) and per backend, in turn:
 * **test MSE** (scaled units) from the checkpoint's ``quality.json`` (``attnserve evaluate``; a
   backend scored on every k-th window says so), and the linear baseline's as the reference row.
 
+Each option variant scored in ``quality.json`` (``attnserve evaluate --variants``, e.g.
+``performer(num_features=8)``) gets a row too, sent as that backend with those
+``attention_options`` (``--no-variants``: backends at their defaults only).
+
 ``auto`` in ``--backends`` (there by default) adds a row for ``attention: "auto"`` with
 ``max_quality_loss`` ``--auto-budget`` (0.1): the backend it resolved to, its MSE, and below the
 table its speed against the fastest fixed backend within the same budget and against ``flash``.
@@ -45,7 +49,7 @@ from models.informer.checkpoint import shipped_dirs
 from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
 from models.names import BACKEND_NAMES
-from models.quality_loss import forecast_losses
+from models.quality_loss import forecast_losses, forecast_variant_losses, variant_label
 
 RESULTS = Path(__file__).parent / "results"
 LONG_MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
@@ -108,6 +112,32 @@ class PeakRss:
         return (self.peak - self.base) / 2**20
 
 
+def measured_runs(quality: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per label (``performer``, ``performer(num_features=8)``): the request fields, the test
+    figures and the loss ``auto`` budgets against, for each backend at its defaults and each
+    option variant in ``quality.json``."""
+    losses = forecast_losses(quality)
+    runs = {
+        backend: {
+            "attention": backend,
+            "options": {},
+            "figures": entry,
+            "loss": losses.get(backend),
+        }
+        for backend, entry in quality["backends"].items()
+    }
+    for (backend, options, loss), entry in zip(
+        forecast_variant_losses(quality), quality.get("variants", []), strict=True
+    ):
+        runs[variant_label(backend, options)] = {
+            "attention": backend,
+            "options": options,
+            "figures": entry,
+            "loss": loss,
+        }
+    return runs
+
+
 def measure_model(
     model: str,
     backends: list[str],
@@ -116,36 +146,49 @@ def measure_model(
     log_dir: Path,
     auto_budget: float = 0.1,
     payload: str = "base64",
+    variants: bool = True,
 ) -> list[dict[str, Any]]:
     directory = shipped_dirs().get(model) or Path(model)
     quality = json.loads((directory / "quality.json").read_text())
+    runs = measured_runs(quality)
     series = columnar_windows(directory, 64, payload)
     server = ServerProcess([str(directory)], threads, 32, log_dir / f"trade-{directory.name}.log")
+    labels = [b for b in backends if b != "auto"]
+    if variants:  # each measured variant beside the backends, auto last
+        labels += [label for label in runs if label not in BACKEND_NAMES]
+    labels += [b for b in backends if b == "auto"]
     rows = []
     try:
         server.wait_ready()
-        for backend in backends:
-            extra = {"max_quality_loss": auto_budget} if backend == "auto" else {}
+        for label in labels:
+            run = runs.get(label, {"attention": label, "options": {}})
+            extra: dict[str, Any] = {}
+            if label == "auto":
+                extra["max_quality_loss"] = auto_budget
+            elif run["options"]:
+                extra["attention_options"] = run["options"]
             bodies = [
                 json.dumps(
-                    {"model": directory.name, "series": [s], "attention": backend, **extra}
+                    {"model": directory.name, "series": [s], "attention": run["attention"], **extra}
                 ).encode()
                 for s in series
             ]
             work = Workload("/forecast", bodies)
             ran, reason = resolved(server.url, bodies[0])
+            if reason is not None:  # auto: the header names the variant it ran
+                ran = reason.split(";", 1)[0]
             with PeakRss(server.proc.pid) as mem:
                 one: LoadResult = asyncio.run(drive(server.url, work, 1, seconds, 2.0))
                 eight: LoadResult = asyncio.run(drive(server.url, work, 8, seconds, 2.0))
-            q = quality["backends"].get(ran, {})
+            q = runs.get(ran, {}).get("figures") or {}
             rows.append(
                 {
                     "model": directory.name,
-                    "backend": backend,
+                    "backend": label,
                     "ran": ran,
                     "choice": reason,
-                    "quality_loss": forecast_losses(quality).get(ran),
-                    "budget": auto_budget if backend == "auto" else None,
+                    "quality_loss": runs.get(ran, {}).get("loss"),
+                    "budget": auto_budget if label == "auto" else None,
                     "p50_ms_1_client": one.pct(50),
                     "requests_per_s_8_clients": eight.throughput,
                     "mean_batch_8_clients": (
@@ -164,7 +207,7 @@ def measure_model(
             )
             r = rows[-1]
             print(
-                f"{directory.name} {backend:10s} p50 {r['p50_ms_1_client']:8.1f} ms  "
+                f"{directory.name} {label:26s} p50 {r['p50_ms_1_client']:8.1f} ms  "
                 f"{r['requests_per_s_8_clients']:6.2f} req/s @8  +{r['peak_extra_mib']:6.0f} MiB  "
                 f"MSE {r['test_mse']}",
                 flush=True,
@@ -315,6 +358,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--payload", choices=PAYLOADS, default="base64", help="how histories travel")
     p.add_argument(
+        "--no-variants",
+        dest="variants",
+        action="store_false",
+        help="leave out the option variants scored in quality.json (measured by default)",
+    )
+    p.add_argument(
         "--out", type=Path, default=None, help="default: results/forecast-trade[-PAYLOAD]"
     )
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="server logs go here")
@@ -338,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
             args.log_dir,
             args.auto_budget,
             args.payload,
+            args.variants,
         )
     how = "base64 float32 columns" if args.payload == "base64" else "columns as JSON numbers"
     flag = "" if args.payload == "base64" else f" --payload {args.payload}"

@@ -124,7 +124,9 @@ class Engine:
                 budget = DEFAULT_MAX_QUALITY_LOSS[task]
             worker = self.batcher.workers[model.name]
             choice = choose(candidates(model, worker, len(work.rows), max(work.lengths)), budget)
-            checked = model.check(replace(request, attention=choice.backend))
+            checked = model.check(
+                replace(request, attention=choice.backend, attention_options=choice.options)
+            )
             self.batcher.metrics.auto_choices.labels(model.name, choice.backend).inc()
         labels["attention"] = checked.call.backend
         result = await self.batcher.submit(

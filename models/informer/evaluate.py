@@ -12,10 +12,16 @@ its ``slice`` entry is what the tests reproduce) and, for the shipped checkpoint
     attnserve evaluate                                  # every shipped checkpoint + RESULTS.md
     attnserve evaluate runs/my-model --backends flash performer
     attnserve evaluate runs/long-model --backends full --stride 8   # every 8th test window
+    attnserve evaluate runs/long-model --variants performer:num_features=16 --stride 16
 
 ``--stride k`` scores the listed backends on every k-th test window only, and the linear baseline
 on the same windows beside them (recorded per backend): for long contexts, where exact attention
 over ten thousand windows costs hours on a CPU and neighbouring windows overlap almost entirely.
+
+``--variants backend:option=value[,option=value]`` also scores a backend at options other than
+its defaults (recorded under ``variants``): the figures ``attention: "auto"`` needs before it may
+pick those options (:mod:`service.auto_attention`). With ``--variants`` and no ``--backends``,
+only the variants are scored.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ import torch
 from torch.utils.data import DataLoader, Subset
 
 from models.attention import BACKENDS
+from models.attention.base import AttentionError
 from models.informer.checkpoint import shipped_dirs
 from models.informer.data import WindowDataset
 from models.informer.forecaster import InformerForecaster
@@ -40,6 +47,7 @@ from models.informer.metrics import evaluate_loader
 from models.informer.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.informer.table import SeriesTable
 from models.informer.timefeatures import format_timestamps
+from models.quality_loss import variant_label
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 # Zhou et al. 2021, Table 2 (multivariate ETTh1, Informer): horizon -> (MSE, MAE).
@@ -97,17 +105,25 @@ def evaluate_checkpoint(
     backends: list[str] | None = None,
     data: Path | None = None,
     stride: int = 1,
+    variants: list[tuple[str, dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Test metrics per backend and the linear baseline, written to ``quality.json`` (merged
-    with the backends scored before).
+    with the backends and variants scored before).
 
     ``data`` points at the CSV when it moved since training (same columns and rows); ``stride``
-    k scores the backends on every k-th test window (see the module docstring).
+    k scores the backends on every k-th test window (see the module docstring); ``variants``
+    are ``(backend, options)`` pairs scored beside them (``backends=None`` with variants given:
+    only the variants).
     """
     if stride < 1:
         raise ValueError(f"stride must be at least 1, got {stride}")
     f = InformerForecaster.load(str(name_or_path))
     cfg = f.model.config
+    variants = list(variants or [])
+    for backend, options in variants:  # bad options fail here, before any scoring
+        f.check_attention(backend, options)
+    if backends is None:
+        backends = [] if variants else list(BACKENDS)
     source = source_of(f.meta)
     if data is not None:
         source = replace(source, path=str(Path(data).resolve()))
@@ -133,10 +149,11 @@ def evaluate_checkpoint(
 
     results: dict[str, Any] = dict(f.quality.get("backends", {}))
     slice_res: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
-    for backend in backends or list(BACKENDS):
+
+    def score(backend: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         t0 = time.time()
-        mse, mae = evaluate_loader(f.model, loader, backend)
-        results[backend] = {
+        mse, mae = evaluate_loader(f.model, loader, backend, options)
+        entry = {
             "mse": round(mse, 6),
             "mae": round(mae, 6),
             "vs_linear": round(mse / lin_scored - 1, 4),
@@ -145,14 +162,24 @@ def evaluate_checkpoint(
             "layers": f.layer_backends(backend),
         }
         if stride > 1:  # the baseline on these same windows, so the ratio compares like for like
-            results[backend]["linear_mse"] = round(lin_scored, 6)
-        slice_res[backend] = round(slice_mse(f, backend, indices, table, source), 6)
+            entry["linear_mse"] = round(lin_scored, 6)
         print(
-            f"{f.name} {backend:10s} MSE {mse:.4f} MAE {mae:.4f} "
+            f"{f.name} {variant_label(backend, options):10s} MSE {mse:.4f} MAE {mae:.4f} "
             f"({mse / lin_scored - 1:+.1%} vs linear, {len(scored)} windows, "
             f"{time.time() - t0:.0f}s)",
             flush=True,
         )
+        return entry
+
+    for backend in backends:
+        results[backend] = score(backend)
+        slice_res[backend] = round(slice_mse(f, backend, indices, table, source), 6)
+    scored_variants = [v for v in f.quality.get("variants", []) if "backend" in v]
+    for backend, options in variants:
+        scored_variants = [
+            v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
+        ]
+        scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER_ETTH1.get(cfg.pred_len)
@@ -176,6 +203,7 @@ def evaluate_checkpoint(
         },
         "paper": {"mse": paper[0], "mae": paper[1]} if paper else None,
         "backends": results,
+        "variants": scored_variants,
         "slice": {
             "indices": indices,
             "mse": slice_res,
@@ -184,6 +212,27 @@ def evaluate_checkpoint(
     }
     (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
     return quality
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
+    """``performer:num_features=16,...`` -> ``("performer", {"num_features": 16})``; numbers
+    become int or float, anything else stays a string. ValueError on a malformed spec."""
+    backend, sep, rest = text.partition(":")
+    if backend not in BACKENDS or not sep or not rest:
+        raise ValueError(
+            f"variant {text!r}: expected backend:option=value[,option=value] with a backend "
+            f"among {', '.join(BACKENDS)}"
+        )
+    options: dict[str, Any] = {}
+    for item in rest.split(","):
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ValueError(f"variant {text!r}: {item!r} is not option=value")
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
+    return backend, options
 
 
 def relative_to_linear(r: dict[str, Any], q: dict[str, Any]) -> float:
@@ -225,6 +274,15 @@ def results_table() -> str:
                 f"| {name} | {ctx} | {label} | {windows} | {r['mse']:.4f} | {r['mae']:.4f} | "
                 f"{rel - 1:+.2%} | {rel / ref - 1:+.2%} | {paper} |"
             )
+        for v in q.get("variants", []):
+            stride = v.get("stride", 1)
+            windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"
+            rel = relative_to_linear(v, q)
+            lines.append(
+                f"| {name} | {ctx} | {variant_label(v['backend'], v['options'])} | {windows} | "
+                f"{v['mse']:.4f} | {v['mae']:.4f} | {rel - 1:+.2%} | {rel / ref - 1:+.2%} | "
+                f"{paper} |"
+            )
     return "\n".join(lines)
 
 
@@ -249,6 +307,10 @@ Notes:
   worse: the long context pays, mostly through the linear path. Horizon 672, trained with both
   recipes, ended 0.1 % above its baseline on the test split and is not shipped. Backends other
   than the default were scored on every 16th test window.
+- Rows such as `performer(num_features=8)` are option variants (`attnserve evaluate --variants`),
+  scored like the backends on every 16th window: the candidates `attention: "auto"` may pick
+  besides each backend's defaults. On these two models the network adds so little to the linear
+  path that no variant moves the test MSE by more than 0.02 %.
 """
 
 
@@ -283,7 +345,20 @@ def main(argv: list[str] | None = None) -> None:
         help="checkpoint folders or shipped names "
         "(default: every shipped checkpoint, and RESULTS.md is rewritten)",
     )
-    p.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=list(BACKENDS))
+    p.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        choices=list(BACKENDS),
+        help="backends to score at their default options (default: all, or none with --variants)",
+    )
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        default=[],
+        metavar="BACKEND:OPTION=VALUE[,...]",
+        help="also score these backends at these options (e.g. performer:num_features=16)",
+    )
     p.add_argument("--data", type=Path, default=None, help="the CSV, if it moved since training")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
@@ -295,9 +370,16 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     if args.stride < 1:
         p.error(f"--stride must be at least 1, got {args.stride}")
+    try:
+        variants = [parse_variant(v) for v in args.variants]
+    except ValueError as err:
+        p.error(str(err))
     torch.set_num_threads(args.threads)
     for name in args.checkpoints or list(shipped_dirs()):
-        evaluate_checkpoint(name, args.backends, args.data, args.stride)
+        try:
+            evaluate_checkpoint(name, args.backends, args.data, args.stride, variants)
+        except AttentionError as err:  # a variant's options, refused before any scoring
+            p.error(str(err))
     if not args.checkpoints:
         print(write_results())
 

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 
-from service.servables.base import ServedModel
+from service.servables.base import Call, OptionItems, ServedModel
 
 # Timed runs of the calibration batch per backend (after warm-up, so kernels are loaded): one
 # keeps start-up short (each backend of each model is timed); the fastest counts.
@@ -32,23 +32,39 @@ CALIBRATION_RUNS = 1
 
 @dataclass
 class CostModel:
-    """Measured work rates per backend (flop-equivalents per second) of one model on one device."""
+    """Measured work rates (flop-equivalents per second) of one model on one device: per backend
+    at its default options, and per (backend, options) for the option variants ``auto`` may pick
+    (their constant factors differ from the defaults' too: fewer Performer features leave
+    fixed passes that do not shrink)."""
 
     rates: dict[str, float] = field(default_factory=dict)
+    option_rates: dict[tuple[str, OptionItems], float] = field(default_factory=dict)
 
-    def seconds(self, backend: str, work: float) -> float | None:
-        """Estimated seconds of ``work`` under ``backend``; None before it was calibrated."""
-        rate = self.rates.get(backend)
+    def seconds(self, backend: str, work: float, options: OptionItems = ()) -> float | None:
+        """Estimated seconds of ``work`` under ``backend`` at ``options`` (the variant's own rate
+        when it was measured, else the backend's); None before the backend was calibrated."""
+        rate = self.option_rates.get((backend, options)) or self.rates.get(backend)
         return None if not rate else work / rate
 
-    def calibrate(self, backend: str, work: float, run: Callable[[], object]) -> float:
-        """Time ``run`` (a forward pass of ``work``) and keep the rate; returns its seconds."""
+    def calibrate(
+        self,
+        backend: str,
+        work: float,
+        run: Callable[[], object],
+        options: OptionItems | None = None,
+    ) -> float:
+        """Time ``run`` (a forward pass of ``work``) and keep the rate, as the backend's or (with
+        ``options``) as that variant's; returns its seconds."""
         best = float("inf")
         for _ in range(CALIBRATION_RUNS):
             started = time.perf_counter()
             run()
             best = min(best, time.perf_counter() - started)
-        self.rates[backend] = work / max(best, 1e-6)
+        rate = work / max(best, 1e-6)
+        if options is None:
+            self.rates[backend] = rate
+        else:
+            self.option_rates[(backend, options)] = rate
         return best
 
 
@@ -57,14 +73,17 @@ def measure_backend(
     model: ServedModel,
     backend: str,
     inference: Callable[[str], AbstractContextManager[object]],
+    variant: Call | None = None,
 ) -> float:
     """Time ``model``'s calibration batch under ``backend`` (inside ``inference(backend)``, the
-    device's inference context) and keep the rate in ``cost``; returns the batch's seconds."""
+    device's inference context) and keep the rate in ``cost``, or with ``variant`` (a call of
+    ``backend`` at other options) that variant's rate; returns the batch's seconds."""
     rows, call, longest = model.calibration_batch(backend)
+    call = variant or call
     work = model.work_estimate(call, len(rows), longest)
 
     def run() -> None:
         with inference(backend):
             model.run(rows, call)
 
-    return cost.calibrate(backend, work, run)
+    return cost.calibrate(backend, work, run, None if variant is None else variant.options)

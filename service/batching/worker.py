@@ -93,7 +93,8 @@ class ModelWorker:
     def seconds_estimate(self, key: BatchKey, rows: int, longest: int) -> float | None:
         """Estimated seconds of a forward pass of ``rows`` rows of ``longest`` on this device
         (None before warm-up measured the backend)."""
-        return self.cost.seconds(key.backend, self._work_estimate(key, rows, longest))
+        work = self._work_estimate(key, rows, longest)
+        return self.cost.seconds(key.backend, work, key.call.options)
 
     # ------------------------------------------------------------------ queue side
 
@@ -206,7 +207,8 @@ class ModelWorker:
         """Run the warm-up batches of every served backend (blocking; call from a thread): a
         small batch, or for a compiled backend every shape bucket, so graphs compile here.
 
-        Then times each backend's calibration batch to measure its work rate (:attr:`cost`).
+        Then times each backend's calibration batch to measure its work rate (:attr:`cost`),
+        and each option variant ``auto`` may pick (warmed up and timed at its own options).
 
         Returns seconds per backend. Raises whatever the model raises: a model that cannot run
         its own warm-up batch must not report ready.
@@ -214,11 +216,18 @@ class ModelWorker:
         timings = {}
         for backend in self.servable.backends():
             started = time.perf_counter()
-            for rows, call in self.servable.warmup_batches(backend):
+            batches = self.servable.warmup_batches(backend)
+            for rows, call in batches:
                 with self.runtime.inference(backend):
                     self.servable.run(rows, call)
-            timings[backend] = time.perf_counter() - started
             measure_backend(self.cost, self.servable, backend, self.runtime.inference)
+            # The option variants auto may pick: warmed up and priced on their own.
+            for variant in self.servable.measured_variants(backend):
+                for rows, _ in batches:
+                    with self.runtime.inference(backend):
+                        self.servable.run(rows, variant)
+                measure_backend(self.cost, self.servable, backend, self.runtime.inference, variant)
+            timings[backend] = time.perf_counter() - started
         return timings
 
     async def drain(self, grace_s: float) -> bool:

@@ -164,10 +164,16 @@ class ServedModel(Protocol):
         measured for the backend (:mod:`service.batching.cost`)."""
         ...
 
-    def quality_losses(self, length: int) -> dict[str, float]:
-        """Measured quality loss against exact attention per backend at its default options, for
-        rows of ``length`` (see :mod:`models.quality_loss`); backends without a figure are left
-        out (``attention: "auto"`` never picks them)."""
+    def quality_losses(self, length: int) -> dict[Call, float]:
+        """Measured quality loss against exact attention per call (a backend at its default
+        options, or at options scored separately), for rows of ``length`` (see
+        :mod:`models.quality_loss`); calls without a figure are left out (``attention: "auto"``
+        never picks them)."""
+        ...
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        """Calls of ``backend`` at options other than its defaults that have quality figures:
+        ``auto`` may pick them, so warm-up prices each on this device."""
         ...
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:

@@ -13,7 +13,7 @@ import pandas as pd
 from models.errors import ModelInputError
 from models.informer import Forecast, ForecastWindow, InformerForecaster
 from models.informer.timefeatures import freq_step
-from models.quality_loss import forecast_losses
+from models.quality_loss import forecast_losses, forecast_variant_losses
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
     Call,
@@ -49,8 +49,16 @@ class ForecastServable:
         self.horizon = forecaster.horizon
         self._backends = accepted_backends(self.forecaster.check_attention)
         # The shipped figures do not change while serving: read once, asked per auto request.
-        losses = forecast_losses(self.forecaster.quality)
-        self._losses = {b: loss for b, loss in losses.items() if b in self._backends}
+        quality = self.forecaster.quality
+        self._losses: dict[Call, float] = {
+            self.default_call(b): loss
+            for b, loss in forecast_losses(quality).items()
+            if b in self._backends
+        }
+        for b, options, loss in forecast_variant_losses(quality):
+            if b in self._backends:  # a variant equal to the defaults keeps the default's figure
+                call = Call(b, option_items(self.forecaster.check_attention(b, options)))
+                self._losses.setdefault(call, loss)
 
     # ------------------------------------------------------------------ per request
 
@@ -99,9 +107,13 @@ class ForecastServable:
         # Every window is cut to the model's context: ``length`` is always the context.
         return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
 
-    def quality_losses(self, length: int) -> dict[str, float]:
+    def quality_losses(self, length: int) -> dict[Call, float]:
         # Every window is cut to the model's context: the figures hold at any history length.
         return self._losses
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        default = self.default_call(backend)
+        return [c for c in self._losses if c.backend == backend and c != default]
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
         return self.forecaster.work_estimate(call.backend, call.options_dict, rows)

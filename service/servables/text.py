@@ -12,6 +12,7 @@ from models.text.encoder import DEFAULT_ATTENTION, load_quality
 from service.batching.policy import length_bucket
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
+    Call,
     Checked,
     TextCall,
     TextInput,
@@ -44,7 +45,7 @@ class TextServable:
         self.max_tokens = encoder.max_tokens
         self._backends = accepted_backends(self.encoder.check_attention)
         self._quality = load_quality()
-        self._losses: dict[int, dict[str, float]] = {}
+        self._losses: dict[int, dict[Call, float]] = {}
 
     # ------------------------------------------------------------------ per request
 
@@ -101,19 +102,31 @@ class TextServable:
     def work_estimate(self, call: TextCall, rows: int, length: int) -> float:
         return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
 
-    def quality_losses(self, length: int) -> dict[str, float]:
+    def quality_losses(self, length: int) -> dict[Call, float]:
         # The figures do not change while serving: worked out once per length (at most
         # max_tokens of them), then asked per auto request.
         losses = self._losses.get(length)
         if losses is None:
-            # Only figures measured at the options the backend runs by default now.
             losses = self._losses[length] = {
-                backend: loss
+                self._measured_call(backend, options): loss
                 for backend, (loss, options) in embedding_losses(self._quality, length).items()
                 if backend in self._backends
-                and (not options or option_items(options) == self.default_call(backend).options)
             }
         return losses
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        # One figure per backend (models/text/quality.json), measured at the options it names.
+        entry = (self._quality.get("backends") or {}).get(backend)
+        if entry is None or backend not in self._backends:
+            return []
+        call = self._measured_call(backend, dict(entry.get("options") or {}))
+        return [] if call == self.default_call(backend) else [call]
+
+    def _measured_call(self, backend: str, options: dict[str, Any]) -> TextCall:
+        """The call a figure was measured with (options resolved as a request's would be; a
+        ``None`` option was derived from the input, as the default is)."""
+        given = {k: v for k, v in options.items() if v is not None}
+        return TextCall(backend, option_items(self.encoder.check_attention(backend, given)))
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
         # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short

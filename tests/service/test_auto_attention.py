@@ -18,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.batching.worker import ModelWorker
+from service.servables.base import Call
 from tests.service.conftest import metric
 from tests.service.helpers import (
     TINY_TEXT,
@@ -164,6 +165,92 @@ def test_bad_budgets_get_a_422_that_says_what_is_valid(
     assert r.status_code == 422, r.text
     assert says in r.json()["error"]["message"]
     assert client.post("/forecast", json=body(forecaster, attention="auto")).status_code == 200
+
+
+# ----------------------------------------------------------------------- option variants
+
+# Performer at 8 features scored on its own (attnserve evaluate --variants): 3 % worse than exact
+# and priced below every default; at 12 features 30 % worse (over any budget below 0.3).
+VARIANTS = {
+    **QUALITY,
+    "variants": [
+        {"backend": "performer", "options": {"num_features": 8}, "mse": 0.412},
+        {"backend": "performer", "options": {"num_features": 12}, "mse": 0.52},
+    ],
+}
+EIGHT = (("num_features", 8),)
+
+
+@pytest.fixture(scope="module")
+def variant_client(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[TestClient, Wrapped]]:
+    directory: Path = tmp_path_factory.mktemp("auto-variants") / "variant-forecaster"
+    forecast_servable(directory)
+    (directory / "quality.json").write_text(json.dumps(VARIANTS))
+    wrapped = Wrapped(forecast_servable(directory))
+    with TestClient(make_app([wrapped])) as c:
+        worker = c.app.state.attnserve.batcher.workers[wrapped.name]  # type: ignore[attr-defined]
+        # Warm-up priced each variant at its own options, beside the defaults.
+        assert set(worker.cost.option_rates) == {
+            ("performer", EIGHT),
+            ("performer", (("num_features", 12),)),
+        }
+        pin(worker, SECONDS, 1, wrapped.context)
+        work = wrapped.work_estimate(Call("performer", EIGHT), 1, wrapped.context)
+        worker.cost.option_rates = {("performer", EIGHT): work / 0.005}  # 5 ms: cheapest
+        yield c, wrapped
+
+
+def test_auto_picks_a_measured_variant_when_it_is_cheapest_within_the_budget(
+    variant_client: tuple[TestClient, Wrapped],
+) -> None:
+    client, forecaster = variant_client
+    before = client.get("/metrics").text
+    r = client.post("/forecast", json=body(forecaster, attention="auto"))
+    assert r.status_code == 200, r.text
+    assert r.json()["attention"] == "performer"
+    assert r.headers["x-attention-choice"].startswith(
+        "performer(num_features=8); loss 0.03 <= 0.05; est 5 ms vs flash 50 ms"
+    )
+    # It ran at those options: the same answer as asking for them.
+    fixed = client.post(
+        "/forecast",
+        json=body(forecaster, attention="performer", attention_options={"num_features": 8}),
+    )
+    assert r.json()["forecasts"] == fixed.json()["forecasts"]
+    default = client.post("/forecast", json=body(forecaster, attention="performer"))
+    assert r.json()["forecasts"] != default.json()["forecasts"]
+    name, labels = "attnserve_auto_attention_choices_total", {"backend": "performer"}
+    after = client.get("/metrics").text
+    assert metric(after, name, model=forecaster.name, **labels) == (
+        metric(before, name, model=forecaster.name, **labels) + 1
+    )
+
+
+def test_a_variant_over_the_budget_is_never_picked(
+    variant_client: tuple[TestClient, Wrapped],
+) -> None:
+    client, forecaster = variant_client
+    r = client.post("/forecast", json=body(forecaster, attention="auto", max_quality_loss=0.028))
+    assert r.headers["x-attention-choice"].startswith("performer; loss 0.025 <= 0.028")
+    # 12 features would lose 30 %: not even a budget of 0.2 lets it in (8 features wins there).
+    r = client.post("/forecast", json=body(forecaster, attention="auto", max_quality_loss=0.2))
+    assert r.headers["x-attention-choice"].startswith("performer(num_features=8);")
+
+
+def test_models_lists_each_variant_with_its_options(
+    variant_client: tuple[TestClient, Wrapped],
+) -> None:
+    client, forecaster = variant_client
+    card = next(m for m in client.get("/models").json()["data"] if m["name"] == forecaster.name)
+    (table,) = card["auto"]["by_length"].values()
+    rows = [(row["backend"], row["options"]) for row in table]
+    assert rows[0] == ("performer", {"num_features": 8})
+    assert ("performer", {"num_features": 12}) in rows and ("performer", {}) in rows
+    first = table[0]
+    assert first["quality_loss"] == pytest.approx(0.03)
+    assert first["estimated_ms_per_row"] == pytest.approx(5.0)
 
 
 # ----------------------------------------------------------------------------- encoder

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from models.quality_loss import embedding_losses, forecast_losses
+from models.quality_loss import embedding_losses, forecast_losses, forecast_variant_losses
 from models.text.encoder import QUALITY_FILE
 from service.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
+from service.servables.base import Call
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "weights"
 SHIPPED = sorted(p.parent for p in WEIGHTS.glob("*/quality.json"))
@@ -62,6 +63,43 @@ def test_forecast_losses_compare_scores_on_different_windows_through_the_baselin
     assert forecast_losses({}) == {}
 
 
+def test_variant_losses_are_worked_out_like_the_defaults() -> None:
+    quality = {
+        "linear_baseline": {"mse": 0.50},
+        "backends": {"flash": {"mse": 0.40, "linear_mse": 0.40}},
+        "variants": [
+            {
+                "backend": "performer",
+                "options": {"num_features": 16},
+                "mse": 0.42,
+                "linear_mse": 0.40,
+            },
+            {"backend": "nystrom", "options": {"num_landmarks": 8}, "mse": 0.55},  # all windows
+        ],
+    }
+    (performer, nystrom) = forecast_variant_losses(quality)
+    assert performer[:2] == ("performer", {"num_features": 16})
+    assert performer[2] == pytest.approx(0.05)
+    assert nystrom[:2] == ("nystrom", {"num_landmarks": 8})
+    assert nystrom[2] == pytest.approx(0.55 / 0.50 - 1)
+    assert forecast_variant_losses({"variants": quality["variants"]}) == []  # no exact figure
+
+
+@pytest.mark.parametrize("checkpoint", SHIPPED, ids=lambda p: p.name)
+def test_shipped_variants_name_a_backend_and_options_and_follow_their_figures(
+    checkpoint: Path,
+) -> None:
+    quality = json.loads((checkpoint / "quality.json").read_text())
+    variants = forecast_variant_losses(quality)
+    assert len(variants) == len(quality.get("variants", []))
+    exact = quality["backends"].get("flash") or quality["backends"]["full"]
+    overall = quality["linear_baseline"]["mse"]
+    ref = exact["mse"] / exact.get("linear_mse", overall)
+    for (backend, options, loss), entry in zip(variants, quality.get("variants", []), strict=True):
+        assert backend not in EXACT_BACKENDS and options  # a variant changes something
+        assert loss == pytest.approx(entry["mse"] / entry.get("linear_mse", overall) / ref - 1)
+
+
 def test_embedding_losses_are_the_band_of_the_length() -> None:
     quality = json.loads(QUALITY_FILE.read_text())
     for length, band in ((10, "1-64"), (64, "1-64"), (65, "65-128"), (200, "129-256")):
@@ -74,34 +112,43 @@ def test_embedding_losses_are_the_band_of_the_length() -> None:
     assert embedding_losses(quality, 257) == {}  # no figure beyond the measured lengths
 
 
-def _shipped_loss_tables() -> list[tuple[str, dict[str, float]]]:
-    tables = [
-        (p.name, forecast_losses(json.loads((p / "quality.json").read_text()))) for p in SHIPPED
-    ]
+def _candidate(
+    backend: str, loss: float, seconds: float | None, fits: bool = True, **changed: int
+) -> Candidate:
+    items = tuple(sorted(changed.items()))
+    return Candidate(Call(backend, items), loss, seconds, fits, items)
+
+
+def _shipped_loss_tables() -> list[tuple[str, list[tuple[str, dict[str, int], float]]]]:
+    tables = []
+    for p in SHIPPED:
+        quality = json.loads((p / "quality.json").read_text())
+        losses = [(b, {}, loss) for b, loss in forecast_losses(quality).items()]
+        tables.append((p.name, losses + forecast_variant_losses(quality)))
     text = json.loads(QUALITY_FILE.read_text())
     for length in (32, 100, 256):
-        tables.append(
-            (f"text@{length}", {k: v for k, (v, _) in embedding_losses(text, length).items()})
-        )
+        losses = [(k, o, v) for k, (v, o) in embedding_losses(text, length).items()]
+        tables.append((f"text@{length}", losses))
     return tables
 
 
 @pytest.mark.parametrize("name,losses", _shipped_loss_tables(), ids=lambda x: str(x)[:40])
 def test_never_a_backend_whose_measured_loss_exceeds_the_budget(
-    name: str, losses: dict[str, float]
+    name: str, losses: list[tuple[str, dict[str, int], float]]
 ) -> None:
     rng = random.Random(name)
     for _ in range(50):  # any prices the device might measure
         options = [
-            Candidate(b, 0.0 if b in EXACT_BACKENDS else loss, rng.uniform(0.001, 1.0), True)
-            for b, loss in losses.items()
+            _candidate(b, 0.0 if b in EXACT_BACKENDS else loss, rng.uniform(0.001, 1.0), **o)
+            for b, o, loss in losses
         ]
         for exact in EXACT_BACKENDS:
-            if exact not in losses:
-                options.append(Candidate(exact, 0.0, rng.uniform(0.001, 1.0), True))
+            if exact not in {b for b, _, _ in losses}:
+                options.append(_candidate(exact, 0.0, rng.uniform(0.001, 1.0)))
         for budget in BUDGETS:
             choice = choose(options, budget)
-            chosen = next(c for c in options if c.backend == choice.backend)
+            chosen = choice.picked
+            assert chosen in options
             assert chosen.loss <= budget
             allowed = [c for c in options if c.loss <= budget]
             assert chosen.seconds == min(c.seconds or 0.0 for c in allowed)  # the cheapest
@@ -111,11 +158,11 @@ def test_never_a_backend_whose_measured_loss_exceeds_the_budget(
 
 def test_choice_skips_what_does_not_fit_memory_and_prefers_priced_candidates() -> None:
     options = [
-        Candidate("full", 0.0, 0.9, False),
-        Candidate("flash", 0.0, 0.5, True),
-        Candidate("performer", 0.01, 0.1, False),
-        Candidate("nystrom", 0.02, None, True),
-        Candidate("probsparse", 0.03, 0.3, True),
+        _candidate("full", 0.0, 0.9, False),
+        _candidate("flash", 0.0, 0.5),
+        _candidate("performer", 0.01, 0.1, False),
+        _candidate("nystrom", 0.02, None),
+        _candidate("probsparse", 0.03, 0.3),
     ]
     assert choose(options, 0.05).backend == "probsparse"
     assert choose(options, 0.025).backend == "flash"
@@ -124,8 +171,28 @@ def test_choice_skips_what_does_not_fit_memory_and_prefers_priced_candidates() -
         choose([], 0.1)
 
 
+def test_a_cheaper_variant_within_the_budget_wins_and_one_over_it_never_does() -> None:
+    options = [
+        _candidate("flash", 0.0, 0.5),
+        _candidate("performer", 0.001, 0.3),
+        _candidate("performer", 0.002, 0.2, num_features=16),
+        _candidate("performer", 0.08, 0.1, num_features=8),
+    ]
+    assert choose(options, 0.05).picked == options[2]
+    assert choose(options, 0.05).options == {"num_features": 16}
+    assert choose(options, 0.1).picked == options[3]
+    assert choose(options, 0.0015).picked == options[1]
+    # The reference is flash at its defaults, never a variant.
+    assert choose(options, 0.05).reference == options[0]
+
+
 def test_the_header_says_what_ran_why_and_against_what() -> None:
-    flash = Candidate("flash", 0.0, 0.126, True)
-    choice = Choice("performer", -0.0002, 0.05, 0.041, flash)
+    flash = _candidate("flash", 0.0, 0.126)
+    performer = _candidate("performer", -0.0002, 0.041)
+    choice = Choice(performer, 0.05, flash)
     assert choice.header() == "performer; loss -0.0002 <= 0.05; est 41 ms vs flash 126 ms"
-    assert Choice("flash", 0.0, 0.0, 0.126, flash).header() == "flash; loss 0 <= 0; est 126 ms"
+    assert Choice(flash, 0.0, flash).header() == "flash; loss 0 <= 0; est 126 ms"
+    variant = _candidate("performer", 0.001, 0.02, num_features=16)
+    assert Choice(variant, 0.05, flash).header() == (
+        "performer(num_features=16); loss 0.001 <= 0.05; est 20 ms vs flash 126 ms"
+    )

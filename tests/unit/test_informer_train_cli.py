@@ -118,6 +118,44 @@ def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(trai
     assert q["backends"]["flash"]["windows"] == windows  # scored before, without a stride
 
 
+def test_evaluate_scores_option_variants_and_only_them_when_no_backend_is_named(trained):
+    _csv_path, out = trained
+    before = json.loads((out / "quality.json").read_text())["backends"]
+    spec = ["performer:num_features=8", "nystrom:num_landmarks=4,pinv_iterations=3"]
+    cli(["evaluate", str(out), "--variants", *spec, "--stride", "2"])
+    q = json.loads((out / "quality.json").read_text())
+    assert q["backends"] == before  # no backend re-scored
+    performer, nystrom = q["variants"]
+    assert (performer["backend"], performer["options"]) == ("performer", {"num_features": 8})
+    assert nystrom["options"] == {"num_landmarks": 4, "pinv_iterations": 3}
+    assert performer["stride"] == 2 and performer["mse"] > 0
+    # At the default performer's own options the figure matches the backend's (same windows).
+    cli(["evaluate", str(out), "--backends", "performer", "--variants", "performer:num_features=8"])
+    q = json.loads((out / "quality.json").read_text())
+    assert len(q["variants"]) == 2  # re-scored in place, not appended again
+    assert q["variants"][1]["stride"] == 1 and q["variants"][1]["backend"] == "performer"
+
+
+@pytest.mark.parametrize(
+    ("spec", "match"),
+    [
+        ("performer", "backend:option=value"),
+        ("magic:x=1", "backend:option=value"),
+        ("performer:num_features", "not option=value"),
+        ("performer:num_features=2", "num_features"),  # below its minimum
+        ("performer:features=16", "features"),  # no such option
+    ],
+)
+def test_evaluate_refuses_a_bad_variant_before_scoring(trained, spec, match, capsys):
+    _csv_path, out = trained
+    before = (out / "quality.json").read_text()
+    with pytest.raises(SystemExit):
+        cli(["evaluate", str(out), "--variants", spec])
+    err = capsys.readouterr().err
+    assert "attnserve evaluate: error:" in err and match in err
+    assert (out / "quality.json").read_text() == before
+
+
 @pytest.mark.parametrize(
     ("edit", "match"),
     [
