@@ -174,9 +174,10 @@ def measure_model(
                 for s in series
             ]
             work = Workload("/forecast", bodies)
-            ran, reason = resolved(server.url, bodies[0])
-            if reason is not None:  # auto: the header names the variant it ran
-                ran = reason.split(";", 1)[0]
+            reason = auto_reason(server.url, bodies[0])
+            # What ran, as measured_runs names it: a fixed request's own label (the response
+            # names only the backend); for auto the header's, which names the variant.
+            ran = label if reason is None else reason.split(";", 1)[0]
             with PeakRss(server.proc.pid) as mem:
                 one: LoadResult = asyncio.run(drive(server.url, work, 1, seconds, 2.0))
                 eight: LoadResult = asyncio.run(drive(server.url, work, 8, seconds, 2.0))
@@ -217,13 +218,14 @@ def measure_model(
     return rows
 
 
-def resolved(url: str, body: bytes) -> tuple[str, str | None]:
-    """The backend one request ran (``auto`` resolves per request) and the server's reason."""
+def auto_reason(url: str, body: bytes) -> str | None:
+    """Send one request (it must succeed): its ``x-attention-choice`` header, which ``auto``
+    requests get (the variant it ran and why); None for a fixed backend."""
     r = httpx.post(
         f"{url}/forecast", content=body, headers={"content-type": "application/json"}, timeout=60
     )
     r.raise_for_status()
-    return str(r.json()["attention"]), r.headers.get("x-attention-choice")
+    return r.headers.get("x-attention-choice")
 
 
 def vs_reference(r: dict[str, Any], ref: dict[str, Any]) -> float:
@@ -334,11 +336,17 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
     fig, axes = plt.subplots(1, len(models), figsize=(5 * len(models), 4), squeeze=False)
     for ax, model in zip(axes[0], models, strict=True):
         group = [r for r in rows if r["model"] == model and r["test_mse"] is not None]
+        variants = [r for r in group if r["backend"] not in (*BACKEND_NAMES, "auto")]
         for r in group:
             y = r["test_mse"] / r["linear_mse"]  # same windows: comparable across strides
+            if r in variants:  # unlabelled: they crowd the backends they vary
+                ax.scatter(r["p50_ms_1_client"], y, marker="x", color="grey")
+                continue
             ax.scatter(r["p50_ms_1_client"], y)
             name = r["backend"] if r["backend"] != "auto" else f"auto→{r['ran']}"
-            ax.annotate(name, (r["p50_ms_1_client"], y), fontsize=8)
+            ax.annotate(name, (r["p50_ms_1_client"], y), fontsize=8, rotation=20)
+        if variants:
+            ax.scatter([], [], marker="x", color="grey", label="option variants (table)")
         ax.axhline(1.0, ls="--", color="grey", label="linear baseline")
         ax.set_xscale("log")
         ax.set_xlabel("p50 latency at 1 client (ms, log)")
