@@ -6,7 +6,9 @@ request costs (latency, throughput, memory) beside what it is worth (test MSE).
     python -m benchmarks.forecast_trade --payload columns  # histories as JSON numbers
 
 Per model, one ``attnserve serve`` process (only that model, ``--torch-threads`` threads, batches
-of up to 32) and per backend, in turn:
+of up to 32) and per backend the phases below, ``--seconds`` each in total, split into
+``--rounds`` rounds that visit every backend in turn (round-robin: a slow spell of a shared
+machine then hits every backend alike instead of whichever ran during it):
 
 * **p50 at 1 client**: one closed-loop client sending one window per request (consecutive
   ETTm1 test-split windows; ``--payload base64``, the default: columns as base64 float32, the
@@ -44,7 +46,7 @@ from typing import Any
 import httpx
 import psutil
 
-from benchmarks.service import LoadResult, ServerProcess, Workload, drive
+from benchmarks.service import LoadResult, ServerProcess, Workload, combined, drive
 from models.informer.checkpoint import shipped_dirs
 from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
@@ -147,6 +149,7 @@ def measure_model(
     auto_budget: float = 0.1,
     payload: str = "base64",
     variants: bool = True,
+    rounds: int = 3,
 ) -> list[dict[str, Any]]:
     directory = shipped_dirs().get(model) or Path(model)
     quality = json.loads((directory / "quality.json").read_text())
@@ -160,6 +163,7 @@ def measure_model(
     rows = []
     try:
         server.wait_ready()
+        prepared = {}
         for label in labels:
             run = runs.get(label, {"attention": label, "options": {}})
             extra: dict[str, Any] = {}
@@ -173,14 +177,28 @@ def measure_model(
                 ).encode()
                 for s in series
             ]
-            work = Workload("/forecast", bodies)
             reason = auto_reason(server.url, bodies[0])
             # What ran, as measured_runs names it: a fixed request's own label (the response
             # names only the backend); for auto the header's, which names the variant.
             ran = label if reason is None else reason.split(";", 1)[0]
-            with PeakRss(server.proc.pid) as mem:
-                one: LoadResult = asyncio.run(drive(server.url, work, 1, seconds, 2.0))
-                eight: LoadResult = asyncio.run(drive(server.url, work, 8, seconds, 2.0))
+            prepared[label] = (Workload("/forecast", bodies), ran, reason)
+        # Round-robin: every label's phases in each round, so a slow spell of a shared host
+        # lands on all of them alike instead of on whichever ran then.
+        ones: dict[str, list[LoadResult]] = {label: [] for label in labels}
+        eights: dict[str, list[LoadResult]] = {label: [] for label in labels}
+        peaks: dict[str, float] = dict.fromkeys(labels, 0.0)
+        share = seconds / rounds
+        for round_ in range(rounds):
+            for label in labels:
+                work = prepared[label][0]
+                warm = 2.0 if round_ == 0 else 0.5
+                with PeakRss(server.proc.pid) as mem:
+                    ones[label].append(asyncio.run(drive(server.url, work, 1, share, warm)))
+                    eights[label].append(asyncio.run(drive(server.url, work, 8, share, warm)))
+                peaks[label] = max(peaks[label], mem.extra_mib)
+        for label in labels:
+            _work, ran, reason = prepared[label]
+            one, eight = combined(ones[label]), combined(eights[label])
             q = runs.get(ran, {}).get("figures") or {}
             rows.append(
                 {
@@ -197,7 +215,7 @@ def measure_model(
                         if eight.batch_sizes
                         else float("nan")
                     ),
-                    "peak_extra_mib": mem.extra_mib,
+                    "peak_extra_mib": peaks[label],
                     "errors": one.errors + eight.errors,
                     "test_mse": q.get("mse"),
                     "mse_windows": q.get("windows"),
@@ -362,7 +380,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", nargs="+", default=list(LONG_MODELS))
     p.add_argument("--backends", nargs="+", default=[*BACKEND_NAMES, "auto"])
     p.add_argument("--auto-budget", type=float, default=0.1, help="max_quality_loss for auto")
-    p.add_argument("--seconds", type=float, default=12.0)
+    p.add_argument("--seconds", type=float, default=12.0, help="per phase, over all rounds")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="split each phase into this many rounds, every backend in each (round-robin)",
+    )
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--payload", choices=PAYLOADS, default="base64", help="how histories travel")
     p.add_argument(
@@ -396,14 +420,17 @@ def main(argv: list[str] | None = None) -> None:
             args.auto_budget,
             args.payload,
             args.variants,
+            args.rounds,
         )
     how = "base64 float32 columns" if args.payload == "base64" else "columns as JSON numbers"
     flag = "" if args.payload == "base64" else f" --payload {args.payload}"
     text = (
         f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
-        f"machine, histories as {how}), {args.seconds:g} s per phase; peak memory = the server's "
-        "resident memory above its level at the start of the backend's phases. Test MSE from "
-        "each checkpoint's quality.json.\n\n"
+        f"machine, histories as {how}), {args.seconds:g} s per phase in {args.rounds} "
+        "round-robin rounds (every backend in each round, so drift of the host hits all alike); "
+        "peak memory = the server's resident memory above its level at the start of the "
+        "backend's phases (the largest over the rounds). Test MSE from each checkpoint's "
+        "quality.json.\n\n"
         + table(rows, default)
         + "\n\n"
         + cheapest_summary(rows, default)

@@ -207,6 +207,18 @@ class LoadResult:
         return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
 
 
+def combined(parts: list[LoadResult]) -> LoadResult:
+    """Several phases of the same workload as one result: requests, time, latencies, batch
+    sizes and errors pooled (CPU times are left out: they were sampled per phase)."""
+    return LoadResult(
+        requests=sum(p.requests for p in parts),
+        seconds=sum(p.seconds for p in parts),
+        latencies_ms=[x for p in parts for x in p.latencies_ms],
+        batch_sizes=[x for p in parts for x in p.batch_sizes],
+        errors=sum(p.errors for p in parts),
+    )
+
+
 def cpu_seconds(pid: int, children: bool = True) -> float:
     """User + system CPU seconds so far of process ``pid`` and (``children``) its descendants:
     the workers of a ``--workers N`` server."""
