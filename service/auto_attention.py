@@ -111,8 +111,15 @@ def candidates(model: ServedModel, worker: ModelWorker, rows: int, length: int) 
 
 def choose(options: list[Candidate], budget: float) -> Choice:
     """The cheapest candidate with ``loss <= budget`` that fits in memory (an exact one when
-    nothing else qualifies; unpriced candidates last)."""
-    allowed = [c for c in options if c.loss <= budget and c.fits_memory]
+    nothing else qualifies; unpriced candidates last). A budget of 0 asks for exact attention:
+    an approximation whose measured loss came out at or below zero (as good as exact on the
+    test windows, within their noise) is not exact, so it is not taken then."""
+    exact_only = budget <= 0.0
+    allowed = [
+        c
+        for c in options
+        if c.loss <= budget and c.fits_memory and (c.backend in EXACT_BACKENDS or not exact_only)
+    ]
     if not allowed:  # no measured loss fits: exact attention always does
         allowed = [c for c in options if c.backend in EXACT_BACKENDS] or options
     if not allowed:

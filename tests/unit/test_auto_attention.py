@@ -150,10 +150,14 @@ def test_never_a_backend_whose_measured_loss_exceeds_the_budget(
             chosen = choice.picked
             assert chosen in options
             assert chosen.loss <= budget
-            allowed = [c for c in options if c.loss <= budget]
+            allowed = [
+                c
+                for c in options
+                if c.loss <= budget and (budget > 0 or c.backend in EXACT_BACKENDS)
+            ]
             assert chosen.seconds == min(c.seconds or 0.0 for c in allowed)  # the cheapest
-            if budget == 0.0:
-                assert choice.backend in EXACT_BACKENDS or chosen.loss <= 0.0
+            if budget == 0.0:  # exact attention, even where an approximation measured <= 0
+                assert choice.backend in EXACT_BACKENDS
 
 
 def test_choice_skips_what_does_not_fit_memory_and_prefers_priced_candidates() -> None:
@@ -182,6 +186,10 @@ def test_a_cheaper_variant_within_the_budget_wins_and_one_over_it_never_does() -
     assert choose(options, 0.05).options == {"num_features": 16}
     assert choose(options, 0.1).picked == options[3]
     assert choose(options, 0.0015).picked == options[1]
+    # A variant that measured better than exact is still not exact: budget 0 means exact.
+    better = [*options, _candidate("performer", -0.001, 0.05, num_features=12)]
+    assert choose(better, 0.0).backend == "flash"
+    assert choose(better, 1e-6).picked == better[-1]
     # The reference is flash at its defaults, never a variant.
     assert choose(options, 0.05).reference == options[0]
 
