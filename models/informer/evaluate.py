@@ -262,26 +262,19 @@ def results_table() -> str:
             f"| {name} | {ctx} | *linear baseline* | all {q['windows']:,} | {lin['mse']:.4f} | "
             f"{lin['mae']:.4f} | — | — | {paper} |"
         )
-        for backend in BACKENDS:
-            r = q["backends"].get(backend)
-            if r is None:
-                continue
-            label = f"**{backend}** (default)" if backend == default else backend
+        scored = [
+            (f"**{b}** (default)" if b == default else b, q["backends"][b])
+            for b in BACKENDS
+            if b in q["backends"]
+        ]
+        scored += [(variant_label(v["backend"], v["options"]), v) for v in q.get("variants", [])]
+        for label, r in scored:
             stride = r.get("stride", 1)
             windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"
             rel = relative_to_linear(r, q)
             lines.append(
                 f"| {name} | {ctx} | {label} | {windows} | {r['mse']:.4f} | {r['mae']:.4f} | "
                 f"{rel - 1:+.2%} | {rel / ref - 1:+.2%} | {paper} |"
-            )
-        for v in q.get("variants", []):
-            stride = v.get("stride", 1)
-            windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"
-            rel = relative_to_linear(v, q)
-            lines.append(
-                f"| {name} | {ctx} | {variant_label(v['backend'], v['options'])} | {windows} | "
-                f"{v['mse']:.4f} | {v['mae']:.4f} | {rel - 1:+.2%} | {rel / ref - 1:+.2%} | "
-                f"{paper} |"
             )
     return "\n".join(lines)
 
