@@ -128,14 +128,15 @@ def measured_runs(quality: dict[str, Any]) -> dict[str, dict[str, Any]]:
         }
         for backend, entry in quality["backends"].items()
     }
-    for (backend, options, loss), entry in zip(
-        forecast_variant_losses(quality), quality.get("variants", []), strict=True
-    ):
-        runs[variant_label(backend, options)] = {
-            "attention": backend,
-            "options": options,
+    # By label, not by position: a variant without a loss (no exact figure) is still measured.
+    variant_losses = {variant_label(b, o): loss for b, o, loss in forecast_variant_losses(quality)}
+    for entry in quality.get("variants", []):
+        label = variant_label(entry["backend"], entry["options"])
+        runs[label] = {
+            "attention": entry["backend"],
+            "options": entry["options"],
             "figures": entry,
-            "loss": loss,
+            "loss": variant_losses.get(label),
         }
     return runs
 
