@@ -48,12 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
 # Training and evaluation live in ``models/``: their argument parsers are their own.
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
-    "evaluate": "score checkpoints per backend beside the linear baseline (see evaluate --help)",
+    "evaluate": "score checkpoints per backend beside the linear baseline, or a text model "
+    "folder per backend against exact attention (see evaluate --help)",
 }
 
 
 def run_model_tool(name: str, argv: list[str]) -> int:
-    """Run ``attnserve train|evaluate`` with its own arguments."""
+    """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a text model
+    folder runs the text quality measurement)."""
+    if name == "evaluate":
+        from pathlib import Path
+
+        from models.text.folder import is_text_folder
+
+        folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
+        if folders and is_text_folder(Path(folders[0])):
+            importlib.import_module("models.text.quality").main(argv)
+            return 0
     importlib.import_module(f"models.informer.{name}").main(argv)
     return 0
 

@@ -14,6 +14,7 @@ from service.settings import Settings
 
 if TYPE_CHECKING:
     from models.informer import InformerForecaster
+    from models.text import SentenceEncoder
 
 log = logging.getLogger("attnserve")
 
@@ -38,9 +39,9 @@ def model_dir_checkpoints(model_dir: Path) -> dict[str, Path]:
     if not model_dir.is_dir():
         problem = "is not a folder" if model_dir.exists() else "does not exist"
         raise ModelLoadError(f"model_dir {str(model_dir)!r} {problem}")
-    if (model_dir / "config.json").is_file():
+    if (model_dir / "config.json").is_file() or (model_dir / "modules.json").is_file():
         raise ModelLoadError(
-            f"model_dir {str(model_dir)!r} is itself a checkpoint folder (it holds config.json); "
+            f"model_dir {str(model_dir)!r} is itself a model folder (it holds config.json); "
             "set model_dir to the folder above it, or name this folder in models"
         )
     return {
@@ -94,9 +95,28 @@ def _load_forecaster(target: str, device: str) -> InformerForecaster:
         ) from exc
 
 
+def _load_encoder(folder: Path, device: str) -> SentenceEncoder:
+    """``SentenceEncoder.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
+    from models.text import SentenceEncoder
+
+    try:
+        return SentenceEncoder.from_folder(folder, device=device)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def _is_text_folder(folder: Path) -> bool:
+    from models.text.folder import is_text_folder
+
+    return is_text_folder(folder)
+
+
 def load_servables(settings: Settings, device: str) -> list[ServedModel]:
-    """Load every model named in ``settings.models``, then every checkpoint folder in
-    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``.
+    """Load every model named in ``settings.models``, then every model folder in
+    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
+    text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
+    encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), else a forecaster
+    checkpoint.
 
     Names are checked before any weights load; all models load before any serves, so a failure
     leaves nothing half served.
@@ -107,6 +127,7 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """
     # Imported here: building an app (and its tests) must not pay for torch models up front.
     from models.text import SentenceEncoder
+    from models.text.packaged import PACKAGED, packaged_folder
     from service.servables.forecast import ForecastServable
     from service.servables.text import TextServable
 
@@ -120,16 +141,29 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
         if name in (TEXT_MODEL, *TEXT_ALIASES):
             encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
             servables.append(TextServable(encoder, TEXT_ALIASES))
+        elif name in PACKAGED:
+            try:
+                folder = packaged_folder(name)
+            except (OSError, ValueError) as exc:
+                raise ModelLoadError(f"{name}: {exc}") from exc
+            servables.append(TextServable(_load_encoder(folder, device)))
+        elif Path(name).is_dir() and _is_text_folder(Path(name)):
+            servables.append(TextServable(_load_encoder(Path(name), device)))
         elif name.startswith("informer-") or Path(name).is_dir():
             servables.append(ForecastServable(_load_forecaster(name, device)))
         else:
             raise ModelLoadError(
-                f"unknown model {name!r} in models: use {TEXT_MODEL}, a shipped Informer "
-                "name (informer-...) or a path to an Informer checkpoint folder"
+                f"unknown model {name!r} in models: use {TEXT_MODEL}, "
+                f"{', '.join(PACKAGED)}, a shipped Informer name (informer-...), or a path to "
+                "a model folder (sentence-transformers, transformers encoder, or an attnserve "
+                "checkpoint)"
             )
     for name, folder in folders.items():
         log.info("loading %s from %s on %s", name, folder, device)
-        servables.append(ForecastServable(_load_forecaster(str(folder), device)))
+        if _is_text_folder(folder):
+            servables.append(TextServable(_load_encoder(folder, device)))
+        else:
+            servables.append(ForecastServable(_load_forecaster(str(folder), device)))
     return servables
 
 

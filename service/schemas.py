@@ -158,9 +158,18 @@ class EncodeRequest(_Request):
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"
     )
-    normalize: StrictBool = Field(True, description="Scale each embedding to unit length.")
+    normalize: StrictBool | None = Field(
+        None,
+        description="Scale each embedding to unit length; default: as the model does (its "
+        "folder's Normalize module; all-MiniLM-L6-v2: true).",
+    )
     truncate: StrictBool = Field(
         False, description="Cut texts over the token limit instead of refusing them."
+    )
+    prompt_name: str | None = Field(
+        None,
+        description="One of the model's named prompts (see GET /models), prepended to every "
+        "text; default: the model's default prompt, if it has one.",
     )
 
 
@@ -194,6 +203,9 @@ class EmbeddingsRequest(_Request):
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"
+    )
+    prompt_name: str | None = Field(
+        None, description="One of the model's named prompts, prepended to every text (extension)."
     )
 
 

@@ -44,16 +44,19 @@ class Settings(BaseSettings):
         default=DEFAULT_MODELS,
         min_length=1,
         description=(
-            "Models to load, comma-separated: 'all-MiniLM-L6-v2', shipped Informer names "
-            "('informer-etth1-h24', ...) or paths to Informer checkpoint folders."
+            "Models to load, comma-separated: 'all-MiniLM-L6-v2', 'all-mpnet-base-v2' (with the "
+            "[mpnet] extra), shipped Informer names ('informer-etth1-h24', ...) or paths to "
+            "model folders: sentence-transformers or transformers encoders (BERT, RoBERTa, "
+            "XLM-RoBERTa, DistilBERT, MPNet, ModernBERT) and Informer checkpoints."
         ),
     )
     model_dir: Path | None = Field(
         default=None,
         description=(
-            "A folder of Informer checkpoint folders, each served beside 'models' under its "
-            "folder's name (it holds config.json and model.safetensors); hidden entries and "
-            "plain files in it are skipped. Unset: no extra models."
+            "A folder of model folders, each served beside 'models' under its folder's name: "
+            "sentence-transformers folders (SentenceTransformer.save), transformers encoder "
+            "folders (save_pretrained + tokenizer) and Informer checkpoints (attnserve train); "
+            "hidden entries and plain files in it are skipped. Unset: no extra models."
         ),
     )
     max_batch_size: int = Field(

@@ -12,6 +12,9 @@ Conventions every backend follows:
     * ``key_padding_mask``: bool ``[b, Lk]``, True marks a real key, False a padded one.
     * ``causal``: query ``i`` sees keys ``j <= i`` (top-left aligned, as SDPA's ``is_causal``).
     * A query that can see no key at all gets a zero output row (never NaN).
+    * ``attn_bias`` (only for backends whose capabilities say ``score_bias``): a float tensor
+      broadcastable to ``[b, h, Lq, Lk]`` added to the scaled scores before the softmax, as an
+      architecture's relative position bias is (Raffel et al. 2020, T5, section 2.1; MPNet).
 """
 
 from __future__ import annotations
@@ -105,9 +108,13 @@ class Capabilities:
     dtypes: tuple[torch.dtype, ...] = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
     devices: tuple[str, ...] = ("cpu", "cuda")
     max_head_dim: int | None = None
+    # An additive score term (relative position bias) can only be honoured by a backend that
+    # forms the scores it adds to; random features and landmarks approximate softmax(QKᵀ) alone.
+    score_bias: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
+            "score_bias": self.score_bias,
             "causal": self.causal,
             "padding_mask": self.padding_mask,
             "cross_attention": self.cross_attention,
@@ -180,6 +187,12 @@ class Backend:
                 f"{self.name} does not run on device '{spec.device_type}'; "
                 f"supported: {', '.join(caps.devices)}"
             )
+        if spec.has_score_bias and not caps.score_bias:
+            reasons.append(
+                f"{self.name} cannot add this model's score bias (a relative position bias "
+                "added to QKᵀ before the softmax): it approximates softmax(QKᵀ/√d) without "
+                "forming the scores the bias is added to"
+            )
         if caps.max_head_dim is not None and spec.head_dim > caps.max_head_dim:
             reasons.append(
                 f"{self.name} supports head dimensions up to {caps.max_head_dim}, got {spec.head_dim}"
@@ -212,10 +225,19 @@ class InputSpec:
     device_type: str
     causal: bool = False
     has_padding_mask: bool = False
+    has_score_bias: bool = False
 
     @classmethod
-    def of(cls, q: Tensor, k: Tensor, key_padding_mask: Tensor | None, causal: bool) -> InputSpec:
+    def of(
+        cls,
+        q: Tensor,
+        k: Tensor,
+        key_padding_mask: Tensor | None,
+        causal: bool,
+        attn_bias: Tensor | None = None,
+    ) -> InputSpec:
         return cls(
+            has_score_bias=attn_bias is not None,
             lq=q.shape[-2],
             lk=k.shape[-2],
             head_dim=q.shape[-1],

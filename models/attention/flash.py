@@ -50,13 +50,18 @@ def flash_attention(
     key_padding_mask: Tensor | None = None,
     causal: bool = False,
     padding: str = "mask",
+    attn_bias: Tensor | None = None,
 ) -> Tensor:
     """``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``, exact, fused.
 
     With ``padding='jagged'``, padded non-causal self-attention runs on the real tokens only and
     the rows at padded positions come back as zeros (other inputs take the mask path).
+    ``attn_bias`` (broadcastable to ``[b,h,i,j]``) is added to the scaled scores: SDPA takes it
+    as a float mask, with the keys a query may not see at -inf.
     """
     lq, lk = q.shape[-2], k.shape[-2]
+    if attn_bias is not None:
+        return _biased(q, k, v, key_padding_mask, causal, attn_bias)
     if padding == "jagged" and key_padding_mask is not None and not causal and lq == lk:
         return jagged_self_attention(q, k, v, key_padding_mask, fused_kernels_for(q.device.type))
     if key_padding_mask is None:
@@ -74,6 +79,23 @@ def flash_attention(
         # Queries that see no key: the fused kernels return 0 or NaN depending on kernel.
         out = torch.where(mask.any(dim=-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
     return out
+
+
+def _biased(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool, bias: Tensor
+) -> Tensor:
+    """Fused SDPA with an additive score bias (and the padding / causal mask folded into it)."""
+    visible = visible_keys(q.shape[-2], k.shape[-2], key_padding_mask, causal, q.device)
+    if visible is not None:
+        bias = torch.where(visible, bias, torch.tensor(float("-inf"), dtype=bias.dtype))
+    try:
+        with sdpa_kernel(fused_kernels_for(q.device.type)):
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
+    except RuntimeError as exc:
+        raise AttentionError(f"flash: no fused SDPA kernel accepts this input ({exc})") from exc
+    if visible is None:
+        return out
+    return torch.where(visible.any(dim=-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
 
 
 def jagged_self_attention(
@@ -130,7 +152,7 @@ BACKEND = Backend(
     summary="Exact attention via fused scaled_dot_product_attention kernels; memory linear in L.",
     citation="Dao et al., FlashAttention, NeurIPS 2022",
     kernel=flash_attention,
-    capabilities=Capabilities(max_head_dim=256),
+    capabilities=Capabilities(max_head_dim=256, score_bias=True),
     options={
         "padding": ChoiceOption(
             default="mask",

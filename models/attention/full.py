@@ -15,10 +15,18 @@ from models.attention.base import Backend, Capabilities, visible_keys
 
 
 def full_attention(
-    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None, causal: bool = False
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    attn_bias: Tensor | None = None,
 ) -> Tensor:
-    """``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``; queries that see no key return zeros."""
+    """``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``; queries that see no key return zeros.
+    ``attn_bias`` (broadcastable to ``[b,h,i,j]``) is added to the scaled scores."""
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * (1.0 / math.sqrt(q.shape[-1]))
+    if attn_bias is not None:
+        scores = scores + attn_bias
     mask = visible_keys(q.shape[-2], k.shape[-2], key_padding_mask, causal, q.device)
     if mask is None:
         return torch.einsum("bhij,bhjd->bhid", scores.softmax(dim=-1), v)
@@ -35,5 +43,5 @@ BACKEND = Backend(
     summary="Exact softmax attention with the Lq x Lk score matrix materialised; the reference.",
     citation="Vaswani et al., Attention Is All You Need, NeurIPS 2017",
     kernel=full_attention,
-    capabilities=Capabilities(),
+    capabilities=Capabilities(score_bias=True),
 )

@@ -108,15 +108,24 @@ def _shared_positions(
     return torch.gather(real_pos, 1, rank), slots < per_row
 
 
-def _shared_sample_measure(q: Tensor, k: Tensor, positions: Tensor, used: Tensor) -> Tensor:
+def _shared_sample_measure(
+    q: Tensor, k: Tensor, positions: Tensor, used: Tensor, attn_bias: Tensor | None = None
+) -> Tensor:
     """Max-mean measure ``M`` of every query on its row's shared sample: ``[b, h, Lq]``.
 
     One gather of ``U`` keys per row and one ``[U, d] x [d, Lq]`` product per head; scores are
     laid out ``[U, Lq]`` so the max and mean reduce over an outer, not the innermost, dimension.
+    With a score bias the measure is taken on the scores the softmax will see (scaled, plus the
+    bias at the sampled keys): a relative position bias is what makes many rows peaked.
     """
-    b, h, _, d = k.shape
+    b, h, lq, d = q.shape
     k_s = torch.gather(k, 2, positions[:, None, :, None].expand(b, h, -1, d))  # [b, h, U, d]
     scores = k_s @ q.transpose(-1, -2)  # [b, h, U, Lq]
+    if attn_bias is not None:
+        full_bias = attn_bias.expand(b, h, lq, attn_bias.shape[-1])
+        index = positions[:, None, None, :].expand(b, h, lq, -1)
+        sampled = torch.gather(full_bias, 3, index).transpose(-1, -2)  # [b, h, U, Lq]
+        scores = scores * (1.0 / math.sqrt(d)) + sampled
     if bool(used.all()):
         return scores.amax(dim=-2) - scores.mean(dim=-2)
     ok = used[:, None, :, None]
@@ -221,8 +230,13 @@ def probsparse_attention(
     key_padding_mask: Tensor | None = None,
     causal: bool = False,
     factor: int = 5,
+    attn_bias: Tensor | None = None,
 ) -> Tensor:
-    """ProbSparse attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``."""
+    """ProbSparse attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``.
+
+    ``attn_bias`` (broadcastable to ``[b,h,i,j]``) is added to the active queries' scaled scores
+    and, without ``causal``, to the sampled scores the measure ranks queries by; lazy queries
+    keep the mean of the values, the uniform-row limit the bias does not enter."""
     b, h, lq, d = q.shape
     lk = k.shape[-2]
     out_dtype = q.dtype
@@ -239,7 +253,7 @@ def probsparse_attention(
     )
     n_active = _count(n_queries, factor)  # [b]
     if bool((n_active >= n_queries).all()):
-        return full_attention(q, k, v, key_padding_mask, causal).to(out_dtype)
+        return full_attention(q, k, v, key_padding_mask, causal, attn_bias).to(out_dtype)
 
     # Which queries are active is a discrete choice: no gradient flows through the measure. It is
     # taken on unscaled scores (as in the reference code): M(c·s) = c·M(s), so the ranking is the same.
@@ -251,7 +265,7 @@ def probsparse_attention(
             measure = _per_query_measure(q, k, positions, used)
         else:
             positions, used = _shared_positions(key_padding_mask, b, lk, factor, q.device)
-            measure = _shared_sample_measure(q, k, positions, used)
+            measure = _shared_sample_measure(q, k, positions, used, attn_bias)
             n_real = lk if key_padding_mask is None else key_padding_mask.sum(-1, keepdim=True)
             visible = torch.as_tensor(n_real, device=q.device).expand(b, lq)
         idle = visible == 0  # [b, Lq]
@@ -264,6 +278,9 @@ def probsparse_attention(
     # Exact softmax over all (visible) keys for the active queries: [b, h, u, Lk].
     index = top[..., None].expand(b, h, u_max, d)
     scores = (torch.gather(q, 2, index) * scale) @ k.transpose(-1, -2)
+    if attn_bias is not None:
+        rows = top[..., None].expand(b, h, u_max, lk)
+        scores = scores + torch.gather(attn_bias.to(work).expand(b, h, lq, lk), 2, rows)
     allowed = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     if causal:
         before = torch.arange(lk, device=q.device) <= top[..., None]
@@ -293,7 +310,7 @@ BACKEND = Backend(
     ),
     citation="Zhou et al., Informer, AAAI 2021",
     kernel=probsparse_attention,
-    capabilities=Capabilities(),
+    capabilities=Capabilities(score_bias=True),
     options={
         "factor": IntOption(
             default=5,

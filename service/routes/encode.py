@@ -16,7 +16,7 @@ router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 async def encode(
     body: EncodeRequest, request: Request, response: Response, engine: EngineDep
 ) -> EncodeResponse:
-    """Embed one or more texts (mean-pooled all-MiniLM-L6-v2, 384-d)."""
+    """Embed one or more texts with an encoder (its own pooling, prompts and normalisation)."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     job = TextInput(
         texts,
@@ -25,6 +25,7 @@ async def encode(
         body.normalize,
         body.truncate,
         max_quality_loss=body.max_quality_loss,
+        prompt_name=body.prompt_name,
     )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)

@@ -44,9 +44,11 @@ class Call:
 
 @dataclass(frozen=True)
 class TextCall(Call):
-    """A text forward pass: also whether embeddings are scaled to unit length."""
+    """A text forward pass: also whether embeddings are scaled to unit length, and how many
+    leading (prompt) tokens per text pooling leaves out."""
 
     normalize: bool = True
+    skip: int = 0
 
 
 @dataclass(frozen=True)
@@ -56,10 +58,11 @@ class TextInput:
     texts: list[str]
     attention: str | None = None
     attention_options: Mapping[str, Any] = field(default_factory=dict)
-    normalize: bool = True
+    normalize: bool | None = None  # None: as the model does (its Normalize module)
     truncate: bool = False
     dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
     max_quality_loss: float | None = None  # with attention "auto" (service.auto_attention)
+    prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
-"""The sentence encoder as a served model: texts checked, tokenized up front, embedded in the
-batches the worker forms (one forward pass per batch: no split inside the model)."""
+"""A sentence encoder as a served model (the shipped MiniLM or any supported model folder):
+texts checked, tokenized up front with the model's prompt, embedded in the batches the worker
+forms (one forward pass per batch: no split inside the model)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 from models.errors import ModelInputError
 from models.quality_loss import embedding_losses
 from models.text import SentenceEncoder
-from models.text.encoder import DEFAULT_ATTENTION, load_quality
+from models.text.encoder import DEFAULT_ATTENTION
 from service.batching.policy import length_bucket
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
@@ -44,13 +45,14 @@ class TextServable:
         self.dim = encoder.dim
         self.max_tokens = encoder.max_tokens
         self._backends = accepted_backends(self.encoder.check_attention)
-        self._quality = load_quality()
+        self._quality = encoder.quality()
         self._losses: dict[int, dict[Call, float]] = {}
 
     # ------------------------------------------------------------------ per request
 
     def check(self, request: TextInput) -> Checked:
-        """Backend and options, dimensions and empty texts; token limits come with tokenizing."""
+        """Backend and options, dimensions, prompt and empty texts; token limits come with
+        tokenizing."""
         if request.dimensions is not None and request.dimensions != self.dim:
             raise ModelInputError(
                 f"dimensions must be {self.dim} for {self.name} (no shortening), "
@@ -61,13 +63,15 @@ class TextServable:
                 raise ModelInputError(f"input {i} is empty; every input needs some text")
         backend = request.attention or self.default_attention
         options = self.encoder.check_attention(backend, request.attention_options)
-        call = TextCall(backend, option_items(options), request.normalize)
+        skip = self.encoder.pool_skip(request.prompt_name)  # also refuses an unknown prompt
+        normalize = self.encoder.normalize if request.normalize is None else request.normalize
+        call = TextCall(backend, option_items(options), normalize, skip)
         inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
         return Checked(call, request, inline)
 
     def prepare(self, checked: Checked) -> Work:
         request: TextInput = checked.request
-        token_ids = self.encoder.tokenize(request.texts, request.truncate)
+        token_ids = self.encoder.tokenize(request.texts, request.truncate, request.prompt_name)
         lengths = [len(ids) for ids in token_ids]
         return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
 
@@ -80,6 +84,7 @@ class TextServable:
             max_batch_tokens=None,
             max_batch_size=len(rows),
             validated=True,
+            skip=call.skip,
         )
         return vectors.tolist()
 
@@ -92,7 +97,8 @@ class TextServable:
         return list(self._backends)
 
     def default_call(self, backend: str) -> TextCall:
-        return TextCall(backend, option_items(self.encoder.check_attention(backend, None)))
+        options = option_items(self.encoder.check_attention(backend, None))
+        return TextCall(backend, options, self.encoder.normalize)
 
     def memory_estimate(self, call: TextCall, rows: int, length: int) -> int:
         return self.encoder.memory_estimate(
@@ -126,7 +132,8 @@ class TextServable:
         """The call a figure was measured with (options resolved as a request's would be; a
         ``None`` option was derived from the input, as the default is)."""
         given = {k: v for k, v in options.items() if v is not None}
-        return TextCall(backend, option_items(self.encoder.check_attention(backend, given)))
+        items = option_items(self.encoder.check_attention(backend, given))
+        return TextCall(backend, items, self.encoder.normalize)
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
         # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short

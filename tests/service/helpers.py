@@ -52,10 +52,7 @@ def tiny_encoder(
         if isinstance(module, torch.nn.Embedding):
             torch.nn.init.normal_(module.weight, std=0.02)
     tokenizer = TextTokenizer(model_dir() / "tokenizer.json", max_tokens)
-    encoder = SentenceEncoder(model, tokenizer, max_tokens)
-    encoder.name = TINY_TEXT  # instance attributes: the class keeps the real name and dim
-    encoder.dim = hidden
-    return encoder
+    return SentenceEncoder(model, tokenizer, max_tokens, name=TINY_TEXT, source="random weights")
 
 
 def tiny_forecaster(directory: Path) -> InformerForecaster:

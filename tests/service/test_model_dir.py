@@ -199,7 +199,7 @@ def test_the_cli_refuses_a_model_dir_that_is_not_a_folder(
 
 def test_a_checkpoint_folder_given_as_model_dir_is_refused_with_the_fix(tmp_path: Path) -> None:
     ckpt = tiny_checkpoint(tmp_path / "solar-h8")
-    with pytest.raises(ModelLoadError, match=r"is itself a checkpoint folder .* the folder above"):
+    with pytest.raises(ModelLoadError, match=r"is itself a model folder .* the folder above"):
         load_servables(settings(ckpt), "cpu")
 
 

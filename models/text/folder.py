@@ -1,0 +1,194 @@
+"""Read a text-embedding model folder: what to build, how to pool, how long a text may be.
+
+Two layouts are understood (and told apart by what the folder holds):
+
+- ``sentence-transformers``: ``modules.json`` names a ``Transformer`` module (its folder holds
+  ``config.json``, ``model.safetensors``, ``tokenizer.json`` and ``sentence_bert_config.json``),
+  a ``Pooling`` module and optionally ``Normalize``; ``config_sentence_transformers.json`` holds
+  the prompts. Both the older pooling config (one ``pooling_mode_*_tokens`` flag per mode,
+  sentence-transformers 2-5) and the newer one (``pooling_mode``, 6+) are read.
+- ``transformers``: ``save_pretrained`` of a supported encoder plus its tokenizer; embedded as
+  sentence-transformers would load it (mean pooling, no normalisation).
+
+Any other module in ``modules.json`` (``Dense``, ``LayerNorm``, ...) is refused by name rather than
+skipped, since leaving it out would change the embeddings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from models.text.architectures import ARCHITECTURES, read_config
+from models.text.config import BertConfig
+from models.text.pooling import LEGACY_FLAGS, Pooling
+
+# A tokenizer_config.json model_max_length at or above this means "no limit" (transformers
+# writes 1e30 for tokenizers saved without one).
+_UNLIMITED = 1_000_000
+_MODULE_KINDS = ("Transformer", "Pooling", "Normalize")
+
+
+@dataclass(frozen=True)
+class TextFolder:
+    """What a model folder says about the embedding model in it.
+
+    Attributes:
+        path: the folder.
+        weights: the folder holding ``config.json``, ``model.safetensors``, ``tokenizer.json``.
+        config: the encoder's shape.
+        pooling: how token states become one vector.
+        normalize: whether embeddings are scaled to unit length (a ``Normalize`` module).
+        max_tokens: longest text, special tokens included (``max_seq_length``).
+        lowercase: texts are lower-cased before tokenizing (``do_lower_case``).
+        prompts: named prompts, prepended to a text when a request names one.
+        default_prompt_name: the prompt used when a request names none.
+        layout: ``sentence-transformers`` or ``transformers``.
+    """
+
+    path: Path
+    weights: Path
+    config: BertConfig
+    pooling: Pooling
+    normalize: bool
+    max_tokens: int
+    lowercase: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)
+    default_prompt_name: str | None = None
+    layout: str = "sentence-transformers"
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"lacks {path.name}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path.name} is not valid JSON ({exc})") from None
+
+
+def _optional_json(path: Path) -> dict[str, Any]:
+    return dict(_json(path)) if path.is_file() else {}
+
+
+def is_text_folder(path: Path) -> bool:
+    """True when ``path`` looks like a text model: a ``modules.json``, or a transformers
+    ``config.json`` of a supported encoder architecture."""
+    if (path / "modules.json").is_file():
+        return True
+    try:
+        raw = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and raw.get("model_type") in ARCHITECTURES
+
+
+def _module_kind(entry: dict[str, Any]) -> str:
+    kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
+    if kind not in _MODULE_KINDS:
+        raise ValueError(
+            f"modules.json module {entry.get('path') or entry.get('name')!r} is a "
+            f"{entry.get('type')!r}, which attnserve does not run (supported modules: "
+            f"{', '.join(_MODULE_KINDS)})"
+        )
+    return kind
+
+
+def _pooling(raw: dict[str, Any], hidden: int) -> Pooling:
+    if "pooling_mode" in raw:
+        given = raw["pooling_mode"]
+        modes = (given,) if isinstance(given, str) else tuple(given)
+    else:
+        modes = tuple(mode for flag, mode in LEGACY_FLAGS.items() if raw.get(flag))
+    dim = raw.get("embedding_dimension", raw.get("word_embedding_dimension", hidden))
+    if dim != hidden:
+        raise ValueError(
+            f"1_Pooling/config.json expects token embeddings of width {dim}, the encoder's "
+            f"hidden_size is {hidden}"
+        )
+    return Pooling(modes, bool(raw.get("include_prompt", True)))
+
+
+def _max_tokens(weights: Path, config: BertConfig, given: int | None) -> int:
+    """``max_seq_length`` (sentence_bert_config.json), else the tokenizer's
+    ``model_max_length``, capped at what the position scheme covers."""
+    if given is None:
+        tokenizer_config = _optional_json(weights / "tokenizer_config.json")
+        length = tokenizer_config.get("model_max_length")
+        given = int(length) if isinstance(length, int | float) and length < _UNLIMITED else None
+    cap = config.max_tokens
+    if given is None:
+        return cap
+    if not 2 <= given <= cap:
+        raise ValueError(
+            f"max_seq_length {given} is outside [2, {cap}] (the position table covers {cap})"
+        )
+    return int(given)
+
+
+def _weights_folder(path: Path) -> tuple[Path, BertConfig]:
+    for name in ("config.json", "tokenizer.json"):
+        if not (path / name).is_file():
+            raise ValueError(f"lacks {name}")
+    if (
+        not (path / "model.safetensors").is_file()
+        and not (path / "model.safetensors.index.json").is_file()
+    ):
+        hint = (
+            " (re-save it with safe_serialization=True)"
+            if (path / "pytorch_model.bin").is_file()
+            else ""
+        )
+        raise ValueError(f"lacks model.safetensors{hint}")
+    return path, read_config(_json(path / "config.json"))
+
+
+def read_text_folder(path: Path) -> TextFolder:
+    """Read ``path`` (either layout).
+
+    Raises:
+        ValueError: a missing file, an unsupported architecture or module, or settings that
+            contradict each other; the message says which (the caller names the folder).
+    """
+    if not (path / "modules.json").is_file():
+        weights, config = _weights_folder(path)
+        return TextFolder(
+            path,
+            weights,
+            config,
+            Pooling(("mean",)),
+            normalize=False,
+            max_tokens=_max_tokens(weights, config, None),
+            layout="transformers",
+        )
+    modules = _json(path / "modules.json")
+    if not isinstance(modules, list) or not modules:
+        raise ValueError("modules.json must list the model's modules")
+    kinds = [(_module_kind(entry), path / str(entry.get("path", ""))) for entry in modules]
+    order = [kind for kind, _ in kinds]
+    if order not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+        raise ValueError(
+            f"modules.json lists {order}; attnserve runs Transformer, Pooling[, Normalize]"
+        )
+    weights, config = _weights_folder(kinds[0][1])
+    transformer = _optional_json(weights / "sentence_bert_config.json")
+    pooling_dir = dict(kinds)["Pooling"]
+    pooling = _pooling(dict(_json(pooling_dir / "config.json")), config.hidden_size)
+    st_config = _optional_json(path / "config_sentence_transformers.json")
+    prompts = {str(k): str(v) for k, v in (st_config.get("prompts") or {}).items()}
+    default_prompt = st_config.get("default_prompt_name")
+    if default_prompt is not None and default_prompt not in prompts:
+        raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")
+    return TextFolder(
+        path,
+        weights,
+        config,
+        pooling,
+        normalize="Normalize" in order,
+        max_tokens=_max_tokens(weights, config, transformer.get("max_seq_length")),
+        lowercase=bool(transformer.get("do_lower_case", False)),
+        prompts=prompts,
+        default_prompt_name=default_prompt,
+    )
