@@ -321,3 +321,24 @@ def test_a_text_folder_in_model_dir_is_served_under_its_name(tmp_path: Path) -> 
     assert servable.name == "my-embedder" and servable.task == "encode"
     got = servable.encoder.encode(SAMPLE_TEXTS[:2], truncate=True)
     assert min_cosine(got, reference_embeddings(root / "my-embedder", SAMPLE_TEXTS[:2])) >= 0.99999
+
+
+# ------------------------------------------------------------------ evaluate, then auto
+
+
+def test_evaluate_measures_a_folder_so_auto_can_choose_on_it(tmp_path: Path) -> None:
+    from models.text.quality import main as evaluate
+
+    folder = save_tiny_encoder(tmp_path / "tiny-long", "modernbert", max_seq_length=128)
+    evaluate([str(folder), "--per-bin", "4"])
+    measured = json.loads((folder / "quality.json").read_text())
+    assert set(measured["backends"]) == set(BACKENDS) - {"full"}  # every backend it runs
+    settings = Settings(models=(str(folder),), device="cpu", background_load=False)
+    with TestClient(create_app(settings)) as client:
+        card = client.get("/models/tiny-long").json()
+        assert card["quality"]["backends"].keys() == measured["backends"].keys()
+        loose = _encode(client, "tiny-long", SAMPLE_TEXTS, attention="auto", max_quality_loss=0.5)
+        exact = _encode(client, "tiny-long", SAMPLE_TEXTS, attention="auto", max_quality_loss=0.0)
+    assert loose.status_code == 200 and exact.status_code == 200
+    assert exact.json()["attention"] in ("full", "flash")
+    assert "x-attention-choice" in loose.headers

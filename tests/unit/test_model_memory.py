@@ -129,3 +129,57 @@ def test_text_encoder_estimate(minilm_shaped: BertEncoder, backend: str, mixed: 
     with torch.inference_mode():
         _, measured = allocated_peak(lambda: minilm_shaped.pooled(batch, backend, {}))
     _within(backend, bert_bytes(minilm_shaped.config, backend, {}, rows, length), measured)
+
+
+def _random_encoder(raw: dict) -> BertEncoder:
+    from models.text.architectures import read_config
+
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = BertEncoder(read_config(raw))
+    model = model.to_empty(device="cpu").eval()
+    for param in model.parameters():
+        torch.nn.init.normal_(param, std=0.02)
+    return model
+
+
+@pytest.fixture(scope="module")
+def modernbert_shaped() -> BertEncoder:
+    """ModernBERT's layout (GeGLU, rotary, a global layer every 3rd, ±64-token windows) at a
+    width small enough to measure a 2,048-token batch quickly."""
+    return _random_encoder(
+        {
+            "model_type": "modernbert",
+            "vocab_size": 1000,
+            "hidden_size": 128,
+            "intermediate_size": 192,
+            "num_hidden_layers": 3,
+            "num_attention_heads": 2,
+            "max_position_embeddings": 8192,
+            "local_attention": 128,
+            "global_attn_every_n_layers": 3,
+            "pad_token_id": 0,
+        }
+    )
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_long_context_encoder_estimate(modernbert_shaped: BertEncoder, backend: str) -> None:
+    """Global layers priced by the backend, local layers by the banded kernel: the estimate
+    the batcher's memory budget relies on for 2K-8K-token texts."""
+    rows, length = 2, 2048
+    batch = PackedBatch.from_lists([[5] * length, [5] * (length - 100)], length, torch.device("cpu"))
+    with torch.inference_mode():
+        _, measured = allocated_peak(lambda: modernbert_shaped.pooled(batch, backend, {}))
+    config = modernbert_shaped.config
+    _within(backend, bert_bytes(config, backend, {}, rows, length), measured)
+
+
+def test_long_context_full_attention_grows_quadratically_and_flash_linearly(
+    modernbert_shaped: BertEncoder,
+) -> None:
+    config = modernbert_shaped.config
+    full = [bert_bytes(config, "full", {}, 1, n) for n in (2048, 8192)]
+    flash = [bert_bytes(config, "flash", {}, 1, n) for n in (2048, 8192)]
+    assert full[1] / full[0] > 12  # the [h, n, n] score matrices dominate
+    assert flash[1] / flash[0] < 5
