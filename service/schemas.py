@@ -16,6 +16,7 @@ from pydantic import (
     StrictBool,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic.functional_validators import WrapValidator
 from pydantic_core import PydanticCustomError
@@ -142,6 +143,14 @@ def quality_budget(metric: str, task: str) -> Any:
 # ----------------------------------------------------------------------------- encode
 
 
+LongText = Literal["error", "truncate", "windows"]
+LONG_TEXT_HELP = (
+    "A text over the model's token limit: error (a 422 naming it), truncate (keep its first "
+    "tokens), or windows (embed all of it as overlapping windows at the limit, averaged by "
+    "their tokens)."
+)
+
+
 class EncodeRequest(_Request):
     inputs: str | list[str] = Field(
         description="A text or a list of texts.", examples=[["first text", "second text"]]
@@ -164,8 +173,26 @@ class EncodeRequest(_Request):
         "folder's Normalize module; all-MiniLM-L6-v2: true).",
     )
     truncate: StrictBool = Field(
-        False, description="Cut texts over the token limit instead of refusing them."
+        False,
+        description="Cut texts over the token limit instead of refusing them (long_text=truncate).",
     )
+    long_text: LongText | None = Field(
+        None, description=LONG_TEXT_HELP + " Default: truncate when truncate=true, else error."
+    )
+
+    @model_validator(mode="after")
+    def _one_long_text_rule(self) -> EncodeRequest:
+        if self.truncate and self.long_text not in (None, "truncate"):
+            raise ValueError(
+                f"truncate=true and long_text={self.long_text} contradict each other; send one"
+            )
+        return self
+
+    @property
+    def long_text_rule(self) -> str:
+        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
+        return self.long_text or ("truncate" if self.truncate else "error")
+
     prompt_name: str | None = Field(
         None,
         description="One of the model's named prompts (see GET /models), prepended to every "
@@ -207,6 +234,7 @@ class EmbeddingsRequest(_Request):
     prompt_name: str | None = Field(
         None, description="One of the model's named prompts, prepended to every text (extension)."
     )
+    long_text: LongText = Field("error", description=LONG_TEXT_HELP + " (extension)")
 
 
 class EmbeddingItem(BaseModel):

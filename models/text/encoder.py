@@ -23,6 +23,7 @@ from models.attention import BACKENDS, AttentionError, InputSpec, check, get_bac
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
+from models.text import windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.folder import read_text_folder
@@ -344,13 +345,30 @@ class SentenceEncoder:
         normalize: bool | None = None,
         truncate: bool = False,
         prompt_name: str | None = None,
+        long_text: str | None = None,
     ) -> Tensor:
         """``tokenize`` then ``embed``: ``[len(texts), dim]`` float32 on CPU (``normalize``
-        None: as the model's folder says)."""
+        None: as the model's folder says). ``long_text``: ``"error"`` (default), ``"truncate"``
+        (as ``truncate=True``) or ``"windows"`` (:meth:`windows`, then :func:`windows.merge`)."""
         self.check_attention(backend, options)  # refuse before tokenizing
-        token_ids = self.tokenize(texts, truncate, prompt_name)
         unit = self.normalize if normalize is None else normalize
-        return self.embed(token_ids, backend, options, unit, skip=self.pool_skip(prompt_name))
+        skip = self.pool_skip(prompt_name)
+        if long_text == "windows":
+            split = self.windows(texts, prompt_name)
+            vectors = self.embed(split.rows, backend, options, False, skip=skip)
+            return windows.merge(vectors, split, unit)
+        token_ids = self.tokenize(texts, truncate or long_text == "truncate", prompt_name)
+        return self.embed(token_ids, backend, options, unit, skip=skip)
+
+    def windows(self, texts: list[str], prompt_name: str | None = None) -> windows.Windowed:
+        """Rows for ``texts`` with every text over ``max_tokens`` cut into overlapping windows,
+        each carrying the special tokens and the prompt (:mod:`models.text.windows`)."""
+        prompt = self.prompt(prompt_name)
+        keep = 0
+        if prompt:
+            texts = [prompt + t if isinstance(t, str) else t for t in texts]
+            keep = max(0, self.tokenizer.prompt_length(prompt) - self.tokenizer.leading_special())
+        return windows.split_texts(self.tokenizer.with_special_mask(texts), self.max_tokens, keep)
 
     # ------------------------------------------------------------------ card
 

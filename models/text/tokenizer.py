@@ -51,16 +51,28 @@ class TextTokenizer:
         enc = self._tokenizer.encode(self._prepare([prompt])[0])
         return len(enc.ids) - (1 if enc.special_tokens_mask[-1:] == [1] else 0)
 
+    def leading_special(self) -> int:
+        """Special tokens before a text's own (``[CLS]``: 1)."""
+        mask = self._tokenizer.encode("a").special_tokens_mask
+        return next((i for i, m in enumerate(mask) if not m), len(mask))
+
     def _prepare(self, texts: list[str]) -> list[str]:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
 
-    def __call__(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
-        """Token ids per text, special tokens included.
+    def with_special_mask(self, texts: list[str]) -> list[tuple[list[int], list[int]]]:
+        """Token ids of each whole text (no limit applied) and which of them are special tokens
+        (1) - what :mod:`models.text.windows` cuts into windows.
 
         Raises:
-            ModelInputError: an input is not a string, or (without ``truncate``) is longer than
-                ``max_tokens``; the message names the input index, its length and the limit.
+            ModelInputError: an input is not a string (the message names its index).
         """
+        self._check(texts)
+        return [
+            (e.ids, e.special_tokens_mask)
+            for e in self._tokenizer.encode_batch(self._prepare(texts))
+        ]
+
+    def _check(self, texts: list[str]) -> None:
         if isinstance(texts, str) or not isinstance(texts, list | tuple):
             raise ModelInputError(f"inputs must be a list of strings, got {type(texts).__name__}")
         for i, text in enumerate(texts):
@@ -73,6 +85,15 @@ class TextTokenizer:
                     f"input {i} holds an unpaired surrogate at character {exc.start}, which is "
                     "not Unicode text; send valid UTF-8 text"
                 ) from None
+
+    def __call__(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
+        """Token ids per text, special tokens included.
+
+        Raises:
+            ModelInputError: an input is not a string, or (without ``truncate``) is longer than
+                ``max_tokens``; the message names the input index, its length and the limit.
+        """
+        self._check(texts)
         prepared = self._prepare(texts)
         limit, out = self.max_tokens, []
         for i, enc in enumerate(self._encode_batch(prepared)):
@@ -82,7 +103,8 @@ class TextTokenizer:
                     raise ModelInputError(
                         f"input {i} is {len(ids)} tokens long (special tokens included), over "
                         f"this model's limit of {limit} tokens; shorten it or set truncate=true "
-                        f"to cut it to {limit} tokens"
+                        f"to cut it to {limit} tokens, or long_text=windows to embed all of it in "
+                        "overlapping windows"
                     )
                 ids = self._cutting.encode(prepared[i]).ids
             out.append(ids)

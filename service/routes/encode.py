@@ -23,7 +23,7 @@ async def encode(
         body.attention,
         body.attention_options,
         body.normalize,
-        body.truncate,
+        long_text=body.long_text_rule,
         max_quality_loss=body.max_quality_loss,
         prompt_name=body.prompt_name,
     )

@@ -59,7 +59,7 @@ class TextInput:
     attention: str | None = None
     attention_options: Mapping[str, Any] = field(default_factory=dict)
     normalize: bool | None = None  # None: as the model does (its Normalize module)
-    truncate: bool = False
+    long_text: str = "error"  # over the limit: error, truncate or windows (models.text.windows)
     dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
     max_quality_loss: float | None = None  # with attention "auto" (service.auto_attention)
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)

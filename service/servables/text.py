@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from models.errors import ModelInputError
 from models.quality_loss import embedding_losses
-from models.text import SentenceEncoder
+from models.text import SentenceEncoder, windows
 from models.text.encoder import DEFAULT_ATTENTION
 from service.batching.policy import length_bucket
 from service.servables.backends import accepted_backends, served_card
@@ -65,15 +67,33 @@ class TextServable:
         options = self.encoder.check_attention(backend, request.attention_options)
         skip = self.encoder.pool_skip(request.prompt_name)  # also refuses an unknown prompt
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
-        call = TextCall(backend, option_items(options), normalize, skip)
+        # Windows are pooled unnormalised and normalised once merged (in prepare's finish).
+        row_normalize = normalize and request.long_text != "windows"
+        call = TextCall(backend, option_items(options), row_normalize, skip)
         inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
         return Checked(call, request, inline)
 
     def prepare(self, checked: Checked) -> Work:
         request: TextInput = checked.request
-        token_ids = self.encoder.tokenize(request.texts, request.truncate, request.prompt_name)
+        if request.long_text == "windows":
+            return self._prepare_windows(request)
+        truncate = request.long_text == "truncate"
+        token_ids = self.encoder.tokenize(request.texts, truncate, request.prompt_name)
         lengths = [len(ids) for ids in token_ids]
         return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
+
+    def _prepare_windows(self, request: TextInput) -> Work:
+        """Every text over the limit as overlapping windows, all rows of one job (so they batch
+        together); ``finish`` merges each text's rows back into one vector."""
+        split = self.encoder.windows(request.texts, request.prompt_name)
+        normalize = self.encoder.normalize if request.normalize is None else request.normalize
+
+        def finish(vectors: list[list[float]]) -> list[list[float]]:
+            merged = windows.merge(torch.tensor(vectors, dtype=torch.float32), split, normalize)
+            return merged.tolist()
+
+        lengths = [len(ids) for ids in split.rows]
+        return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
     def run(self, rows: list[Any], call: TextCall) -> list[Any]:
         vectors = self.encoder.embed(

@@ -342,3 +342,34 @@ def test_evaluate_measures_a_folder_so_auto_can_choose_on_it(tmp_path: Path) -> 
     assert loose.status_code == 200 and exact.status_code == 200
     assert exact.json()["attention"] in ("full", "flash")
     assert "x-attention-choice" in loose.headers
+
+
+# ------------------------------------------------------------------ long texts
+
+
+def test_long_texts_as_windows_through_both_routes(client: TestClient) -> None:
+    long_text = " ".join(SAMPLE_TEXTS * 6)  # several hundred tokens; the models take 64
+    refused = client.post("/encode", json={"model": "tiny-bert", "inputs": [long_text]})
+    assert refused.status_code == 422 and "windows" in refused.json()["error"]["message"]
+    body = {"model": "tiny-bert", "inputs": [long_text, "short"], "long_text": "windows"}
+    windowed = _embeddings(client.post("/encode", json=body))
+    truncated = _embeddings(_encode(client, "tiny-bert", [long_text, "short"]))
+    assert np.allclose(np.linalg.norm(windowed, axis=1), 1.0, atol=1e-5)
+    assert min_cosine(windowed[1:], truncated[1:]) >= EXACT_FLOOR  # short: unchanged
+    assert min_cosine(windowed[:1], truncated[:1]) < 0.9999  # long: all of it counts
+    usage = client.post("/encode", json=body).json()["usage"]["tokens"]
+    assert usage > 64  # every window's tokens were read
+    openai = client.post(
+        "/v1/embeddings",
+        json={"model": "tiny-bert", "input": [long_text, "short"], "long_text": "windows"},
+    )
+    assert openai.status_code == 200, openai.text
+    vectors = np.asarray([d["embedding"] for d in openai.json()["data"]], dtype=np.float32)
+    assert np.allclose(vectors, windowed, atol=1e-6)
+
+
+def test_contradicting_long_text_rules_are_a_422(client: TestClient) -> None:
+    body = {"model": "tiny-bert", "inputs": ["x"], "truncate": True, "long_text": "windows"}
+    response = client.post("/encode", json=body)
+    assert response.status_code == 422
+    assert "contradict" in json.dumps(response.json())

@@ -168,7 +168,9 @@ def test_long_context_encoder_estimate(modernbert_shaped: BertEncoder, backend: 
     """Global layers priced by the backend, local layers by the banded kernel: the estimate
     the batcher's memory budget relies on for 2K-8K-token texts."""
     rows, length = 2, 2048
-    batch = PackedBatch.from_lists([[5] * length, [5] * (length - 100)], length, torch.device("cpu"))
+    batch = PackedBatch.from_lists(
+        [[5] * length, [5] * (length - 100)], length, torch.device("cpu")
+    )
     with torch.inference_mode():
         _, measured = allocated_peak(lambda: modernbert_shaped.pooled(batch, backend, {}))
     config = modernbert_shaped.config
