@@ -3,6 +3,8 @@ embeddings are merged (``models/text/windows.py``)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -27,9 +29,7 @@ def _encoding(body: list[int]) -> tuple[list[int], list[int]]:
 def test_windows_cover_the_body_with_the_overlap(length: int, width: int) -> None:
     starts = window_starts(length, width)
     assert starts[0] == 0 and starts[-1] + width >= length  # every token is in a window
-    assert all(
-        b - a == width - int(width * OVERLAP) for a, b in zip(starts, starts[1:], strict=False)
-    )
+    assert all(b - a == width - int(width * OVERLAP) for a, b in itertools.pairwise(starts))
     assert len(starts) == 1 or starts[-2] + width < length  # no window past the one that ends it
 
 
