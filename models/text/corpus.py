@@ -60,3 +60,27 @@ def word_windows(count: int, words: int) -> list[str]:
     if count * words > len(stream):
         raise ValueError(f"the corpus has {len(stream)} words, fewer than {count} x {words}")
     return [" ".join(stream[i * words : (i + 1) * words]) for i in range(count)]
+
+
+def module_documents() -> list[tuple[str, list[str]]]:
+    """Each standard-library module as one long document: its docstrings (module, classes,
+    functions) in source order, whitespace-collapsed; modules ordered by SHA-1 of their name.
+    Long-text retrieval (``benchmarks/long_text_retrieval.py``) cuts queries from them."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    out: list[tuple[str, list[str]]] = []
+    for path in sorted(root.rglob("*.py")):
+        relative = path.relative_to(root)
+        if SKIP_DIRS & set(relative.parts[:-1]):
+            continue
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        nodes = sorted(
+            (n for n in ast.walk(tree) if isinstance(n, _DOC_NODES)),
+            key=lambda n: getattr(n, "lineno", 0),
+        )
+        docs = [" ".join(d.split()) for n in nodes if (d := ast.get_docstring(n))]
+        if docs:
+            out.append((".".join(relative.with_suffix("").parts), docs))
+    return sorted(out, key=lambda item: _stable_key(item[0]))
