@@ -1,0 +1,259 @@
+"""Long documents through HTTP: each backend on a ModernBERT embedder at 1K-8K tokens.
+
+    .venv/bin/python -m benchmarks.long_document_speed [--lengths 1024 2048 4096 8192] [--repeats 1]
+
+The model has gte-modernbert-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
+layer every third, ±64-token windows elsewhere, 8,192 positions) with **random weights** (speed
+does not depend on them; cosines are to this model's own exact embedding), built with
+transformers' ``ModernBertModel`` and served from its folder (the all-MiniLM-L6-v2 tokenizer:
+nothing is downloaded). Per backend and length the table gives the median latency of ``POST
+/encode`` (one text, in-process HTTP), the estimated peak activation memory
+(:meth:`SentenceEncoder.memory_estimate`, held to the measured peak by
+``tests/unit/test_model_memory.py``), the cosine to ``flash`` and the speed-up over ``flash``. The
+reference row is transformers' own ``ModernBertModel`` (SDPA, mean pooling) on the same weights,
+called directly. ``full`` stops at ``--full-max`` tokens (its ``[12, n, n]`` score matrices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from models.attention import BACKENDS
+from models.text.corpus import word_windows
+from models.text.weights import model_dir
+
+RESULTS = Path(__file__).resolve().parent / "results"
+SHAPE: dict[str, Any] = {
+    "hidden_size": 768,
+    "num_hidden_layers": 22,
+    "num_attention_heads": 12,
+    "intermediate_size": 1152,
+    "max_position_embeddings": 8192,
+    "local_attention": 128,
+    "global_attn_every_n_layers": 3,
+    "global_rope_theta": 160_000.0,
+    "local_rope_theta": 10_000.0,
+}
+
+
+def build_folder(folder: Path, layers: int) -> None:
+    """A random-weight ModernBERT at :data:`SHAPE` (``layers`` deep) with MiniLM's tokenizer."""
+    from transformers import ModernBertConfig, ModernBertModel
+
+    config = ModernBertConfig(
+        **{**SHAPE, "num_hidden_layers": layers},
+        vocab_size=30522,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+        bos_token_id=101,
+        eos_token_id=102,
+    )
+    torch.manual_seed(0)
+    ModernBertModel(config).eval().save_pretrained(str(folder), safe_serialization=True)
+    shutil.copy(model_dir() / "tokenizer.json", folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
+
+
+def text_of(tokens: int, count: Any) -> str:
+    """Real text (stdlib docstrings) of at most ``tokens`` tokens, as close as words allow."""
+    words = word_windows(1, tokens)[0].split()
+    lo, hi = 1, len(words)
+    while lo < hi:  # the most words that fit
+        mid = (lo + hi + 1) // 2
+        if count([" ".join(words[:mid])])[0] <= tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo])
+
+
+def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], args: Any) -> dict:
+    """Median ``POST /encode`` seconds, embeddings, token counts and memory per backend/length."""
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    settings = Settings(models=(str(folder),), device="cpu", background_load=False, max_wait_ms=0.0)
+    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    with TestClient(create_app(settings)) as client:
+        encoder = client.app.state.attnserve.registry.find(folder.name).encoder
+        name = folder.name
+        shortest = min(texts)
+        for backend in backends:
+            client.post(
+                "/encode", json={"model": name, "inputs": [texts[shortest]], "attention": backend}
+            )
+            rows[backend] = {}
+            for length, text in sorted(texts.items()):
+                if backend == "full" and length > args.full_max:
+                    continue
+                body = {"model": name, "inputs": [text], "attention": backend}
+                times, vector = [], None
+                for _ in range(args.repeats):
+                    start = time.perf_counter()
+                    response = client.post("/encode", json=body)
+                    times.append(time.perf_counter() - start)
+                    response.raise_for_status()
+                    vector = response.json()["embeddings"][0]
+                    tokens = response.json()["usage"]["tokens"]
+                rows[backend][length] = {
+                    "seconds": statistics.median(times),
+                    "vector": vector,
+                    "tokens": tokens,
+                    "memory_bytes": encoder.memory_estimate(backend, None, 1, tokens),
+                }
+                print(f"{backend:>10} {length:>5}: {statistics.median(times):.2f} s", flush=True)
+    return rows
+
+
+def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> dict[int, dict]:
+    """transformers' ModernBertModel (SDPA) on the same weights: seconds and mean-pooled vector."""
+    from tokenizers import Tokenizer
+    from transformers import ModernBertModel
+
+    model = ModernBertModel.from_pretrained(str(folder), attn_implementation="sdpa").eval()
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tokenizer.no_truncation()
+    out: dict[int, dict] = {}
+    for length, text in sorted(texts.items()):
+        ids = torch.tensor([tokenizer.encode(text).ids])
+        times = []
+        with torch.inference_mode():
+            for _ in range(repeats):
+                start = time.perf_counter()
+                states = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
+                times.append(time.perf_counter() - start)
+        out[length] = {"seconds": statistics.median(times), "vector": states[0].mean(0).tolist()}
+        print(f"transformers {length:>5}: {out[length]['seconds']:.2f} s", flush=True)
+    return out
+
+
+def cosine(a: list[float], b: list[float]) -> float:
+    return float(F.cosine_similarity(torch.tensor(a), torch.tensor(b), dim=0))
+
+
+def table(result: dict) -> str:
+    lengths = result["lengths"]
+    flash = result["rows"]["flash"]
+    head = (
+        "| backend | "
+        + " | ".join(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)
+        + " |"
+    )
+    lines = [
+        f"ModernBERT at gte-modernbert-base's shape ({result['layers']} layers, random weights), "
+        f"{result['threads']} threads, {result['repeats']} request(s) per cell; "
+        "in-process HTTP, one text per request.",
+        "",
+        head,
+        "|---|" + "---|" * len(lengths),
+    ]
+    for backend, cells in result["rows"].items():
+        parts = []
+        for n in lengths:
+            cell = cells.get(str(n)) or cells.get(n)
+            if cell is None:
+                parts.append("skipped (n² memory)")
+                continue
+            ref = flash.get(str(n)) or flash.get(n)
+            parts.append(
+                f"{cell['seconds']:.2f} / {cell['memory_bytes'] / 2**20:.0f} / "
+                f"{cosine(cell['vector'], ref['vector']):.4f} / {ref['seconds'] / cell['seconds']:.2f}x"
+            )
+        lines.append(f"| `{backend}` | " + " | ".join(parts) + " |")
+    if result.get("reference"):
+        parts = []
+        for n in lengths:
+            cell = result["reference"].get(str(n)) or result["reference"].get(n)
+            ref = flash.get(str(n)) or flash.get(n)
+            parts.append(
+                f"{cell['seconds']:.2f} / - / {cosine(cell['vector'], ref['vector']):.4f} / "
+                f"{ref['seconds'] / cell['seconds']:.2f}x"
+            )
+        lines.append(
+            "| transformers ModernBertModel (SDPA, direct call) | " + " | ".join(parts) + " |"
+        )
+    return "\n".join(lines)
+
+
+def plot(result: dict, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib missing (pip install 'attnserve[bench]'): no plot")
+        return
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    series = dict(result["rows"])
+    if result.get("reference"):
+        series["transformers (SDPA)"] = result["reference"]
+    for name, cells in series.items():
+        xs = sorted(int(n) for n in cells)
+        ax.plot(
+            xs,
+            [cells[str(x)]["seconds"] if str(x) in cells else cells[x]["seconds"] for x in xs],
+            marker="o",
+            label=name,
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("tokens per text")
+    ax.set_ylabel("p50 latency per request, s")
+    ax.set_title("ModernBERT (gte-modernbert-base shape), CPU")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
+    parser.add_argument("--repeats", type=int, default=1)
+    parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
+    parser.add_argument("--full-max", type=int, default=4096)
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--no-reference", action="store_true")
+    parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-document-speed-cpu")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / "modernbert-gte-shape"
+        build_folder(folder, args.layers)
+        from models.text.tokenizer import TextTokenizer
+
+        count = TextTokenizer(folder / "tokenizer.json", 8192).count
+        texts = {n: text_of(n, count) for n in args.lengths}
+        rows = http_latencies(folder, texts, args.backends, args)
+        reference = None if args.no_reference else reference_latencies(folder, texts, args.repeats)
+    result = {
+        "layers": args.layers,
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "lengths": args.lengths,
+        "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
+        "reference": {str(n): c for n, c in (reference or {}).items()},
+    }
+    args.output_prefix.with_suffix(".json").write_text(json.dumps(result) + "\n")
+    text = table(result)
+    args.output_prefix.with_suffix(".md").write_text(text + "\n")
+    plot(result, args.output_prefix.with_suffix(".png"))
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
