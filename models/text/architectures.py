@@ -50,6 +50,19 @@ def _activation(raw: Mapping[str, Any], key: str) -> str:
     return _ACTIVATIONS[name]
 
 
+def _shape(raw: Mapping[str, Any]) -> dict[str, int]:
+    """The sizes every BERT-style ``config.json`` names the same way."""
+    keys = (
+        "vocab_size",
+        "hidden_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "max_position_embeddings",
+    )
+    return {key: int(raw[key]) for key in keys}
+
+
 def _bert(raw: Mapping[str, Any], offset_positions: bool) -> BertConfig:
     if raw.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(
@@ -58,12 +71,7 @@ def _bert(raw: Mapping[str, Any], offset_positions: bool) -> BertConfig:
         )
     pad = int(raw.get("pad_token_id") or 0)
     return BertConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_hidden_layers=raw["num_hidden_layers"],
-        num_attention_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position_embeddings=raw["max_position_embeddings"],
+        **_shape(raw),
         type_vocab_size=raw.get("type_vocab_size", 2),
         layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
         pad_token_id=pad,
@@ -92,12 +100,7 @@ def _distilbert(raw: Mapping[str, Any]) -> BertConfig:
 def _mpnet(raw: Mapping[str, Any]) -> BertConfig:
     pad = int(raw.get("pad_token_id", 1))
     return BertConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_hidden_layers=raw["num_hidden_layers"],
-        num_attention_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position_embeddings=raw["max_position_embeddings"],
+        **_shape(raw),
         type_vocab_size=0,
         layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
         pad_token_id=pad,
@@ -142,12 +145,7 @@ def _modernbert(raw: Mapping[str, Any]) -> BertConfig:
     kinds, thetas = _modernbert_layers(raw)
     half = int(raw.get("local_attention", 128)) // 2
     return BertConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["hidden_size"],
-        num_hidden_layers=raw["num_hidden_layers"],
-        num_attention_heads=raw["num_attention_heads"],
-        intermediate_size=raw["intermediate_size"],
-        max_position_embeddings=raw["max_position_embeddings"],
+        **_shape(raw),
         type_vocab_size=0,
         layer_norm_eps=raw.get("norm_eps", 1e-5),
         pad_token_id=int(raw.get("pad_token_id") or 0),
@@ -205,12 +203,8 @@ def _strip_prefix(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
     return dict(tensors)
 
 
-def _linear(out: dict[str, Tensor], dst: str, get: Callable[[str], Tensor], src: str) -> None:
-    out[dst + ".weight"] = get(src + ".weight")
-    out[dst + ".bias"] = get(src + ".bias")
-
-
-def _norm(out: dict[str, Tensor], dst: str, get: Callable[[str], Tensor], src: str) -> None:
+def _affine(out: dict[str, Tensor], dst: str, get: Callable[[str], Tensor], src: str) -> None:
+    """A linear layer's or a LayerNorm's weight and bias, renamed."""
     out[dst + ".weight"] = get(src + ".weight")
     out[dst + ".bias"] = get(src + ".bias")
 
@@ -256,7 +250,7 @@ def _bert_layers(get: Callable[[str], Tensor], config: BertConfig) -> dict[str, 
         _qkv(out, dst + "qkv", get, qkv)
         for ours, theirs in names.items():
             assert isinstance(theirs, str)
-            (_norm if ours.endswith("norm") else _linear)(out, dst + ours, get, theirs)
+            _affine(out, dst + ours, get, theirs)
     return out
 
 
