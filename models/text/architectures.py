@@ -50,7 +50,7 @@ def _activation(raw: Mapping[str, Any], key: str) -> str:
     return _ACTIVATIONS[name]
 
 
-def _shape(raw: Mapping[str, Any]) -> dict[str, int]:
+def _shape(raw: Mapping[str, Any]) -> dict[str, Any]:
     """The sizes every BERT-style ``config.json`` names the same way."""
     keys = (
         "vocab_size",
