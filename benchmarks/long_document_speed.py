@@ -85,7 +85,16 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
     from service.app import create_app
     from service.settings import Settings
 
-    settings = Settings(models=(str(folder),), device="cpu", background_load=False, max_wait_ms=0.0)
+    # A single 8K-token text runs for tens of seconds here: lift the per-request compute bound
+    # (which would refuse it with a 422) and the timeout, as a long-document deployment would.
+    settings = Settings(
+        models=(str(folder),),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+        max_request_compute_s=0.0,
+        request_timeout_s=900.0,
+    )
     rows: dict[str, dict[int, dict[str, Any]]] = {}
     with TestClient(create_app(settings)) as client:
         encoder = client.app.state.attnserve.registry.find(folder.name).encoder
