@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load run test lint format typecheck bench-attention loadtest loadtest-ci soak train-etth1 train-ettm1 clean
+.PHONY: install install-bench install-load run test lint format typecheck bench-attention bench-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -60,6 +60,26 @@ train-ettm1: install
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention
 
+# The peer servers (LitServe, infinity-emb) get their own virtualenv: infinity-emb pins numpy<2,
+# transformers<5 and sentence-transformers<4, which the project's .venv does not admit. torch
+# (the CPU build) goes in first, so no requirement below pulls another build.
+PEERS_VENV ?= .venv-peers
+PEERS_BIN := $(PEERS_VENV)/bin
+
+$(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
+	$(PY) -m venv $(PEERS_VENV)
+	$(PEERS_BIN)/pip install --upgrade pip setuptools wheel
+	$(PEERS_BIN)/python -c "import torch" 2>/dev/null || $(PEERS_BIN)/pip install "torch==$(TORCH_VERSION)"
+	$(PEERS_BIN)/pip install -r benchmarks/peers/requirements.txt
+	touch $@
+
+peers-venv: $(PEERS_VENV)/.installed
+
+# attnserve beside LitServe, infinity-emb and a naive server, same weights and driver
+# (make bench-peers ARGS="--seconds 3 --rounds 1" for a short check)
+bench-peers: install peers-venv
+	$(BIN)/python -m benchmarks.peers.run --peers-python $(PEERS_BIN)/python $(or $(ARGS),--seconds 10 --rounds 2)
+
 # make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
 loadtest: install-load
 	$(BIN)/python loadtest/run.py $(ARGS)
@@ -74,4 +94,4 @@ loadtest-ci: install-load
 	PY=$(BIN)/python bash loadtest/ci.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(PEERS_VENV) .pytest_cache .mypy_cache .ruff_cache

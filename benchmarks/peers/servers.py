@@ -1,0 +1,305 @@
+"""The servers under test: how each starts, what a request looks like, where its answer's
+embedding is, and a subprocess wrapper that starts, probes and stops one.
+
+Every server gets the same torch intra-op thread count, set both ways: the environment
+(``OMP_NUM_THREADS``, ``MKL_NUM_THREADS``, read when torch loads) and the server's own setting
+where it has one (``attnserve --torch-threads``, ``torch.set_num_threads`` in the two apps here;
+infinity-emb has no thread option and goes by the environment). No server may reach a model hub
+(``HF_HUB_OFFLINE``) or send usage statistics.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.peers.driver import build_request, call_once
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "127.0.0.1"
+MODEL = "all-MiniLM-L6-v2"
+BATCH = 32
+
+
+@dataclass(frozen=True)
+class Launch:
+    """What every server command is built from."""
+
+    port: int
+    threads: int
+    folder: Path  # the sentence-transformers folder the peers load
+    python: Path  # attnserve's interpreter (the project's .venv)
+    peers_python: Path  # the peers' interpreter (.venv-peers)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One server under test.
+
+    Attributes:
+        name: the key on the command line and in the results.
+        path: the route one text is posted to.
+        body: the JSON body for one text.
+        embedding: the embedding in a decoded 2xx answer.
+        command: the command line that starts it.
+        interpreter: which interpreter runs it (``attnserve`` or ``peers``), for versions.
+        packages: distributions whose versions go with its results.
+        config: its batching and threading configuration, in words.
+    """
+
+    name: str
+    path: str
+    body: Callable[[str], dict[str, Any]]
+    embedding: Callable[[Any], list[float]]
+    command: Callable[[Launch], list[str]]
+    interpreter: str
+    packages: tuple[str, ...]
+    config: str
+
+
+def _attnserve(launch: Launch) -> list[str]:
+    script = launch.python.parent / "attnserve"
+    entry = [str(script)] if script.is_file() else [str(launch.python), "-m", "service"]
+    return [
+        *entry, "serve",
+        "--host", HOST,
+        "--port", str(launch.port),
+        "--device", "cpu",
+        "--models", MODEL,
+        "--torch-threads", str(launch.threads),
+        "--max-batch-size", str(BATCH),
+        "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _litserve(launch: Launch) -> list[str]:
+    return [
+        str(launch.peers_python), "-m", "benchmarks.peers.litserve_app",
+        "--folder", str(launch.folder),
+        "--host", HOST,
+        "--port", str(launch.port),
+        "--threads", str(launch.threads),
+    ]  # fmt: skip
+
+
+def _infinity(launch: Launch) -> list[str]:
+    return [
+        str(launch.peers_python.parent / "infinity_emb"), "v2",
+        "--model-id", str(launch.folder),
+        "--served-model-name", MODEL,
+        "--engine", "torch",
+        "--device", "cpu",
+        "--batch-size", str(BATCH),
+        "--no-vector-disk-cache",  # a cache hit on a repeated text would skip the model
+        "--host", HOST,
+        "--port", str(launch.port),
+        "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _naive(launch: Launch) -> list[str]:
+    return [
+        str(launch.peers_python), "-m", "benchmarks.peers.naive_app",
+        "--folder", str(launch.folder),
+        "--host", HOST,
+        "--port", str(launch.port),
+        "--threads", str(launch.threads),
+    ]  # fmt: skip
+
+
+_ST = ("sentence-transformers", "transformers", "torch")
+PEERS: dict[str, Peer] = {
+    "attnserve": Peer(
+        "attnserve",
+        "/encode",
+        lambda text: {"inputs": text},
+        lambda answer: answer["embeddings"][0],
+        _attnserve,
+        "attnserve",
+        ("attnserve", "torch", "fastapi", "uvicorn"),
+        f"attnserve serve, max batch {BATCH}, max wait 5 ms (its defaults), attention flash",
+    ),
+    "litserve": Peer(
+        "litserve",
+        "/predict",
+        lambda text: {"input": text},
+        lambda answer: answer["embedding"],
+        _litserve,
+        "peers",
+        ("litserve", *_ST, "fastapi", "uvicorn"),
+        f"LitAPI max_batch_size={BATCH}, batch_timeout=0.01, one worker, accelerator cpu",
+    ),
+    "infinity": Peer(
+        "infinity",
+        "/embeddings",
+        lambda text: {"input": [text], "model": MODEL},
+        lambda answer: answer["data"][0]["embedding"],
+        _infinity,
+        "peers",
+        ("infinity-emb", *_ST, "fastapi", "uvicorn"),
+        f"infinity_emb v2 --engine torch --device cpu --batch-size {BATCH}, no disk cache",
+    ),
+    "naive": Peer(
+        "naive",
+        "/encode",
+        lambda text: {"inputs": text},
+        lambda answer: answer["embeddings"][0],
+        _naive,
+        "peers",
+        (*_ST, "fastapi", "uvicorn"),
+        "FastAPI def route (thread pool), one encode per request, no batching",
+    ),
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+def server_env(threads: int) -> dict[str, str]:
+    """The environment every server runs in."""
+    return {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": str(threads),
+        "MKL_NUM_THREADS": str(threads),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "DO_NOT_TRACK": "1",
+        "INFINITY_ANONYMOUS_USAGE_STATS": "0",
+    }
+
+
+class ServerProcess:
+    """One server in its own process group (LitServe and infinity start children)."""
+
+    def __init__(self, peer: Peer, launch: Launch, log: Path) -> None:
+        self.peer = peer
+        self.port = launch.port
+        self.log_path = log
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            peer.command(launch),
+            cwd=ROOT,
+            env=server_env(launch.threads),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def request(self, text: str) -> bytes:
+        """The request bytes for one text."""
+        body = json.dumps(self.peer.body(text)).encode()
+        return build_request(HOST, self.port, self.peer.path, body)
+
+    def wait_answering(self, text: str, timeout: float = 300.0) -> list[float]:
+        """Post ``text`` until a 2xx answer comes; the embedding in it.
+
+        Raises:
+            RuntimeError: the server exited, answered with an error that is not a start-up 503,
+                or did not answer in ``timeout`` seconds (the message names its log).
+        """
+        request = self.request(text)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.peer.name} exited; see {self.log_path}")
+            try:
+                status, body = call_once(HOST, self.port, request, timeout=30.0)
+            except (OSError, EOFError, TimeoutError, ValueError):
+                time.sleep(0.5)
+                continue
+            if 200 <= status < 300:
+                return [float(x) for x in self.peer.embedding(json.loads(body))]
+            if status not in (502, 503, 404):  # still starting (404: routes not mounted yet)
+                raise RuntimeError(
+                    f"{self.peer.name} answered {status}: {body[:300]!r}; see {self.log_path}"
+                )
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.peer.name} did not answer in {timeout} s; see {self.log_path}")
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU seconds so far of the server and its descendants."""
+        import psutil
+
+        total = 0.0
+        try:
+            root = psutil.Process(self.proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return total
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            total += times.user + times.system
+        return total
+
+    def stop(self, grace: float = 20.0) -> None:
+        """SIGTERM to the server, then to what is left of its process group, then SIGKILL: no
+        process of it may keep a core busy while the next server is measured."""
+        pgid = self.proc.pid  # start_new_session: the server leads its own group
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            try:
+                os.killpg(pgid, sig)
+            except ProcessLookupError:
+                break  # the group is empty
+            time.sleep(2.0 if sig == signal.SIGTERM else 0.5)
+        self._log.close()
+
+
+def versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
+    """Installed versions of ``packages`` in ``python``'s environment ("-" if missing)."""
+    script = (
+        "import importlib.metadata as m, json, sys\n"
+        "out = {}\n"
+        "for p in sys.argv[1:]:\n"
+        "    try: out[p] = m.version(p)\n"
+        "    except m.PackageNotFoundError: out[p] = '-'\n"
+        "print(json.dumps(out))\n"
+    )
+    done = subprocess.run(
+        [str(python), "-c", script, *packages], capture_output=True, text=True, check=True
+    )
+    return dict(json.loads(done.stdout))
+
+
+def default_peers_python() -> Path:
+    return ROOT / ".venv-peers" / "bin" / "python"
+
+
+def default_python() -> Path:
+    return Path(sys.executable)
+
+
+__all__ = [
+    "HOST",
+    "PEERS",
+    "Launch",
+    "Peer",
+    "ServerProcess",
+    "default_peers_python",
+    "default_python",
+    "free_port",
+    "versions",
+]
