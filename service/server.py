@@ -134,7 +134,9 @@ def build_server(
         log_level=settings.log_level,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
         # Transport limits (the body's size and read time are BodyLimit's, with the error body).
-        http=guarded_protocol(settings.header_timeout_s, settings.max_header_bytes),
+        http=guarded_protocol(
+            settings.header_timeout_s, settings.max_header_bytes, settings.http_parser
+        ),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
         limit_concurrency=settings.max_connections,

@@ -118,6 +118,20 @@ class Settings(BaseSettings):
             "request_timeout_s. 0: no bound."
         ),
     )
+    batch_slice_s: float = Field(
+        default=0.25,
+        ge=0,
+        le=60,
+        description=(
+            "Time slice: the most estimated compute, in seconds on this device, one forward "
+            "pass may take before waiting requests get a turn. A batch grows no further, and a "
+            "request over it runs in parts of about this much with the batches of requests "
+            "that arrived meanwhile run between its parts, so a small request never waits "
+            "for all of a large one. Smaller slices cost per-row efficiency; "
+            "benchmarks/head_of_line.py measures both sides. 0: off (forward passes as large "
+            "as the other batch limits allow)."
+        ),
+    )
     max_body_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=1024,
@@ -142,7 +156,12 @@ class Settings(BaseSettings):
         default=16 * 1024,
         ge=1024,
         le=1024 * 1024,
-        description="Largest request line plus headers; a connection sending more is refused (400).",
+        description="Largest request line plus headers; a connection sending more is refused (431).",
+    )
+    http_parser: Literal["auto", "httptools", "h11"] = Field(
+        default="auto",
+        description="HTTP/1.1 parser: httptools (C, fast; auto picks it when installed) or h11 "
+        "(pure Python). Both get the same header size and time limits.",
     )
     header_timeout_s: float = Field(
         default=10.0,

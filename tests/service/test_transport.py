@@ -17,12 +17,15 @@ from tests.service.server_process import ServerProcess
 MODEL = "informer-etth1-h24"
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+# Every guard holds under both of uvicorn's HTTP parsers (httptools is the default).
+@pytest.fixture(scope="module", params=["httptools", "h11"])
+def server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("transport") / "server.log"
     args = [
         "--header-timeout-s", "1", "--body-timeout-s", "1", "--keep-alive-timeout-s", "1",
-        "--max-header-bytes", "4096", "--max-connections", "8",
+        "--max-header-bytes", "4096", "--max-connections", "8", "--http-parser", request.param,
     ]  # fmt: skip
     s = ServerProcess(log, [MODEL], args)
     try:
@@ -55,7 +58,9 @@ def read_response(sock: socket.socket) -> bytes:
     """One complete response (headers, then Content-Length bytes of body)."""
     data = b""
     while b"\r\n\r\n" not in data:
-        data += sock.recv(65536)
+        chunk = sock.recv(65536)
+        assert chunk, f"the server closed the connection mid-response: {data!r}"
+        data += chunk
     head, _, body = data.partition(b"\r\n\r\n")
     length = next(
         int(line.split(b":", 1)[1])
@@ -166,3 +171,27 @@ def test_old_keep_alive_connections_are_told_to_close(tmp_path: Path) -> None:
             assert second.startswith(b"HTTP/1.1 200") and b"connection: close" in second
     finally:
         s.stop()
+
+
+def test_pipelined_requests_are_each_answered(server: ServerProcess) -> None:
+    # Two requests in one write: the guard counts the first one's headers, lets the second
+    # wait behind its response, and both are answered in order on the same connection.
+    with connect(server) as sock:
+        sock.sendall(
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        answers = read_all(sock)  # the server closes after the second answer
+    assert answers.count(b"HTTP/1.1 200") == 2, answers
+
+
+def test_the_default_parser_is_httptools_where_installed() -> None:
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    from service.transport import guarded_protocol
+
+    protocol = guarded_protocol(1.0, 4096)
+    assert issubclass(protocol, HttpToolsProtocol)
+    assert protocol.max_header_bytes == 4096 and protocol.header_timeout_s == 1.0
+    assert issubclass(guarded_protocol(1.0, 4096, "h11"), H11Protocol)
