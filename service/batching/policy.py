@@ -23,6 +23,11 @@ LitServe's ``collate_requests``):
    within a few milliseconds, and this short pause lets them join instead of alternating with
    the rest in half-full batches. Until then the worker sleeps (at most to the earliest
    deadline).
+5. No forward pass holds the worker much past ``slice_seconds`` of estimated compute (the
+   time slice): a batch grows no further, and a larger request runs in parts of about that
+   much. Its parts are the worker's turns, one forward pass each; between two of them the
+   requests that arrived meanwhile get one batch (:func:`between_parts`), so a small request
+   waits for about one part, not for the whole of a large one (head-of-line blocking).
 """
 
 from __future__ import annotations
@@ -60,6 +65,9 @@ class Limits:
             no memory cap).
         max_request_seconds: estimated compute seconds one request, and one batch, may need
             (None: no bound).
+        slice_seconds: estimated compute seconds one forward pass may take before waiting
+            requests get a turn: batches stop growing there, and a request over it runs in
+            parts of about this much, other batches between them (None: no slice).
     """
 
     max_batch_size: int
@@ -67,6 +75,7 @@ class Limits:
     max_wait_s: float
     max_batch_memory: int | None = None
     max_request_seconds: float | None = None
+    slice_seconds: float | None = None
 
 
 # Estimated peak bytes of one forward pass of (key, rows, longest row).
@@ -103,12 +112,14 @@ class Decision:
         expired: requests past their deadline: answer 504 and remove.
         dropped: requests whose client left: remove silently.
         wake_at: when to decide again if nothing new arrives (None: only on arrival).
+        resume: run the next part of the request running in parts (see :func:`between_parts`).
     """
 
     batch: tuple[int, ...] = ()
     expired: tuple[int, ...] = ()
     dropped: tuple[int, ...] = ()
     wake_at: float | None = None
+    resume: bool = False
 
 
 def length_bucket(length: int, smallest: int = 16) -> int:
@@ -139,17 +150,32 @@ def rows_within(budget: float, rows: int, cost: Callable[[int], float]) -> int:
 
 
 def part_rows(
-    rows: int, longest: int, limits: Limits, memory: Callable[[int], int] | None = None
+    rows: int,
+    longest: int,
+    limits: Limits,
+    memory: Callable[[int], int] | None = None,
+    seconds: Callable[[int], float | None] | None = None,
 ) -> int:
     """Rows per forward pass for a batch of ``rows`` rows of up to ``longest``: all of them, or
     (for a lone request over a limit) the most that keep each part within ``max_batch_size``
-    rows, ``max_batch_tokens`` padded tokens and, with ``memory`` (estimated bytes of ``n``
-    rows), the memory budget. Always at least 1."""
+    rows, ``max_batch_tokens`` padded tokens, with ``memory`` (estimated bytes of ``n`` rows)
+    the memory budget and with ``seconds`` (estimated seconds of ``n`` rows; None: not
+    measured) the time slice. Always at least 1."""
     part = min(rows, limits.max_batch_size, max(1, limits.max_batch_tokens // max(1, longest)))
     budget = limits.max_batch_memory
     if memory is not None and budget is not None and memory(part) > budget:
         part = rows_within(budget, part, memory)
+    slice_s = limits.slice_seconds
+    if seconds is not None and slice_s is not None and (seconds(part) or 0.0) > slice_s:
+        part = rows_within(slice_s, part, lambda n: seconds(n) or 0.0)
     return max(1, part)
+
+
+def _gone(pending: Sequence[Pending], now: float) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(dropped, expired): requests whose client left, and those past their deadline."""
+    dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
+    expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
+    return dropped, expired
 
 
 def next_batch(
@@ -174,8 +200,7 @@ def next_batch(
         seconds: the model's compute estimate, for ``limits.max_request_seconds`` (None: no
             time cap).
     """
-    dropped = tuple(i for i, p in enumerate(pending) if p.cancelled)
-    expired = tuple(i for i, p in enumerate(pending) if not p.cancelled and p.deadline <= now)
+    dropped, expired = _gone(pending, now)
     gone = set(dropped) | set(expired)
     live = [i for i in range(len(pending)) if i not in gone]
     if not live:
@@ -183,8 +208,10 @@ def next_batch(
 
     head = pending[live[0]]
     budget = limits.max_batch_memory if memory is not None else None
-
-    time_budget = limits.max_request_seconds if seconds is not None else None
+    bounds = (limits.max_request_seconds, limits.slice_seconds)
+    time_budget = min((b for b in bounds if b is not None), default=None)
+    if seconds is None:
+        time_budget = None
 
     def over_budget(rows: int, longest: int) -> bool:  # memory or compute
         if budget is not None and memory is not None and memory(head.key, rows, longest) > budget:
@@ -225,3 +252,46 @@ def next_batch(
         return Decision(batch=tuple(batch), expired=expired, dropped=dropped)
     wake_at = min(start_at, min(pending[i].deadline for i in live))
     return Decision(expired=expired, dropped=dropped, wake_at=wake_at)
+
+
+def between_parts(
+    pending: Sequence[Pending],
+    now: float,
+    limits: Limits,
+    parts_turn: bool,
+    memory: MemoryEstimate | None = None,
+    seconds: SecondsEstimate | None = None,
+) -> Decision:
+    """What runs next while a request runs in parts: its next part, or one batch of the others.
+
+    Turns alternate, so neither side starves: after one of its parts (``parts_turn`` False),
+    the waiting requests that fit in one forward pass get one batch, chosen by
+    :func:`next_batch` over them and run at once (the pause after a batch waits for clients it
+    answered; a part answered nobody); then (``parts_turn`` True), or when none waits, the
+    next part (``resume``). A waiting request that itself needs parts waits until the running
+    one is done: about one batch of its own kind. Expired and departed requests are reported
+    as in :func:`next_batch`.
+
+    Args:
+        pending: waiting requests in arrival order (not the one running in parts).
+        parts_turn: the last turn went to the others (or to nobody): the next part runs.
+        memory, seconds: the model's estimates, as for :func:`next_batch`.
+    """
+    dropped, expired = _gone(pending, now)
+    resume = Decision(expired=expired, dropped=dropped, resume=True)
+    if parts_turn:
+        return resume
+    gone = set(dropped) | set(expired)
+
+    def one_part(p: Pending) -> bool:
+        key, longest = p.key, p.longest
+        rows_memory = None if memory is None else lambda n: memory(key, n, longest)
+        rows_seconds = None if seconds is None else lambda n: seconds(key, n, longest)
+        return part_rows(p.n_rows, longest, limits, rows_memory, rows_seconds) >= p.n_rows
+
+    fits = [i for i, p in enumerate(pending) if i not in gone and one_part(p)]
+    if not fits:
+        return resume
+    others = [pending[i] for i in fits]
+    chosen = next_batch(others, now, limits, flush=True, memory=memory, seconds=seconds)
+    return Decision(batch=tuple(fits[j] for j in chosen.batch), expired=expired, dropped=dropped)

@@ -11,6 +11,12 @@ a request whose estimated compute is over ``limits.max_request_seconds`` is refu
 (:class:`~service.errors.ComputeBudgetExceeded`, a 422 saying how many rows, which options or
 which backends would fit), and no batch grows past it, so no request holds the worker for longer
 than its client would wait.
+
+Turns: no forward pass holds the worker much past ``limits.slice_seconds`` of estimated compute
+(the time slice). A batch over a limit (rows, tokens, memory or the slice) runs as a
+:class:`~service.batching.execute.BatchRun`, one executor call per part; between two parts the
+loop asks :func:`~service.batching.policy.between_parts` whether the requests that arrived
+meanwhile get a batch first, so a one-text request never waits behind all of a large one.
 """
 
 from __future__ import annotations
@@ -26,9 +32,9 @@ from typing import Any
 
 from service.batching.cost import CostModel, measure_backend
 from service.batching.device import MIB, DeviceRuntime
-from service.batching.execute import Outcome, execute
+from service.batching.execute import BatchRun, Outcome
 from service.batching.job import Job, JobResult
-from service.batching.policy import BatchKey, Limits, next_batch, rows_within
+from service.batching.policy import BatchKey, Limits, between_parts, next_batch, rows_within
 from service.errors import (
     ComputeBudgetExceeded,
     MemoryBudgetExceeded,
@@ -75,6 +81,8 @@ class ModelWorker:
         self._accepting = True
         self._busy = False
         self._free_since: float | None = None
+        self._parted: BatchRun | None = None  # a batch between two of its parts
+        self._parts_turn = False  # the last turn went to the others: its next part runs
         self._batch_seconds = 0.05  # running estimate, for Retry-After
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
         self._task: asyncio.Task[None] | None = None
@@ -111,7 +119,7 @@ class ModelWorker:
             raise ShuttingDown("the server is shutting down; retry on another replica")
         self._check_memory(job)
         self._check_compute(job)
-        job.arrived_idle = not self._pending and not self._busy
+        job.arrived_idle = not self._pending and not self._busy and self._parted is None
         if len(self._pending) >= self.max_queue:
             self.metrics.rejections.labels(self.name, "queue_full").inc()
             raise QueueFull(
@@ -247,10 +255,12 @@ class ModelWorker:
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
-        for job in self._pending:
+        left = self._pending + (self._parted.jobs if self._parted is not None else [])
+        for job in left:
             if not job.future.done():
                 job.future.set_exception(ShuttingDown("the server shut down before this ran"))
         self._pending.clear()
+        self._parted = None
         self.metrics.queue_depth.labels(self.name).set(0)
         self._executor.shutdown(wait=False, cancel_futures=True)
         return finished
@@ -260,15 +270,25 @@ class ModelWorker:
     async def _loop(self) -> None:
         while True:
             now = time.monotonic()
-            decision = next_batch(
-                self._pending,
-                now,
-                self.limits,
-                not self._accepting,
-                self._free_since,
-                self.memory_estimate,
-                self.seconds_estimate,
-            )
+            if self._parted is None:
+                decision = next_batch(
+                    self._pending,
+                    now,
+                    self.limits,
+                    not self._accepting,
+                    self._free_since,
+                    self.memory_estimate,
+                    self.seconds_estimate,
+                )
+            else:
+                decision = between_parts(
+                    self._pending,
+                    now,
+                    self.limits,
+                    self._parts_turn,
+                    self.memory_estimate,
+                    self.seconds_estimate,
+                )
             taken = set(decision.batch) | set(decision.expired) | set(decision.dropped)
             batch = [self._pending[i] for i in decision.batch]
             for i in decision.expired:
@@ -280,8 +300,11 @@ class ModelWorker:
             if taken:
                 self._pending = [j for i, j in enumerate(self._pending) if i not in taken]
                 self.metrics.queue_depth.labels(self.name).set(len(self._pending))
+            if decision.resume and self._parted is not None:
+                await self._step(self._parted)
+                continue
             if batch:
-                await self._run(batch)
+                await self._step(self._start(batch))
                 continue
             if not self._pending and not self._accepting:
                 return  # drained
@@ -290,9 +313,9 @@ class ModelWorker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 
-    async def _run(self, batch: list[Job]) -> None:
+    def _start(self, batch: list[Job]) -> BatchRun:
+        """A batch taken from the queue, ready for its first part."""
         key = batch[0].key
-        started = time.monotonic()
 
         def run_rows(rows: list[Any]) -> list[Any]:
             return self.servable.run(rows, key.call)
@@ -303,29 +326,41 @@ class ModelWorker:
         def memory(rows: int, longest: int) -> int:
             return self.memory_estimate(key, rows, longest)
 
+        def seconds(rows: int, longest: int) -> float | None:
+            return self.seconds_estimate(key, rows, longest)
+
+        return BatchRun(
+            batch, run_rows, self.runtime, key.backend, self.limits, on_split, memory, seconds
+        )
+
+    async def _step(self, run: BatchRun) -> None:
+        """Run one forward pass of ``run`` on the worker thread; answer its requests when it
+        is done, else keep it for its next turn (see :func:`between_parts`)."""
+        parted = run is self._parted
+        # A batch between two parts runs whole (between_parts picks ones of a single forward
+        # pass): never two batches in parts at once.
+        step = run.step if parted or self._parted is None else run.run_to_end
+        started = time.monotonic()
         self._busy = True
+        loop = asyncio.get_running_loop()
         try:
-            loop = asyncio.get_running_loop()
-            outcomes = await loop.run_in_executor(
-                self._executor,
-                execute,
-                batch,
-                run_rows,
-                self.runtime,
-                key.backend,
-                self.limits,
-                on_split,
-                memory,
-            )
+            outcomes = await loop.run_in_executor(self._executor, step)
         except Exception as exc:  # the executor itself failed (e.g. shut down)
             log.exception("batch of %s failed outside the model", self.name)
-            outcomes = [Outcome(job, error=exc) for job in batch]
+            outcomes = [Outcome(job, error=exc) for job in run.jobs]
         finally:
             self._busy = False
             self._free_since = time.monotonic()
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
-        self._record(outcomes, started)
+        if outcomes is None:  # parts remain: the others get the next turn
+            self._parted, self._parts_turn = run, False
+            return
+        if parted:
+            self._parted = None
+        elif self._parted is not None:  # a batch between two parts: the parts' turn
+            self._parts_turn = True
+        self._record(outcomes, run.started_at)
         # Answers are out; the worker thread trims the heap before the next batch (if due).
         with contextlib.suppress(RuntimeError):  # the executor shut down while draining
             await loop.run_in_executor(self._executor, self.runtime.after_batch)

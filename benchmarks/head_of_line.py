@@ -1,0 +1,308 @@
+"""Head-of-line blocking: one-text requests while a large ``full`` encode runs, per time slice.
+
+    .venv/bin/python -m benchmarks.head_of_line [--slices 0.25 0.1 0.5 0] [--before REF]
+        [--threads 1 2] [--repeats 5]
+
+The large request is 64 texts of exactly 256 tokens (stdlib docstrings cut by the tokenizer:
+``truncate``) under attention ``full`` on all-MiniLM-L6-v2: the largest legal ``/encode``.
+Each server is ``attnserve serve`` in a subprocess (max batch 32, the per-request compute
+bound off and a 120 s timeout so the request is legal everywhere), once per ``--threads``
+value (its torch threads; a table each). Per server:
+
+* **large alone**: the large request's client latency with nothing else running;
+* **large with traffic**: the same while another client sends a one-text request every
+  ``--interval-ms`` for as long as it runs (open loop: a slow answer does not delay the next
+  send), with the small requests' own compute (each one's share of its batch's
+  ``x-inference-time-ms``): what the large request must now make room for;
+* **small wait**: the client latency of each one-text request sent meanwhile (p50, p95, max
+  over all rounds).
+
+Large-request times are medians of ``--repeats`` rounds. All servers are started first and
+measured in turn, round by round, so load from elsewhere on the machine falls on each alike.
+
+Servers: each ``--slices`` value (``--batch-slice-s``; 0 turns the slice off) from the code
+at ``--root`` (default: this checkout), and with ``--before`` the code before the change (a
+git ref, exported with ``git archive``, or a folder; run with this interpreter) as the first
+row: there a large request's parts ran back to back in one call on the model's thread.
+
+Writes ``benchmarks/results/head-of-line-cpu.md`` and ``.json`` (``--out`` to change).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.service import ROOT, TEXT_MODEL, ServerProcess, load_average
+
+RESULTS = ROOT / "benchmarks" / "results"
+ROWS, TOKENS = 64, 256
+SMALL = "how do I open a file?"
+
+
+def long_texts(rows: int = ROWS, tokens: int = TOKENS) -> list[str]:
+    """``rows`` distinct stdlib-docstring texts that are each at least ``tokens`` tokens long
+    ([CLS]/[SEP] included), so ``truncate`` makes every row exactly ``tokens``."""
+    from models.text.corpus import word_windows
+    from models.text.tokenizer import TextTokenizer
+    from models.text.weights import model_dir
+
+    texts = word_windows(rows, 2 * tokens)
+    counts = TextTokenizer(model_dir() / "tokenizer.json", 512).count(texts)
+    short = [c for c in counts if c < tokens]
+    if short:
+        raise RuntimeError(f"{len(short)} texts under {tokens} tokens: {short}")
+    return texts
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+@dataclass
+class Row:
+    """One server's figures (seconds unless named ms)."""
+
+    server: str
+    slice_s: float | None
+    large_alone_s: list[float] = field(default_factory=list)
+    large_with_traffic_s: list[float] = field(default_factory=list)
+    large_inference_ms: list[float] = field(default_factory=list)
+    large_batch_size: str = ""
+    small_waits_ms: list[float] = field(default_factory=list)
+    small_inference_ms: list[float] = field(default_factory=list)
+    small_per_run: list[int] = field(default_factory=list)
+    small_errors: int = 0
+
+    @property
+    def alone(self) -> float:
+        return statistics.median(self.large_alone_s)
+
+    @property
+    def with_traffic(self) -> float:
+        return statistics.median(self.large_with_traffic_s)
+
+    def small_pct(self, q: float) -> float:
+        ordered = sorted(self.small_waits_ms)
+        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else 0.0
+
+
+class Client:
+    """One server's client: the large request alone, or beside a stream of small ones."""
+
+    def __init__(self, url: str, row: Row, large: dict[str, Any]) -> None:
+        self.http = httpx.AsyncClient(base_url=url, timeout=300)
+        self.row, self.large = row, large
+        self.small = {"model": TEXT_MODEL, "inputs": [SMALL], "attention": "full"}
+
+    async def post_large(self) -> float:
+        started = time.perf_counter()
+        r = await self.http.post("/encode", json=self.large)
+        r.raise_for_status()
+        self.row.large_batch_size = r.headers["x-batch-size"]
+        self.row.large_inference_ms.append(float(r.headers["x-inference-time-ms"]))
+        return time.perf_counter() - started
+
+    async def post_small(self, waits: list[float]) -> None:
+        started = time.perf_counter()
+        r = await self.http.post("/encode", json=self.small)
+        waits.append((time.perf_counter() - started) * 1000)
+        if r.status_code != 200:
+            self.row.small_errors += 1
+        else:
+            # Its share of its batch's forward pass (the batch's requests each report it).
+            share = float(r.headers["x-inference-time-ms"]) / int(r.headers["x-batch-requests"])
+            self.row.small_inference_ms.append(share)
+
+    async def warm(self) -> None:
+        """First shapes of this length, allocator growth: not measured."""
+        await self.post_large()
+        for _ in range(3):
+            await self.post_small([])
+        self.row.large_inference_ms.clear()
+        self.row.small_inference_ms.clear()
+
+    async def alone(self) -> None:
+        self.row.large_alone_s.append(await self.post_large())
+
+    async def with_traffic(self, interval: float) -> None:
+        """The large request, and a small one every ``interval`` s while it runs."""
+        running = asyncio.create_task(self.post_large())
+        smalls: list[asyncio.Task[None]] = []
+        waits: list[float] = []
+        next_send = time.perf_counter() + interval
+        while True:
+            await asyncio.wait({running}, timeout=max(0.0, next_send - time.perf_counter()))
+            if running.done():
+                break
+            smalls.append(asyncio.create_task(self.post_small(waits)))
+            next_send += interval
+        self.row.large_with_traffic_s.append(await running)
+        await asyncio.gather(*smalls)
+        self.row.small_waits_ms.extend(waits)
+        self.row.small_per_run.append(len(waits))
+
+
+async def measure(servers: list[tuple[str, Row]], large: dict[str, Any], args: Any) -> None:
+    """Every server in turn, ``repeats`` rounds (so load from elsewhere on the machine falls on
+    all of them alike): the large request alone, then beside the small ones."""
+    clients = [Client(url, row, large) for url, row in servers]
+    try:
+        for client in clients:
+            await client.warm()
+        for _ in range(args.repeats):
+            for client in clients:
+                await client.alone()
+                await asyncio.sleep(0.5)
+                await client.with_traffic(args.interval_ms / 1000)
+                await asyncio.sleep(0.5)
+    finally:
+        for client in clients:
+            await client.http.aclose()
+
+
+def export(ref: str) -> Path:
+    """The code at git ``ref`` in a temporary folder (``git archive``); a folder as is."""
+    if Path(ref).is_dir():
+        return Path(ref)
+    folder = Path(tempfile.mkdtemp(prefix="attnserve-before-"))
+    archive = subprocess.run(
+        ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
+    return folder
+
+
+def start_server(label: str, root: Path, slice_s: float | None, threads: int) -> ServerProcess:
+    extra = ["--max-request-compute-s", "0", "--request-timeout-s", "120"]
+    if slice_s is not None:
+        extra += ["--batch-slice-s", str(slice_s)]
+    name = label.split(" ")[0] if slice_s is None else f"slice-{slice_s:g}"
+    log = Path(tempfile.gettempdir()) / f"head-of-line-{name}.log"
+    server = ServerProcess([TEXT_MODEL], threads, 32, log, root=root, extra=extra)
+    server.wait_ready()
+    return server
+
+
+def table(rows: list[Row], before: Row | None) -> str:
+    def change(value: float, reference: float | None) -> str:
+        return "-" if reference is None else f"{(value / reference - 1) * 100:+.1f} %"
+
+    lines = [
+        "| server | slice s | rows per forward pass | large alone s | vs before | "
+        "large with traffic s | vs before | small requests per run | their compute s | "
+        "small wait p50 ms | p95 ms | max ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        runs = max(1, len(r.small_per_run))
+        lines.append(
+            f"| {r.server} | {'-' if r.slice_s is None else f'{r.slice_s:g}'} | "
+            f"{r.large_batch_size} | {r.alone:.2f} | "
+            f"{change(r.alone, before.alone if before else None)} | {r.with_traffic:.2f} | "
+            f"{change(r.with_traffic, before.with_traffic if before else None)} | "
+            f"{statistics.median(r.small_per_run or [0]):.0f} | "
+            f"{sum(r.small_inference_ms) / 1000 / runs:.2f} | {r.small_pct(50):.0f} | "
+            f"{r.small_pct(95):.0f} | {max(r.small_waits_ms, default=0):.0f} |"
+        )
+    return "\n".join(lines)
+
+
+def run_servers(
+    plan: list[tuple[str, Path, float | None]],
+    threads: int,
+    large: dict[str, Any],
+    args: argparse.Namespace,
+) -> list[Row]:
+    """Start every server of ``plan`` (label, code folder, slice) with ``threads`` torch
+    threads, measure them round by round, stop them."""
+    servers: list[ServerProcess] = []
+    rows = [Row(label, slice_s) for label, _, slice_s in plan]
+    try:
+        for label, root, slice_s in plan:
+            servers.append(start_server(label, root, slice_s, threads))
+        asyncio.run(measure([(s.url, r) for s, r in zip(servers, rows, strict=True)], large, args))
+    finally:
+        for server in servers:
+            server.stop()
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--slices", type=float, nargs="+", default=[0.25, 0.0])
+    p.add_argument(
+        "--before", help="the code before the change (a 'before' row): a git ref or a folder"
+    )
+    p.add_argument("--root", type=Path, default=ROOT, help="checkout to serve the slices from")
+    p.add_argument(
+        "--threads", type=int, nargs="+", default=[1], help="server torch threads (a table each)"
+    )
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--interval-ms", type=float, default=100.0)
+    p.add_argument("--out", default="head-of-line-cpu")
+    args = p.parse_args(argv)
+
+    large = {
+        "model": TEXT_MODEL,
+        "inputs": long_texts(),
+        "attention": "full",
+        "truncate": True,
+    }
+    plan: list[tuple[str, Path, float | None]] = []
+    if args.before:
+        plan.append((f"before ({Path(args.before).name})", export(args.before), None))
+    for slice_s in args.slices:
+        plan.append(("time slice" if slice_s else "slice off", args.root, slice_s))
+    command = "python -m benchmarks.head_of_line " + " ".join(argv or sys.argv[1:])
+    cores = len(os.sched_getaffinity(0))
+    runs, sections = [], []
+    for threads in args.threads:
+        load_before = load_average()
+        rows = run_servers(plan, threads, large, args)
+        machine = (
+            f"{cpu_model()}, {cores} cores, server torch threads {threads}; load average "
+            f"before {load_before}, after {load_average()}"
+        )
+        text = table(rows, rows[0] if args.before else None)
+        print(machine, text, sep="\n")
+        runs.append({"threads": threads, "machine": machine, "rows": [asdict(r) for r in rows]})
+        sections.append(
+            f"## {threads} torch thread{'s' if threads > 1 else ''}\n\n{machine}.\n\n{text}\n"
+        )
+    RESULTS.mkdir(exist_ok=True)
+    summary = {
+        "command": command,
+        "large": {"rows": ROWS, "tokens": TOKENS, "attention": "full"},
+        "interval_ms": args.interval_ms,
+        "repeats": args.repeats,
+        "runs": runs,
+    }
+    (RESULTS / f"{args.out}.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (RESULTS / f"{args.out}.md").write_text(
+        f"# Head-of-line blocking: one-text requests beside a {ROWS} x {TOKENS}-token `full` "
+        f"encode\n\n`{command}`\n\n" + "\n".join(sections)
+    )
+
+
+if __name__ == "__main__":
+    main()
