@@ -74,6 +74,7 @@ async def start_serving(state: AppState) -> None:
         settings.max_wait_ms / 1000,
         budget,
         settings.request_compute_limit_s,
+        settings.batch_slice_s or None,  # 0: no time slice
     )
     batcher = Batcher(
         servables, limits, settings.max_queue, settings.request_timeout_s, runtime, metrics

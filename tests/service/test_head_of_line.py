@@ -8,7 +8,6 @@ never by wall time, so a slow machine cannot make these flake.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -77,11 +76,11 @@ def test_a_small_request_is_answered_between_the_parts_of_a_large_one(
 def test_the_time_slice_splits_a_request_that_is_within_the_batch_limits(
     text_double: Wrapped,
 ) -> None:
-    with TestClient(make_app([text_double], max_batch_size=32)) as c:
+    with TestClient(make_app([text_double], max_batch_size=32, batch_slice_s=1.0)) as c:
         worker = worker_of(c)
         text_double.recording = True
         whole = c.post("/encode", json=LARGE)
-        assert text_double.batches == [8]  # no slice: one forward pass
+        assert text_double.batches == [8]  # well within the slice: one forward pass
         # A slice of 1 s, and rates pinned so the large request needs ~4 s: parts of ~2 rows.
         servable = worker.servable
         lengths = [len(ids) for ids in servable.tokenize(LARGE["inputs"])]  # type: ignore[attr-defined]
@@ -89,8 +88,7 @@ def test_the_time_slice_splits_a_request_that_is_within_the_batch_limits(
         key = BatchKey(servable.default_call("flash"), length_bucket(longest))
         rate = servable.work_estimate(key.call, len(lengths), longest) / 4.0
         worker.cost.rates = {backend: rate for backend in servable.backends()}
-        # The app hands settings.batch_slice_s to the worker as Limits.slice_seconds.
-        worker.limits = dataclasses.replace(worker.limits, slice_seconds=1.0)
+        assert worker.limits.slice_seconds == 1.0  # settings.batch_slice_s, as the app hands it
 
         def seconds(n: int) -> float:
             estimate = worker.seconds_estimate(key, n, longest)
