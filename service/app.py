@@ -26,6 +26,7 @@ from service.batching.device import (
     configure_threads,
     host_memory_limit,
     select_device,
+    torch_thread,
 )
 from service.batching.policy import Limits
 from service.body_pool import BodyParsePool
@@ -45,16 +46,20 @@ async def start_serving(state: AppState) -> None:
     """Load the models, warm up every backend each will serve, start the workers, mark ready."""
     settings, lifecycle, metrics = state.settings, state.lifecycle, state.metrics
     started = time.perf_counter()
-    configure_threads(settings.torch_threads)
     runtime = DeviceRuntime(
         select_device(settings.device), settings.autocast, settings.memory_trim_interval_s
     )
+    # On CPU all torch work runs on one thread (device.torch_thread says why); loading and
+    # warm-up too, so that no other thread ever starts a pool of OpenMP helpers.
+    loop = asyncio.get_running_loop()
+    torch_work = None if runtime.is_cuda else torch_thread()
+    await loop.run_in_executor(torch_work, configure_threads, settings.torch_threads)
     if settings.memory_trim_interval_s > 0:  # the periodic trim returns freed memory instead
         allocator.retain_freed_memory()
     state.device = str(runtime.device)
     extra = f" and the checkpoints in {settings.model_dir}" if settings.model_dir else ""
     lifecycle.step(f"loading {', '.join(settings.models)}{extra} on {runtime.device}")
-    servables = await asyncio.to_thread(state.loader, settings, state.device)
+    servables = await loop.run_in_executor(torch_work, state.loader, settings, state.device)
     if settings.compile_backends:
         lifecycle.step(f"compiling {', '.join(settings.compile_backends)} (torch.compile)")
         for servable in servables:
@@ -80,7 +85,7 @@ async def start_serving(state: AppState) -> None:
         servables, limits, settings.max_queue, settings.request_timeout_s, runtime, metrics
     )
     lifecycle.step("warming up")
-    timings = await asyncio.to_thread(batcher.warm_up)
+    timings = await loop.run_in_executor(torch_work, batcher.warm_up)
     for name, per_backend in timings.items():
         log.info(
             "warmed up %s: %s",

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from service.batching.cost import CostModel, measure_backend
-from service.batching.device import MIB, DeviceRuntime
+from service.batching.device import MIB, DeviceRuntime, torch_thread
 from service.batching.execute import BatchRun, Outcome
 from service.batching.job import Job, JobResult
 from service.batching.policy import BatchKey, Limits, between_parts, next_batch, rows_within
@@ -84,7 +84,13 @@ class ModelWorker:
         self._parted: BatchRun | None = None  # a batch between two of its parts
         self._parts_turn = False  # the last turn went to the others: its next part runs
         self._batch_seconds = 0.05  # running estimate, for Retry-After
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
+        # CPU: the process's one torch thread (see device.torch_thread); CUDA: a thread of its own.
+        self._own_executor = runtime.is_cuda
+        self._executor = (
+            ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
+            if self._own_executor
+            else torch_thread()
+        )
         self._task: asyncio.Task[None] | None = None
         self.cost = CostModel()  # work rates per backend, measured by warm_up
         # Pure arithmetic per (key, rows, longest), asked for on every decision: cached.
@@ -262,7 +268,8 @@ class ModelWorker:
         self._pending.clear()
         self._parted = None
         self.metrics.queue_depth.labels(self.name).set(0)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        if self._own_executor:
+            self._executor.shutdown(wait=False, cancel_futures=True)
         return finished
 
     # ------------------------------------------------------------------ scheduling loop
