@@ -19,7 +19,7 @@ from pydantic import (
     model_validator,
 )
 from pydantic.functional_validators import WrapValidator
-from pydantic_core import PydanticCustomError
+from pydantic_core import PydanticCustomError, to_json
 
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 
@@ -27,9 +27,10 @@ Options = dict[str, Any]
 
 
 def _checked_array(ndim: int) -> WrapValidator:
-    """Let a float64 array of ``ndim`` dimensions through as it is. JSON never holds one: only
-    the body-parsing helper (``service.body_pool``) puts them there, after validating the very
-    lists they were built from, so the event loop does not walk the numbers a second time."""
+    """Numbers nested ``ndim`` deep as a float64 array (see :func:`number_array`), or a float64
+    array of ``ndim`` dimensions let through as it is: JSON never holds one, only the
+    body-parsing helper (``service.body_pool``) puts them there, after validating the very lists
+    they were built from, so the event loop does not walk the numbers a second time."""
 
     def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         return _packed_or(value, handler, ndim)
@@ -38,10 +39,51 @@ def _checked_array(ndim: int) -> WrapValidator:
 
 
 def _packed_or(value: Any, handler: ValidatorFunctionWrapHandler, ndim: int) -> Any:
-    """``value`` itself when it is a float64 array of ``ndim`` dimensions, else validated."""
+    """``value`` itself when it is a float64 array of ``ndim`` dimensions, lists of numbers as
+    such an array, anything else validated (pydantic's strict walk names what is wrong)."""
     if isinstance(value, np.ndarray) and value.dtype == np.float64 and value.ndim == ndim:
         return value
-    return handler(value)
+    array = number_array(value, ndim)
+    return array if array is not None else handler(value)
+
+
+# Past this share of elements equal to 0 or 1, looking at each one for a bool costs more than
+# pydantic's strict walk of them all.
+_MAX_SUSPECT_SHARE = 1 / 8
+_NUMBER_DTYPES = (np.dtype(np.float64), np.dtype(np.int64))
+
+
+def number_array(value: Any, ndim: int) -> np.ndarray | None:
+    """``value``, lists nested ``ndim`` (1 or 2) deep of nothing but numbers (a history: one
+    column or the rows), as a float64 array built in one C-level pass, instead of pydantic
+    checking each number as a Python object and the forecaster converting them again. None for
+    anything else (strings, nulls, nested or ragged lists, integers past int64): pydantic's
+    strict walk then refuses or accepts it as before.
+
+    numpy reads JSON ``true``/``false`` as 1 and 0, which the strict schema refuses: the
+    elements equal to 0 or 1 (few in real data) are looked at one by one, and a value with many
+    of them is left to pydantic."""
+    if not isinstance(value, list):
+        return None
+    try:
+        array = np.array(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    if array.ndim != ndim or array.dtype not in _NUMBER_DTYPES:
+        return None
+    if array.dtype != np.float64:
+        array = array.astype(np.float64)
+    suspects = np.flatnonzero((array == 0.0) | (array == 1.0))
+    if suspects.size > _MAX_SUSPECT_SHARE * array.size:
+        return None
+    if ndim == 1:
+        if any(type(value[i]) is bool for i in suspects.tolist()):
+            return None
+    else:
+        width = array.shape[1]
+        if any(type(value[i // width][i % width]) is bool for i in suspects.tolist()):
+            return None
+    return array
 
 
 def _array_or_list(numbers: Any, ndim: int) -> Any:
@@ -329,6 +371,19 @@ class ForecastResponse(BaseModel):
     attention: str
     horizon: int
     forecasts: list[ForecastOut]
+
+
+def forecast_json(
+    model: str, attention: str, horizon: int, forecasts: list[dict[str, Any]]
+) -> bytes:
+    """A :class:`ForecastResponse` body, rendered straight from the forecasts (dicts of
+    ``timestamps``: strings and ``values``: rows of floats, which the forecaster builds) without
+    validating them into models first: the bytes FastAPI would write for the model (compact,
+    UTF-8, non-finite numbers as ``null``)."""
+    return to_json(
+        {"model": model, "attention": attention, "horizon": horizon, "forecasts": forecasts},
+        inf_nan_mode="null",
+    )
 
 
 # ----------------------------------------------------------------------------- models, health

@@ -197,8 +197,10 @@ class InformerForecaster:
         if raw is not None and raw.ndim == 1 and len(values) == 0:
             return raw.reshape(0, n_ch)
         for i, row in enumerate(values):
-            if not isinstance(row, list | tuple) or len(row) != n_ch:
-                got = len(row) if isinstance(row, list | tuple) else type(row).__name__
+            # A row of an array (the schema's or the body-parsing helper's) has a length too.
+            sized = isinstance(row, list | tuple | np.ndarray)
+            if not sized or len(row) != n_ch:
+                got = len(row) if sized else type(row).__name__
                 raise ModelInputError(
                     f"row {i} has {got} values; every row needs {n_ch} values, one per channel "
                     f"({', '.join(self.channels)})"

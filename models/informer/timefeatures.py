@@ -43,8 +43,12 @@ _SECONDS = "datetime64[s]"
 # 1970-01-01 was a Thursday: day_of_week (Monday = 0) is (days since the epoch + 3) mod 7.
 _EPOCH_WEEKDAY = 3
 # The data's own shape ("2017-10-24 00:00:00", or with a "T"), parsed by numpy directly; anything
-# else (other ISO 8601 forms, time zones, fractions) goes through pandas.
-_CANONICAL = re.compile(r"(?:\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d\n)*")
+# else (other ISO 8601 forms, time zones, fractions) goes through pandas. Checked on the bytes of
+# all stamps at once: the character positions that must hold digits, and those that must hold
+# one of the separators.
+_CANONICAL_LENGTH = 19
+_DIGITS = [0, 1, 2, 3, 5, 6, 8, 9, 11, 12, 14, 15, 17, 18]
+_SEPARATORS = {4: b"-", 7: b"-", 10: b" T", 13: b":", 16: b":"}
 
 
 def as_stamps(index: pd.DatetimeIndex | Stamps | Sequence[np.datetime64]) -> Stamps:
@@ -168,34 +172,79 @@ def time_features(index: pd.DatetimeIndex | Stamps, freq: str = "h") -> np.ndarr
     pandas' ``.hour / 23 - 0.5`` etc. exactly.
     """
     names = feature_names(freq)
-    stamps = as_stamps(index)
-    seconds = stamps.astype(np.int64)
-    days = stamps.astype("datetime64[D]")
-    day_number = days.astype(np.int64)
+    seconds = as_stamps(index).astype(np.int64)
+    day_number = seconds // _DAY_SECONDS
+    calendar = functools.cache(lambda: _calendar_days(day_number))  # both day fields need it
     cols = {
         "second_of_minute": lambda: seconds % 60 / 59.0 - 0.5,
         "minute_of_hour": lambda: (seconds // 60) % 60 / 59.0 - 0.5,
         "hour_of_day": lambda: (seconds // 3600) % 24 / 23.0 - 0.5,
         "day_of_week": lambda: (day_number + _EPOCH_WEEKDAY) % 7 / 6.0 - 0.5,
-        "day_of_month": lambda: (days - days.astype("datetime64[M]")).astype(np.int64) / 30.0 - 0.5,
-        "day_of_year": lambda: (days - days.astype("datetime64[Y]")).astype(np.int64) / 365.0 - 0.5,
+        "day_of_month": lambda: calendar()[0] / 30.0 - 0.5,
+        "day_of_year": lambda: calendar()[1] / 365.0 - 0.5,
     }
-    return np.stack([cols[n]().astype(np.float32) for n in names], axis=-1)
+    out = np.empty((*seconds.shape, len(names)), dtype=np.float32)
+    for k, name in enumerate(names):
+        out[..., k] = cols[name]()  # float64 rounded to float32, as astype does
+    return out
+
+
+def _calendar_days(day_number: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The 0-based day of the month and of the year of each day since 1970-01-01. numpy's
+    month and year casts work out each date on its own, so when the stamps span fewer days than
+    there are stamps (a history at a sub-daily step) each day is cast once and looked up."""
+    first = int(day_number.min()) if day_number.size else 0
+    span = int(day_number.max()) - first + 1 if day_number.size else 0
+    if span >= day_number.size:
+        return _day_of_month_and_year(day_number)
+    day_of_month, day_of_year = _day_of_month_and_year(np.arange(first, first + span))
+    at = day_number - first
+    return day_of_month[at], day_of_year[at]
+
+
+def _day_of_month_and_year(day_number: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    days = day_number.astype("datetime64[D]")
+    return (
+        (days - days.astype("datetime64[M]")).astype(np.int64),
+        (days - days.astype("datetime64[Y]")).astype(np.int64),
+    )
 
 
 def parse_timestamps(timestamps: Sequence[str]) -> Stamps:
     """Parse strings into a ``datetime64[s]`` array; ``ValueError`` naming the first bad entry,
     or saying why (time zones, fractions of a second) the stamps cannot be used."""
-    if all(isinstance(t, str) for t in timestamps) and _CANONICAL.fullmatch(
-        "".join(t + "\n" for t in timestamps)
-    ):
+    text = _canonical_bytes(timestamps)
+    if text is not None:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error")
-                return np.array(timestamps, dtype=_SECONDS)
+                return text.astype(_SECONDS)
         except ValueError:
             pass  # e.g. month 13: pandas below names the entry
     return _parse_with_pandas(timestamps)
+
+
+def _canonical_bytes(timestamps: Sequence[str]) -> np.ndarray | None:
+    """The stamps as a fixed-width bytes array when every one has the canonical shape
+    (``YYYY-MM-DD HH:MM:SS``, or a ``T`` between date and time), else None: checked a
+    character position at a time over all stamps, not by a regular expression per stamp."""
+    try:  # strings of the canonical length, ASCII only (else a TypeError or an encode error)
+        if set(map(len, timestamps)) != {_CANONICAL_LENGTH}:
+            return None
+        raw = "".join(timestamps).encode("ascii")
+    except (TypeError, UnicodeEncodeError):
+        return None
+    chars = np.frombuffer(raw, dtype=np.uint8).reshape(-1, _CANONICAL_LENGTH)
+    if ((chars[:, _DIGITS] - ord("0")) > 9).any():  # uint8: below "0" wraps round, above 9
+        return None
+    for at, allowed in _SEPARATORS.items():
+        column = chars[:, at]
+        ok = column == allowed[0]
+        for other in allowed[1:]:
+            ok |= column == other
+        if not ok.all():
+            return None
+    return np.frombuffer(raw, dtype=f"S{_CANONICAL_LENGTH}")
 
 
 def _parse_with_pandas(timestamps: Sequence[str]) -> Stamps:

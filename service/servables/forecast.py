@@ -23,9 +23,12 @@ from service.servables.base import (
     option_items,
 )
 
-# Parsing this many history rows costs about as much as a thread hop: smaller requests are
-# prepared on the event loop, larger ones in a thread.
-INLINE_PREPARE_ROWS = 1024
+# Requests of up to this many history rows are prepared on the event loop, larger ones in a
+# thread. The schema has already turned the numbers into arrays and the checks, timestamps and
+# calendar are vectorised, so a few context-2,048 windows take the loop less time than the hop
+# to a thread and back, which on a busy host waits for the scheduler twice
+# (benchmarks/results/forecast-overhead.md).
+INLINE_PREPARE_ROWS = 8192
 # Windows in the batch timed at start-up to measure each backend's work rate.
 CALIBRATION_WINDOWS = 2
 

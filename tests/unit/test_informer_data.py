@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from models.informer import timefeatures
 from models.informer.data import (
     SPLIT_BORDERS,
     StandardScaler,
@@ -58,6 +60,49 @@ def test_timestamps_round_trip_and_future_steps():
     assert np.array_equal(
         parse_timestamps(["2017-10-24 22:00", "2017-10-24T23", "2017-10-25"]), idx
     )
+
+
+@pytest.mark.parametrize(
+    "stamps",
+    [
+        ["2017-10-24 22:00:00", "2017-10-24 23:00"],  # one short: the general parser
+        ["2017-10-24 22:00:00", "2017-10-24 23:00:00.5"],  # a fraction
+        ["2017-10-24 22:00:00", "2017/10/24 23:00:00"],  # another separator
+        ["2017-10-24 22:00:00", "\uff12017-10-24 23:00:00"],  # not ASCII
+        ["2017-10-24 22:00:00", "2017-13-24 23:00:00"],  # canonical shape, no such month
+        ["2017-10-24 22:00:00", "2017-10-24 23:00:00Z"],  # a time zone
+        ["2017-10-24T22:00:00", "2017-10-24 23:00:00"],
+        [],
+    ],
+)
+def test_canonical_stamps_parse_as_the_general_parser_does(stamps):
+    # The fast path takes only YYYY-MM-DD[ T]HH:MM:SS; everything else, and every refusal, is
+    # the pandas parser's, as before it existed.
+    def general(values: list[Any]) -> Any:
+        try:
+            return timefeatures._parse_with_pandas(values)
+        except ValueError as exc:
+            return str(exc)
+
+    got: Any
+    try:
+        got = parse_timestamps(stamps)
+    except ValueError as exc:
+        got = str(exc)
+    expected = general(stamps)
+    if isinstance(expected, str):
+        assert got == expected
+    else:
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_calendar_features_before_1970_and_in_batches():
+    index = pd.date_range("1969-12-20", "1970-01-10", freq="15min")
+    expected = time_features(pd.DatetimeIndex(list(index)), "t")
+    day_of_year = np.asarray((index.day_of_year - 1) / 365.0 - 0.5, dtype=np.float32)
+    np.testing.assert_array_equal(expected[:, -1], day_of_year)
+    batch = time_features(np.asarray(index[: 96 * 4], dtype="datetime64[s]").reshape(4, 96), "t")
+    np.testing.assert_array_equal(batch.reshape(-1, 5), expected[: 96 * 4])
 
 
 def test_future_index_of_many_windows_at_once():
