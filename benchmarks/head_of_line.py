@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -46,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.host import cpu_model
 from benchmarks.service import ROOT, TEXT_MODEL, ServerProcess, load_average
 
 RESULTS = ROOT / "benchmarks" / "results"
@@ -66,16 +66,6 @@ def long_texts(rows: int = ROWS, tokens: int = TOKENS) -> list[str]:
     if short:
         raise RuntimeError(f"{len(short)} texts under {tokens} tokens: {short}")
     return texts
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 @dataclass

@@ -66,6 +66,15 @@ class HeaderGuard:
         """Whether the next byte belongs to a request's line or headers."""
         raise NotImplementedError
 
+    # The protocol's own connection callbacks, with the deadline armed from the first moment.
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)  # type: ignore[misc]
+
     def feed(self, data: bytes) -> bool:
         """Count ``data`` (received while awaiting headers); False: refused, stop reading."""
         if self._header_deadline is None:
@@ -121,14 +130,6 @@ class GuardedH11Protocol(HeaderGuard, H11Protocol):
     def _awaiting_headers(self) -> bool:
         return self.conn.their_state is h11.IDLE
 
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._arm()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        super().connection_lost(exc)
-
     def data_received(self, data: bytes) -> None:
         if self._awaiting_headers() and not self.feed(data):
             return
@@ -154,14 +155,6 @@ def _httptools_protocol() -> type:
 
         def _awaiting_headers(self) -> bool:
             return self._between_requests and (self.cycle is None or self.cycle.response_complete)
-
-        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-            super().connection_made(transport)
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            self._disarm()
-            super().connection_lost(exc)
 
         def data_received(self, data: bytes) -> None:
             if self._awaiting_headers() and not self.feed(data):

@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.host import cpu_model, load_average
 from benchmarks.peers import report
 from benchmarks.peers.driver import LoadResult, run_load
 from benchmarks.peers.model_folder import peer_folder
@@ -51,21 +52,6 @@ from benchmarks.peers.servers import (
 
 MIN_COSINE = 0.9999
 TEXTS = 512
-
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo ("unknown" elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def machine_cpu_seconds() -> float:
