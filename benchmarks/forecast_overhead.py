@@ -34,7 +34,6 @@ import base64
 import http.client
 import json
 import os
-import platform
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from typing import Any
 
 import httpx
 
+from benchmarks.host import cpu_model
 from benchmarks.service import ROOT, ServerProcess, load_average
 from models.informer.checkpoint import shipped_dirs
 from models.informer.source import source_of
@@ -178,16 +178,6 @@ def measure(
         for client in clients.values():
             client.close()
     return got
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def main(argv: list[str] | None = None) -> None:
