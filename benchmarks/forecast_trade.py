@@ -56,14 +56,14 @@ import httpx
 import psutil
 import torch
 
-from benchmarks.forecast_overhead import KeepAlive, cpu_model
+from benchmarks.forecast_overhead import KeepAlive
+from benchmarks.host import cpu_model, load_average
 from benchmarks.service import (
     LoadResult,
     ServerProcess,
     Workload,
     combined,
     drive,
-    load_average,
 )
 from models.attention import get_backend
 from models.informer import InformerForecaster
