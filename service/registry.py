@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from models.names import TEXT_ALIASES, TEXT_MODEL
 from service.errors import ModelNotFound
@@ -105,6 +105,30 @@ def _load_encoder(folder: Path, device: str) -> SentenceEncoder:
         raise ModelLoadError(f"{folder}: {exc}") from exc
 
 
+def _load_hf_forecaster(folder: Path, device: str) -> Any:
+    """A transformers time-series folder (:class:`models.hf_forecast.forecaster.HFForecaster`),
+    its failures as one-line :class:`ModelLoadError`."""
+    from models.hf_forecast import FolderError
+
+    try:
+        from models.hf_forecast.forecaster import HFForecaster
+    except ImportError as exc:  # transformers is an extra
+        raise ModelLoadError(
+            f"{folder}: serving transformers time-series folders needs transformers "
+            f"({exc.name} is missing): pip install 'attnserve[transformers]'"
+        ) from None
+    try:
+        return HFForecaster.load(folder, device=device)
+    except (FolderError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def _is_hf_forecast_folder(folder: Path) -> bool:
+    from models.hf_forecast import is_forecast_folder
+
+    return is_forecast_folder(folder)
+
+
 def _is_text_folder(folder: Path) -> bool:
     from models.text.folder import is_text_folder
 
@@ -115,8 +139,9 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
     text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
-    encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), else a forecaster
-    checkpoint.
+    encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), a transformers
+    time-series forecaster when its ``config.json`` says so
+    (:func:`models.hf_forecast.is_forecast_folder`), else an attnserve checkpoint.
 
     Names are checked before any weights load; all models load before any serves, so a failure
     leaves nothing half served.
@@ -149,19 +174,23 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
             servables.append(TextServable(_load_encoder(folder, device)))
         elif Path(name).is_dir() and _is_text_folder(Path(name)):
             servables.append(TextServable(_load_encoder(Path(name), device)))
+        elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
+            servables.append(ForecastServable(_load_hf_forecaster(Path(name), device)))
         elif name.startswith("informer-") or Path(name).is_dir():
             servables.append(ForecastServable(_load_forecaster(name, device)))
         else:
             raise ModelLoadError(
                 f"unknown model {name!r} in models: use {TEXT_MODEL}, "
                 f"{', '.join(PACKAGED)}, a shipped Informer name (informer-...), or a path to "
-                "a model folder (sentence-transformers, transformers encoder, or an attnserve "
-                "checkpoint)"
+                "a model folder (sentence-transformers, transformers encoder, transformers "
+                "time-series forecaster, or an attnserve checkpoint)"
             )
     for name, folder in folders.items():
         log.info("loading %s from %s on %s", name, folder, device)
         if _is_text_folder(folder):
             servables.append(TextServable(_load_encoder(folder, device)))
+        elif _is_hf_forecast_folder(folder):
+            servables.append(ForecastServable(_load_hf_forecaster(folder, device)))
         else:
             servables.append(ForecastServable(_load_forecaster(str(folder), device)))
     return servables

@@ -14,6 +14,7 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictInt,
     ValidatorFunctionWrapHandler,
     WithJsonSchema,
     model_validator,
@@ -308,7 +309,8 @@ class Series(_Request):
     timestamps: list[str] | None = Field(
         None,
         description="One timestamp per row, regular at the model's frequency, e.g. "
-        "'2017-10-24 00:00:00'. Or give `start`.",
+        "'2017-10-24 00:00:00'. Or give `start`. Optional for models without a calendar "
+        "(transformers folders): the forecast then has values only.",
     )
     start: str | None = Field(
         None,
@@ -324,6 +326,18 @@ class Series(_Request):
         "(columnar: about a fifth of the parsing cost of rows for long histories), as numbers "
         "or as a base64 string of little-endian float32 bytes (cheaper still: no numbers to "
         "parse, a quarter of the bytes).",
+    )
+    time_features: FloatRows | None = Field(
+        None,
+        description="Encoder-decoder transformers models only (their card lists "
+        "`time_features`): the covariates they were trained with, one row per history row "
+        "and per forecast step after it.",
+    )
+    static_categorical: list[StrictInt] | None = Field(
+        None, description="The series' static categorical features (models that use them)."
+    )
+    static_real: list[float] | None = Field(
+        None, description="The series' static real features (models that use them)."
     )
 
     def rows(self) -> int:
@@ -352,6 +366,19 @@ class ForecastRequest(_Request):
     )
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget("relative test-MSE increase", "forecast")
+    quantiles: list[Annotated[float, Field(gt=0, lt=1)]] | None = Field(
+        None,
+        max_length=99,
+        description="Probabilistic models only (card `head.kind` = distribution): quantiles "
+        "of the forecast distribution to return beside its mean, e.g. [0.1, 0.5, 0.9].",
+    )
+    seed: StrictInt = Field(
+        0,
+        ge=0,
+        lt=2**63,
+        description="Sampling seed of probabilistic models (series i samples with seed + i): "
+        "the same request gives the same quantiles, whatever it is batched with.",
+    )
 
     def packed(self) -> dict[str, Any]:
         """This request as the body-parsing helper hands it to the event loop: the histories'
@@ -362,8 +389,15 @@ class ForecastRequest(_Request):
 
 
 class ForecastOut(BaseModel):
-    timestamps: list[str]
-    values: list[list[float]]
+    timestamps: list[str] | None = Field(
+        None, description="The forecast's times (left out when the request gave none)."
+    )
+    values: list[list[float]] = Field(
+        description="Rows of the channels, one per step (a probabilistic model's mean)."
+    )
+    quantiles: dict[str, list[list[float]]] | None = Field(
+        None, description="Per requested quantile (key as given, e.g. '0.1'): rows as values."
+    )
 
 
 class ForecastResponse(BaseModel):

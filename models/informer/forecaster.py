@@ -20,6 +20,7 @@ from models.attention import BACKENDS, get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
+from models.informer.history import first_non_finite, read_history
 from models.informer.memory import forward_bytes, forward_work
 from models.informer.model import Informer, attention_plan
 from models.informer.timefeatures import (
@@ -69,6 +70,9 @@ def shipped_models() -> list[str]:
 
 class InformerForecaster:
     """A loaded Informer checkpoint with its scaler, calendar and attention plan."""
+
+    probabilistic = False  # point forecasts (MSE-trained), no samples
+    extra_inputs: tuple[str, ...] = ()  # a history and its timestamps only
 
     def __init__(self, name: str, model: Informer, meta: dict[str, Any], directory: Path) -> None:
         self.name = name
@@ -134,7 +138,7 @@ class InformerForecaster:
             raise ModelInputError(
                 "give either 'timestamps' (one per row) or 'start' (the first row's timestamp)"
             )
-        raw = self._rows(values) if values is not None else self._columns(columns or {})
+        raw = read_history(values, columns, self.channels)
         n = len(raw)
         if timestamps is not None:
             if not isinstance(timestamps, list | tuple):
@@ -150,12 +154,7 @@ class InformerForecaster:
                 "(longer histories are trimmed)"
             )
         raw = raw[-self.context :]
-        if not np.isfinite(raw).all():
-            r, c = np.argwhere(~np.isfinite(raw))[0]
-            at = n - self.context + int(r)
-            raise ModelInputError(
-                f"row {at}, channel {self.channels[c]} is {raw[r, c]}; values must be finite"
-            )
+        first_non_finite(raw, n - self.context, self.channels)
         scaled = self.scaler.transform(raw)
         if np.abs(scaled).max() > MAX_ABS_SCALED:
             r, c = np.unravel_index(int(np.abs(scaled).argmax()), scaled.shape)
@@ -182,63 +181,6 @@ class InformerForecaster:
             marks=time_features(stamps, self.freq),
             last_timestamp=stamps[-1],
         )
-
-    def _rows(self, values: Sequence[Sequence[float]]) -> np.ndarray:
-        """Rows as a float64 array ``[n, channels]``; the error names the first bad row."""
-        n_ch = len(self.channels)
-        if not isinstance(values, list | tuple | np.ndarray):
-            raise ModelInputError("values must be a list of rows")
-        try:  # one C-level conversion; the row-by-row walk below only runs to name an error
-            raw = np.asarray(values, dtype=np.float64)
-        except (TypeError, ValueError):
-            raw = None
-        if raw is not None and raw.ndim == 2 and raw.shape[1] == n_ch:
-            return raw
-        if raw is not None and raw.ndim == 1 and len(values) == 0:
-            return raw.reshape(0, n_ch)
-        for i, row in enumerate(values):
-            # A row of an array (the schema's or the body-parsing helper's) has a length too.
-            sized = isinstance(row, list | tuple | np.ndarray)
-            if not sized or len(row) != n_ch:
-                got = len(row) if sized else type(row).__name__
-                raise ModelInputError(
-                    f"row {i} has {got} values; every row needs {n_ch} values, one per channel "
-                    f"({', '.join(self.channels)})"
-                )
-        raise ModelInputError("values must be numbers")
-
-    def _columns(self, columns: Mapping[str, Sequence[float]]) -> np.ndarray:
-        """Named columns as a float64 array ``[n, channels]`` in the model's channel order."""
-        if not isinstance(columns, Mapping):
-            raise ModelInputError("columns must map each channel name to its list of values")
-        missing = [c for c in self.channels if c not in columns]
-        unknown = [c for c in columns if c not in self.channels]
-        if missing or unknown:
-            raise ModelInputError(
-                f"columns must be exactly this model's channels ({', '.join(self.channels)}); "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"missing {', '.join(missing)}" if missing else "",
-                        f"unknown {', '.join(map(repr, unknown))}" if unknown else "",
-                    )
-                    if part
-                )
-            )
-        lengths = {c: len(columns[c]) for c in self.channels}
-        if len(set(lengths.values())) > 1:
-            first = self.channels[0]
-            odd = next(c for c in self.channels if lengths[c] != lengths[first])
-            raise ModelInputError(
-                f"every column needs the same number of values: {first} has {lengths[first]}, "
-                f"{odd} has {lengths[odd]}"
-            )
-        try:
-            by_channel = np.asarray([columns[c] for c in self.channels], dtype=np.float64)
-        except (TypeError, ValueError):
-            raise ModelInputError("column values must be numbers") from None
-        # Row-major like the rows layout, so both give bit-identical forecasts.
-        return np.ascontiguousarray(by_channel.T)
 
     # ------------------------------------------------------------------ compilation
 
@@ -356,6 +298,13 @@ class InformerForecaster:
         ]
 
     # ------------------------------------------------------------------ description
+
+    def sample_history(self) -> dict[str, Any]:
+        """A valid request series (``prepare``'s keyword arguments) for warm-up and calibration:
+        the training mean at regular timestamps, always in range."""
+        stamps = regular_stamps("2017-01-02 00:00:00", self.context, self.freq)
+        mean = np.asarray(self.scaler.mean, dtype=np.float64)
+        return {"timestamps": format_timestamps(stamps), "values": np.tile(mean, (self.context, 1))}
 
     def card(self) -> dict[str, Any]:
         """Everything ``GET /models`` shows about this model."""

@@ -1,4 +1,4 @@
-"""``POST /forecast``: Informer forecasts with a per-request attention backend."""
+"""``POST /forecast``: forecasts with a per-request attention backend."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request, Response
 from service.routes.deps import EngineDep, client_of, set_timing_headers
 from service.routes.fast_json import FastJSONRoute
 from service.schemas import ERROR_RESPONSES, ForecastRequest, ForecastResponse, forecast_json
-from service.servables.base import ForecastInput
+from service.servables.base import EXTRA_INPUTS, ForecastInput
 
 router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 
@@ -17,6 +17,7 @@ async def forecast(body: ForecastRequest, request: Request, engine: EngineDep) -
     """Forecast each series' next ``horizon`` steps in original units."""
     series = [  # the fields as they are (no copy of long histories)
         {"timestamps": s.timestamps, "start": s.start, "values": s.values, "columns": s.columns}
+        | {k: getattr(s, k) for k in EXTRA_INPUTS if getattr(s, k) is not None}
         for s in body.series
     ]
     job = ForecastInput(
@@ -26,6 +27,8 @@ async def forecast(body: ForecastRequest, request: Request, engine: EngineDep) -
         body.attention_options,
         steps=sum(s.rows() for s in body.series),
         max_quality_loss=body.max_quality_loss,
+        quantiles=tuple(body.quantiles or ()),
+        seed=body.seed,
     )
     answer = await engine.forecast(body.model, job, client_of(request))
     # Rendered here rather than validated against ForecastResponse and serialised by FastAPI

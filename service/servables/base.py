@@ -65,6 +65,11 @@ class TextInput:
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
 
 
+# Per-series inputs besides the history that some forecasters take (transformers' encoder-
+# decoders); passed to ``prepare`` only when a request gives them.
+EXTRA_INPUTS = ("time_features", "static_categorical", "static_real")
+
+
 @dataclass(frozen=True)
 class ForecastInput:
     """A ``/forecast`` request: each series a mapping of ``timestamps`` or ``start`` and
@@ -76,6 +81,8 @@ class ForecastInput:
     attention_options: Mapping[str, Any] = field(default_factory=dict)
     steps: int = 0  # history rows over all series: how much parsing ``prepare`` has to do
     max_quality_loss: float | None = None  # with attention "auto" (service.auto_attention)
+    quantiles: tuple[float, ...] = ()  # probabilistic models: quantiles beside the mean
+    seed: int = 0  # probabilistic models: series i samples with seed + i
 
 
 @dataclass(frozen=True)

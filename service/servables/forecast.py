@@ -1,5 +1,10 @@
-"""The Informer forecaster as a served model: histories checked and prepared up front, predicted
-in batches at the model's full horizon and cut to each request's horizon afterwards."""
+"""A forecaster as a served model: histories checked and prepared up front, predicted in batches
+at the model's full horizon and cut to each request's horizon afterwards.
+
+Serves our Informer checkpoints (:class:`~models.informer.InformerForecaster`) and transformers'
+time-series folders (:class:`~models.hf_forecast.HFForecaster`) alike: both prepare a series
+into a window, predict a batch of windows with a backend and describe themselves.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,12 @@ from functools import partial
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from models.errors import ModelInputError
-from models.informer import Forecast, ForecastWindow, InformerForecaster
-from models.informer.timefeatures import freq_step
 from models.quality_loss import forecast_losses, forecast_variant_losses
 from service.servables.backends import accepted_backends, served_card
 from service.servables.base import (
+    EXTRA_INPUTS,
     Call,
     Checked,
     ForecastInput,
@@ -33,17 +36,31 @@ INLINE_PREPARE_ROWS = 8192
 CALIBRATION_WINDOWS = 2
 
 
-def _cut(horizon: int, forecasts: list[Forecast]) -> list[dict[str, Any]]:
-    """Each forecast's first ``horizon`` steps as a response dict."""
-    return [{"timestamps": f.timestamps[:horizon], "values": f.values[:horizon]} for f in forecasts]
+def _cut(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> list[dict[str, Any]]:
+    """Each forecast's first ``horizon`` steps as a response dict (timestamps when it has them,
+    the requested quantiles of its samples when asked)."""
+    out = []
+    for f in forecasts:
+        answer: dict[str, Any] = {}
+        if f.timestamps is not None:
+            answer["timestamps"] = f.timestamps[:horizon]
+        answer["values"] = f.values[:horizon]
+        if quantiles:
+            levels = np.quantile(f.samples[:, :horizon], quantiles, axis=0)  # [q, h, c]
+            answer["quantiles"] = {
+                f"{q:g}": level.tolist() for q, level in zip(quantiles, levels, strict=True)
+            }
+        out.append(answer)
+    return out
 
 
 class ForecastServable:
-    """Wraps an :class:`~models.informer.InformerForecaster`."""
+    """Wraps a forecaster: an :class:`~models.informer.InformerForecaster` or an
+    :class:`~models.hf_forecast.HFForecaster`."""
 
     task = "forecast"
 
-    def __init__(self, forecaster: InformerForecaster) -> None:
+    def __init__(self, forecaster: Any) -> None:
         self.forecaster = forecaster
         self.name = forecaster.name
         self.aliases: tuple[str, ...] = ()
@@ -71,23 +88,37 @@ class ForecastServable:
         backend = request.attention or self.default_attention
         options = self.forecaster.check_attention(backend, dict(request.attention_options))
         call = Call(backend, option_items(options))
+        if request.quantiles and not self.forecaster.probabilistic:
+            raise ModelInputError(
+                f"{self.name} gives point forecasts (no distribution head): leave out quantiles"
+            )
         inline = request.steps <= INLINE_PREPARE_ROWS
         return Checked(call, request, inline, {"horizon": horizon})
 
     def prepare(self, checked: Checked) -> Work:
         """Validated windows, one per series; the error names the series index."""
         request: ForecastInput = checked.request
-        windows = self.windows(request.series)
+        windows = self.windows(request.series, request.seed)
         # Every window is cut to the model's context, so one length bucket per model.
         lengths = [self.context] * len(windows)
-        return Work(windows, lengths, self.context, partial(_cut, checked.detail["horizon"]))
+        finish = partial(_cut, checked.detail["horizon"], tuple(request.quantiles))
+        return Work(windows, lengths, self.context, finish)
 
-    def windows(self, series: Sequence[Mapping[str, Any]]) -> list[ForecastWindow]:
-        """Mappings of :meth:`InformerForecaster.prepare`'s keyword arguments as windows."""
+    def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
+        """Mappings of the forecaster's ``prepare`` keyword arguments as windows; a
+        probabilistic forecaster's series ``i`` samples with ``seed + i``."""
+        probabilistic = self.forecaster.probabilistic
         windows = []
         for i, s in enumerate(series):
             try:
-                windows.append(self.forecaster.prepare(**s))
+                given = [k for k in EXTRA_INPUTS if s.get(k) is not None]
+                refused = [k for k in given if k not in self.forecaster.extra_inputs]
+                if refused:
+                    raise ModelInputError(f"{self.name} takes no {', '.join(refused)}")
+                kwargs = dict(s)
+                if probabilistic:
+                    kwargs["seed"] = seed + i
+                windows.append(self.forecaster.prepare(**kwargs))
             except ModelInputError as exc:
                 raise ModelInputError(f"series {i}: {exc}") from None
         return windows
@@ -129,15 +160,9 @@ class ForecastServable:
         window, call = self._mean_window(), self.default_call(backend)
         return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
 
-    def _mean_window(self) -> ForecastWindow:
-        # The training mean at regular timestamps: always a valid, in-range history.
-        index = pd.date_range(
-            "2017-01-02 00:00:00", periods=self.context, freq=freq_step(self.forecaster.freq)
-        )
-        mean = np.asarray(self.forecaster.scaler.mean, dtype=np.float64)
-        values = np.tile(mean, (self.context, 1)).tolist()
-        stamps = [t.strftime("%Y-%m-%d %H:%M:%S") for t in index]
-        (window,) = self.windows([{"timestamps": stamps, "values": values}])
+    def _mean_window(self) -> Any:
+        # A typical, always valid history the forecaster describes itself.
+        (window,) = self.windows([self.forecaster.sample_history()])
         return window
 
     def compile(

@@ -1,0 +1,172 @@
+"""Our attention backends inside transformers' own time-series classes, chosen per forward pass.
+
+transformers routes every attention layer of these classes through ``ALL_ATTENTION_FUNCTIONS``
+by the name in ``config._attn_implementation``. Registering one function under
+:data:`IMPLEMENTATION` and setting a model to it hands every layer's ``q, k, v`` to
+:func:`attend_hf`, which runs the backend of the forward pass in progress (set with
+:func:`backend_scope`) through :func:`models.attention.attend`. The masks are transformers'
+SDPA masks (``None`` where the layer's own ``is_causal`` says it all), read back as a causal
+flag, a key padding mask or, failing both, an additive bias for the exact backends.
+
+A layer the chosen backend cannot run (``nystrom`` is not causal, say) falls back to exact
+attention (``flash`` where its fused kernel takes the shapes, else ``full``) and the scope
+records it, so a card can say which layers ran what.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from models.attention import attend, get_backend
+from models.attention.base import InputSpec
+
+IMPLEMENTATION = "attnserve"
+
+
+@dataclass
+class Scope:
+    """The backend of one forward pass and what each layer ran (``layer -> backend``)."""
+
+    backend: str
+    options: Mapping[str, Any]
+    layers: dict[str, str] = field(default_factory=dict)
+    reasons: dict[str, str] = field(default_factory=dict)
+
+
+_SCOPE: ContextVar[Scope | None] = ContextVar("attnserve_hf_scope", default=None)
+_registered = False
+
+
+def register() -> None:
+    """Register :func:`attend_hf` (and SDPA's mask builder) under :data:`IMPLEMENTATION`."""
+    global _registered
+    if _registered:
+        return
+    from transformers import AttentionInterface
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+    AttentionInterface.register(IMPLEMENTATION, attend_hf)
+    AttentionMaskInterface.register(IMPLEMENTATION, sdpa_mask)
+    _registered = True
+
+
+def use_bridge(model: torch.nn.Module) -> None:
+    """Route every attention layer of ``model`` (and its sub-configs) through :func:`attend_hf`."""
+    register()
+    for module in model.modules():
+        config = getattr(module, "config", None)
+        if config is not None and hasattr(config, "_attn_implementation"):
+            config._attn_implementation = IMPLEMENTATION
+
+
+@contextmanager
+def backend_scope(backend: str, options: Mapping[str, Any] | None = None) -> Iterator[Scope]:
+    """Run the forward passes inside with ``backend`` (options resolved by the caller)."""
+    scope = Scope(backend, dict(options or {}))
+    token = _SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        _SCOPE.reset(token)
+
+
+def layer_name(module: torch.nn.Module) -> str:
+    """A stable name for an attention module (set by :func:`name_layers`, else its class)."""
+    return getattr(module, "_attnserve_name", type(module).__name__)
+
+
+def name_layers(model: torch.nn.Module) -> None:
+    """Tag every attention module with its path in ``model`` (``model.encoder.layers.0...``)."""
+    for path, module in model.named_modules():
+        if hasattr(module, "q_proj") and hasattr(module, "k_proj"):
+            module._attnserve_name = path
+
+
+def _read_mask(mask: Tensor, lq: int, lk: int) -> tuple[bool, Tensor | None, Tensor | None]:
+    """A transformers mask ``[b, 1|h, Lq, Lk]`` (bool: True attends; float: additive) as
+    ``(causal, key_padding_mask [b, Lk], bias)``; the bias only when neither pattern fits."""
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    if allowed.shape[1] == 1:
+        allowed = allowed[:, 0]
+        keys = allowed[:, -1]  # the last query sees every key it may: [b, Lk]
+        tril = torch.ones(lq, lk, dtype=torch.bool, device=mask.device).tril()
+        if torch.equal(allowed, keys[:, None, :].expand_as(allowed)):
+            return False, (None if bool(keys.all()) else keys), None
+        if lq == lk and torch.equal(allowed, tril & keys[:, None, :]):
+            return True, (None if bool(keys.all()) else keys), None
+    if mask.dtype == torch.bool:
+        bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+        bias = bias.masked_fill(~mask, float("-inf"))
+    else:
+        bias = mask
+    return False, None, bias
+
+
+def attend_hf(
+    module: torch.nn.Module,
+    query: Tensor,
+    key: Tensor,
+    value: Tensor,
+    attention_mask: Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[Tensor, None]:
+    """transformers' attention-function signature (``q, k, v``: ``[b, h, L, d]``), returning
+    ``[b, Lq, h, d]`` as its SDPA function does. Outside a :func:`backend_scope` (a model
+    trained or called directly) it runs ``full``."""
+    if dropout:
+        raise RuntimeError("attnserve serves in eval mode: attention dropout must be off")
+    scope = _SCOPE.get()
+    lq, lk, d = query.shape[-2], key.shape[-2], query.shape[-1]
+    causal_flag = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal, padding, bias = False, None, None
+    if attention_mask is not None:
+        causal, padding, bias = _read_mask(attention_mask, lq, lk)
+    else:
+        causal = bool(lq > 1 and causal_flag)
+        if causal and lk > lq:  # SDPA's top-left rule: the extra keys are never seen
+            key, value, lk = key[:, :, :lq], value[:, :, :lq], lq
+    if scaling is not None and not math.isclose(scaling, d**-0.5, rel_tol=1e-6):
+        query = query * (scaling * math.sqrt(d))  # our kernels scale by 1/sqrt(d)
+    backend = scope.backend if scope else "full"
+    options = dict(scope.options) if scope else {}
+    spec = InputSpec(
+        lq,
+        lk,
+        d,
+        query.dtype,
+        query.device.type,
+        causal=causal,
+        has_padding_mask=padding is not None,
+        has_score_bias=bias is not None,
+    )
+    reasons = get_backend(backend).unsupported_reasons(spec, options)
+    if reasons:
+        fused = not get_backend("flash").unsupported_reasons(spec)
+        backend, options = ("flash" if fused else "full"), {}
+    if scope is not None:
+        name = layer_name(module)
+        scope.layers[name] = backend
+        if reasons:
+            scope.reasons[name] = "; ".join(reasons)
+    out = attend(
+        query,
+        key,
+        value,
+        backend,
+        key_padding_mask=padding,
+        causal=causal,
+        attn_bias=bias,
+        **options,
+    )
+    return out.transpose(1, 2).contiguous(), None

@@ -1,0 +1,537 @@
+"""A transformers time-series folder as a servable forecaster, with our attention backends
+swapped in per forward pass (:mod:`.bridge`).
+
+It speaks the protocol of :class:`models.informer.InformerForecaster` — ``prepare`` one
+history into a window, ``predict`` a batch of windows with a backend, ``card``, cost estimates —
+so the service serves both alike. Differences a user sees:
+
+* histories are sent in the model's own units (these classes scale each window themselves);
+* timestamps are optional (the classes have no calendar); when given they must be evenly spaced
+  and the forecast continues them, at the ``freq`` of ``attnserve.json`` when it has one;
+* encoder–decoder classes also take each series' ``time_features`` (the history's rows and the
+  horizon's) and static features, when their config says they use them;
+* probabilistic heads return the mean and, on request, quantiles of seeded samples.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.attention import BACKENDS, get_backend
+from models.attention.base import InputSpec
+from models.errors import ModelInputError
+from models.hf_forecast.bridge import backend_scope, name_layers, use_bridge
+from models.hf_forecast.families import PatchTSTFamily, Seq2SeqFamily
+from models.hf_forecast.folder import (
+    PREDICTION_CLASSES,
+    FolderError,
+    Sidecar,
+    read_config,
+    read_sidecar,
+)
+from models.informer.history import first_non_finite, read_history
+from models.informer.model import LayerChoice, exact_choice
+from models.informer.timefeatures import (
+    check_regular,
+    format_timestamps,
+    freq_step,
+    infer_freq,
+    parse_timestamps,
+    regular_stamps,
+    step_seconds,
+)
+
+log = logging.getLogger("attnserve")
+
+# Autoformer's "attention" is auto-correlation (Wu et al., NeurIPS 2021): period-based
+# aggregation of time-delayed series found by FFT, not softmax(QKᵀ)V; no backend applies.
+UNSUPPORTED = {
+    "autoformer": "AutoformerForPrediction replaces attention with auto-correlation (Wu et al., "
+    "NeurIPS 2021: series aggregated at FFT-found delays, not softmax(QK^T)V), so none of "
+    "attnserve's attention backends maps onto it; serve it with transformers directly",
+}
+SAMPLE_SEED = 0  # a request's seed when it gives none: the same request, the same answer
+
+
+@dataclass
+class HFWindow:
+    """One validated history, ready to batch.
+
+    Attributes:
+        values: the last ``history_rows`` rows ``[rows, channels]`` (float32, original units).
+        last_timestamp: the last row's time (None when the request gave none).
+        step_seconds: the step the forecast continues at (None without timestamps).
+        time_features: ``[rows + horizon, F]`` covariates (encoder–decoder classes), else None.
+        static_categorical, static_real: the series' static features, else None.
+        seed: sampling seed of this series (probabilistic heads).
+    """
+
+    values: np.ndarray
+    last_timestamp: np.datetime64 | None = None
+    step_seconds: int | None = None
+    time_features: np.ndarray | None = None
+    static_categorical: np.ndarray | None = None
+    static_real: np.ndarray | None = None
+    seed: int = SAMPLE_SEED
+
+
+@dataclass
+class HFForecast:
+    """A forecast in original units; ``samples`` ``[S, H, c]`` for probabilistic heads."""
+
+    timestamps: list[str] | None
+    values: list[list[float]]
+    samples: np.ndarray | None = None
+
+
+def _prediction_class(config: Mapping[str, Any], folder: Path) -> type:
+    model_type = config.get("model_type")
+    if model_type in UNSUPPORTED:
+        raise FolderError(UNSUPPORTED[model_type])
+    wanted = PREDICTION_CLASSES[model_type]
+    architectures = config.get("architectures") or [wanted]
+    if wanted not in architectures:
+        raise FolderError(
+            f"config.json says {', '.join(architectures)}; attnserve serves {wanted} for "
+            f"model_type {model_type!r} (save the prediction model, not the base model)"
+        )
+    import transformers
+
+    return getattr(transformers, wanted)
+
+
+class HFForecaster:
+    """A loaded transformers time-series model with its optional ``attnserve.json``."""
+
+    # prepare() checks these against the model's config itself (a clear 422 either way).
+    extra_inputs = ("time_features", "static_categorical", "static_real")
+
+    def __init__(
+        self,
+        name: str,
+        model: torch.nn.Module,
+        sidecar: Sidecar,
+        directory: Path,
+        trained_prob: bool = False,
+    ) -> None:
+        self.name = name
+        self.model = model
+        self.sidecar = sidecar
+        self.directory = directory
+        config = model.config
+        self.model_type: str = config.model_type
+        self.family: PatchTSTFamily | Seq2SeqFamily = (
+            PatchTSTFamily(model) if self.model_type == "patchtst" else Seq2SeqFamily(model)
+        )
+        f = self.family
+        self.context = f.history_rows
+        self.horizon = f.horizon
+        self.probabilistic = f.probabilistic
+        self.channels: list[str] = list(sidecar.channels or [str(i) for i in range(f.channels)])
+        if len(self.channels) != f.channels:
+            raise FolderError(
+                f"attnserve.json names {len(self.channels)} channels but the model has {f.channels}"
+            )
+        self.freq = sidecar.freq
+        # Informer checkpoints trained with ProbSparse keep it as their default (at their own
+        # sampling factor); every other class was trained with exact attention.
+        self.prob_factor = getattr(config, "sampling_factor", None)
+        self.default_attention = "probsparse" if trained_prob else "flash"
+        self.device = next(model.parameters()).device
+        self.compiled_backends: frozenset[str] = frozenset()
+        quality_path = directory / "quality.json"
+        self.quality: dict[str, Any] = (
+            json.loads(quality_path.read_text()) if quality_path.is_file() else {}
+        )
+
+    @classmethod
+    def load(cls, folder: str | Path, device: str = "cpu") -> HFForecaster:
+        """Load a ``save_pretrained`` folder; :class:`FolderError` says what is wrong."""
+        folder = Path(folder)
+        config = read_config(folder)
+        if config is None:
+            raise FolderError("config.json is missing or not a JSON object")
+        model_class = _prediction_class(config, folder)
+        if not any(
+            (folder / n).is_file() for n in ("model.safetensors", "pytorch_model.bin")
+        ) and not any(folder.glob("model-*.safetensors")):
+            raise FolderError(
+                "no weights (model.safetensors) beside config.json; save the model with "
+                "save_pretrained"
+            )
+        sidecar = read_sidecar(folder)
+        from transformers import AutoConfig
+
+        hf_config = AutoConfig.from_pretrained(folder, local_files_only=True)
+        trained_prob = getattr(hf_config, "attention_type", None) == "prob"
+        if trained_prob:
+            # transformers' ProbSparse layer does not call the attention interface; the "full"
+            # layer has the same projections (same weight names) and does, so every backend,
+            # our ProbSparse included, runs through the bridge.
+            hf_config.attention_type = "full"
+        if (
+            getattr(hf_config, "num_dynamic_real_features", 0)
+            and hf_config.model_type == "patchtst"
+        ):
+            raise FolderError("PatchTST with dynamic real features is not served")
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()  # a server's log is no terminal
+        try:
+            model = model_class.from_pretrained(
+                folder, config=hf_config, local_files_only=True, dtype=torch.float32
+            )
+        except (OSError, ValueError, RuntimeError) as exc:
+            raise FolderError(
+                f"transformers could not load it ({type(exc).__name__}: {exc})"
+            ) from None
+        model = model.to(device).eval()
+        use_bridge(model)
+        name_layers(model)
+        return cls(folder.name, model, sidecar, folder, trained_prob)
+
+    # ------------------------------------------------------------------ input validation
+
+    def prepare(
+        self,
+        timestamps: Sequence[str] | None = None,
+        values: Sequence[Sequence[float]] | None = None,
+        *,
+        start: str | None = None,
+        columns: Mapping[str, Sequence[float]] | None = None,
+        time_features: Sequence[Sequence[float]] | None = None,
+        static_categorical: Sequence[int] | None = None,
+        static_real: Sequence[float] | None = None,
+        seed: int = SAMPLE_SEED,
+    ) -> HFWindow:
+        """Validate one history into a window of its last :attr:`context` rows.
+
+        Raises:
+            ModelInputError: the history (rows or columns) is malformed, too short or not
+                finite; timestamps are uneven or ``start`` comes without a known step; the
+                features the model needs are missing, or given to a model without them.
+        """
+        raw = read_history(values, columns, self.channels)
+        n = len(raw)
+        if n < self.context:
+            raise ModelInputError(
+                f"{self.name} needs at least {self.context} rows of history, got {n} "
+                "(longer histories are trimmed)"
+            )
+        if timestamps is not None and start is not None:
+            raise ModelInputError("give either 'timestamps' or 'start', not both")
+        raw = raw[-self.context :]
+        first_non_finite(raw, n - self.context, self.channels)
+        last, step = self._clock(timestamps, start, n)
+        window = HFWindow(raw.astype(np.float32), last, step, seed=seed)
+        self._features(window, n, time_features, static_categorical, static_real)
+        return window
+
+    def _clock(
+        self, timestamps: Sequence[str] | None, start: str | None, n: int
+    ) -> tuple[np.datetime64 | None, int | None]:
+        """The last stamp and the step, from ``timestamps`` or ``start`` (None, None: neither)."""
+        if timestamps is None and start is None:
+            return None, None
+        try:
+            if start is not None:
+                if self.freq is None:
+                    raise ModelInputError(
+                        f"{self.name} has no step of its own: give 'timestamps' (evenly spaced), "
+                        "or none; 'start' needs a freq in the folder's attnserve.json"
+                    )
+                stamps = regular_stamps(str(start), n, self.freq)
+                return stamps[-1], step_seconds(self.freq)
+            if not isinstance(timestamps, list | tuple):
+                raise ModelInputError("timestamps must be a list")
+            if len(timestamps) != n:
+                raise ModelInputError(
+                    f"got {len(timestamps)} timestamps but {n} value rows; give one per row"
+                )
+            stamps = parse_timestamps(timestamps)
+            if self.freq is not None:
+                check_regular(stamps, self.freq)
+                return stamps[-1], step_seconds(self.freq)
+            freq = infer_freq(stamps)  # raises unless every step is the same
+            return stamps[-1], int(freq_step(freq).total_seconds())
+        except ValueError as exc:
+            if isinstance(exc, ModelInputError):
+                raise
+            raise ModelInputError(f"timestamps: {exc}") from None
+
+    def _features(
+        self,
+        window: HFWindow,
+        n: int,
+        time_features: Sequence[Sequence[float]] | None,
+        static_categorical: Sequence[int] | None,
+        static_real: Sequence[float] | None,
+    ) -> None:
+        f = self.family
+        width = f.time_feature_width
+        if width == 0:
+            if time_features is not None:
+                raise ModelInputError(f"{self.name} takes no time_features")
+        else:
+            if time_features is None:
+                raise ModelInputError(
+                    f"{self.name} needs time_features: {width} values per row for every history "
+                    f"row and the {self.horizon} forecast rows after it (the covariates it was "
+                    "trained with, e.g. calendar features and age)"
+                )
+            feats = np.asarray(time_features, dtype=np.float64)
+            if feats.ndim != 2 or feats.shape != (n + self.horizon, width):
+                raise ModelInputError(
+                    f"time_features must be {n + self.horizon} rows ({n} history + {self.horizon} "
+                    f"horizon) of {width} values, got shape {list(feats.shape)}"
+                )
+            first_non_finite(feats, 0, [f"feature {i}" for i in range(width)])
+            window.time_features = feats[-(self.context + self.horizon) :].astype(np.float32)
+        k = getattr(f, "static_categorical", 0)
+        if k == 0 and static_categorical is not None:
+            raise ModelInputError(f"{self.name} takes no static_categorical features")
+        if k:
+            cats = np.asarray(
+                static_categorical if static_categorical is not None else [], dtype=np.int64
+            )
+            if cats.shape != (k,):
+                raise ModelInputError(f"{self.name} needs static_categorical: {k} integers")
+            limits = f.cardinality
+            for i, (value, limit) in enumerate(zip(cats.tolist(), limits, strict=True)):
+                if not 0 <= value < limit:
+                    raise ModelInputError(
+                        f"static_categorical[{i}] must be in [0, {limit}), got {value}"
+                    )
+            window.static_categorical = cats
+        r = getattr(f, "static_real", 0)
+        if r == 0 and static_real is not None:
+            raise ModelInputError(f"{self.name} takes no static_real features")
+        if r:
+            reals = np.asarray(static_real if static_real is not None else [], dtype=np.float64)
+            if reals.shape != (r,) or not np.isfinite(reals).all():
+                raise ModelInputError(f"{self.name} needs static_real: {r} finite numbers")
+            window.static_real = reals.astype(np.float32)
+
+    # ------------------------------------------------------------------ attention
+
+    def check_attention(self, backend: str, options: dict | None = None) -> dict:
+        """Resolved options for ``backend``; ``AttentionError`` if the name or an option is
+        invalid. ProbSparse defaults to an Informer checkpoint's own sampling factor."""
+        opts = dict(options or {})
+        if backend == "probsparse" and "factor" not in opts and self.prob_factor:
+            opts["factor"] = int(self.prob_factor)
+        return get_backend(backend).resolve_options(opts)
+
+    def plan(self, backend: str, options: dict | None = None) -> dict[str, LayerChoice]:
+        """What each attention layer runs when ``backend`` is asked for (as the bridge decides
+        at run time: an unsupported layer falls back to exact attention)."""
+        chosen = get_backend(backend)
+        resolved = {
+            k: v for k, v in self.check_attention(backend, options).items() if v is not None
+        }
+        dtype = next(self.model.parameters()).dtype
+        out = {}
+        for layer in self.family.layers:
+            head_dim = self.family._call(layer, 1).d
+            spec = InputSpec(
+                layer.lq, layer.lk, head_dim, dtype, self.device.type, causal=layer.causal
+            )
+            reasons = chosen.unsupported_reasons(spec, resolved)
+            out[layer.name] = (
+                exact_choice(spec, "; ".join(reasons))
+                if reasons
+                else LayerChoice(backend, resolved)
+            )
+        return out
+
+    def memory_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> int:
+        """Estimated peak activation bytes of :meth:`predict` on ``rows`` windows."""
+        itemsize = next(self.model.parameters()).element_size()
+        return self.family.memory(self.plan(backend, options), rows, itemsize, self.device.type)
+
+    def work_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> float:
+        """Flop-equivalents of :meth:`predict` on ``rows`` windows (see :mod:`models.attention.work`)."""
+        return self.family.work(self.plan(backend, options), rows)
+
+    def warmup_batch_sizes(self, backend: str) -> list[int]:
+        return [2]
+
+    def compile(self, backends: list[str], *args: Any, **kwargs: Any) -> None:
+        """transformers' classes are served eagerly (``torch.compile`` is not wired for them)."""
+        if backends:
+            log.info(
+                "%s: torch.compile is not used for transformers folders; serving eagerly", self.name
+            )
+
+    def check_horizon(self, horizon: int | None) -> int:
+        """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
+        if horizon is None:
+            return self.horizon
+        if isinstance(horizon, bool) or not isinstance(horizon, int):
+            raise ModelInputError(f"horizon must be an integer, got {horizon!r}")
+        if not 1 <= horizon <= self.horizon:
+            raise ModelInputError(
+                f"horizon must be between 1 and {self.horizon} for {self.name}, got {horizon}"
+            )
+        return horizon
+
+    # ------------------------------------------------------------------ inference
+
+    @torch.inference_mode()
+    def predict(
+        self,
+        windows: list[HFWindow],
+        backend: str | None = None,
+        options: dict | None = None,
+        horizon: int | None = None,
+        validated: bool = False,
+    ) -> list[HFForecast]:
+        """Forecast every window with ``backend``; values in original units. A probabilistic
+        head also returns each window's samples (seeded per window, so a series' forecast
+        does not depend on what it was batched with)."""
+        backend = backend or self.default_attention
+        resolved = options if validated else self.check_attention(backend, options)
+        steps = (horizon or self.horizon) if validated else self.check_horizon(horizon)
+        if not windows:
+            return []
+        opts = {k: v for k, v in (resolved or {}).items() if v is not None}
+        with backend_scope(backend, opts):
+            if isinstance(self.family, PatchTSTFamily):
+                means, samples = self._patchtst(windows)
+            else:
+                means, samples = self._seq2seq(windows)
+        out = []
+        for i, w in enumerate(windows):
+            stamps = None
+            if w.last_timestamp is not None and w.step_seconds is not None:
+                offsets = np.arange(1, steps + 1, dtype=np.int64) * w.step_seconds
+                stamps = format_timestamps(w.last_timestamp + offsets.astype("timedelta64[s]"))
+            sample = samples[i] if samples is not None else None
+            out.append(HFForecast(stamps, means[i][:steps].tolist(), sample))
+        return out
+
+    def _patchtst(self, windows: list[HFWindow]) -> tuple[np.ndarray, list[np.ndarray] | None]:
+        f = self.family
+        assert isinstance(f, PatchTSTFamily)
+        x = torch.from_numpy(np.stack([w.values for w in windows])).to(self.device)
+        mean, state = f.forecast(x)
+        means = mean.double().cpu().numpy()
+        if state is None:
+            return means, None
+        samples = [f.sample(state, i, w.seed).double().cpu().numpy() for i, w in enumerate(windows)]
+        return means, samples
+
+    def _seq2seq(self, windows: list[HFWindow]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        f = self.family
+        assert isinstance(f, Seq2SeqFamily)
+        means, samples = [], []
+        for w in windows:  # one generate per window: its samples then depend on its seed alone
+            sample = f.generate(self._generate_inputs(w), w.seed).double().cpu().numpy()
+            samples.append(sample)
+            means.append(sample.mean(axis=0))
+        return means, samples
+
+    def _generate_inputs(self, w: HFWindow) -> dict[str, torch.Tensor]:
+        f = self.family
+        dev = self.device
+        values = torch.from_numpy(w.values).to(dev)[None]  # [1, rows, c]
+        if f.channels == 1:
+            values = values[..., 0]
+        rows = w.values.shape[0]
+        feats = w.time_features
+        if feats is None:
+            feats = np.zeros((rows + self.horizon, 0), dtype=np.float32)
+        t = torch.from_numpy(feats).to(dev)[None]
+        kwargs = {
+            "past_values": values,
+            "past_observed_mask": torch.ones_like(values),
+            "past_time_features": t[:, :rows],
+            "future_time_features": t[:, rows:],
+        }
+        if w.static_categorical is not None:
+            kwargs["static_categorical_features"] = torch.from_numpy(w.static_categorical).to(dev)[
+                None
+            ]
+        if w.static_real is not None:
+            kwargs["static_real_features"] = torch.from_numpy(w.static_real).to(dev)[None]
+        return kwargs
+
+    # ------------------------------------------------------------------ description
+
+    def sample_history(self) -> dict[str, Any]:
+        """A valid request series (``prepare``'s keyword arguments) for warm-up and calibration:
+        a gentle wave around 1 in every channel, with the features the model needs."""
+        rows = self.context
+        t = np.arange(rows, dtype=np.float64)[:, None]
+        values = 1.0 + 0.1 * np.sin(t / 8.0 + np.arange(len(self.channels))[None])
+        series: dict[str, Any] = {"values": values}
+        f = self.family
+        if f.time_feature_width:
+            series["time_features"] = np.zeros((rows + self.horizon, f.time_feature_width))
+        if getattr(f, "static_categorical", 0):
+            series["static_categorical"] = [0] * f.static_categorical
+        if getattr(f, "static_real", 0):
+            series["static_real"] = [0.0] * f.static_real
+        return series
+
+    def card(self) -> dict[str, Any]:
+        """Everything ``GET /models`` shows about this model."""
+        measured = self.quality.get("backends", {})
+        backends = {}
+        for name in BACKENDS:
+            b = get_backend(name)
+            plan = self.plan(name)
+            backends[name] = {
+                "exact": b.exact,
+                "options": {k: o.describe() for k, o in b.options.items()},
+                "layers": {k: v.backend for k, v in plan.items()},
+                "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
+                "quality": measured.get(name),
+            }
+        f = self.family
+        head = (
+            {
+                "kind": "distribution",
+                "distribution": self.model.config.distribution_output,
+                "samples": f.samples,
+                "mean": "analytic" if isinstance(f, PatchTSTFamily) else f"of {f.samples} samples",
+                "quantiles": f"from {f.samples} samples seeded per series (request field seed, default 0)",
+            }
+            if self.probabilistic
+            else {"kind": "point", "quantiles": "not available (trained with MSE)"}
+        )
+        card: dict[str, Any] = {
+            "name": self.name,
+            "task": "forecast",
+            "source": "transformers",
+            "architecture": f.architecture,
+            "class": type(self.model).__name__,
+            "context": self.context,
+            "horizon": self.horizon,
+            "channels": self.channels,
+            "freq": self.freq,
+            "timestamps": "optional; when given, evenly spaced, and the forecast continues them",
+            "units": "original (the model scales each window itself)",
+            "default_attention": self.default_attention,
+            "head": head,
+            "parameters": sum(p.numel() for p in self.model.parameters()),
+            "backends": backends,
+            "quality": {k: v for k, v in self.quality.items() if k != "slice"},
+        }
+        if f.time_feature_width:
+            card["time_features"] = f.time_feature_width
+        if getattr(f, "static_categorical", 0):
+            card["static_categorical"] = list(f.cardinality)
+        if getattr(f, "static_real", 0):
+            card["static_real"] = f.static_real
+        if self.sidecar.training:
+            card["training"] = {k: v for k, v in self.sidecar.training.items() if k != "history"}
+        return card
