@@ -48,8 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
 # Training and evaluation live in ``models/``: their argument parsers are their own.
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
-    "evaluate": "score checkpoints per backend beside the linear baseline, or a text model "
-    "folder per backend against exact attention (see evaluate --help)",
+    "evaluate": "score checkpoints (ours or transformers time-series folders) per backend "
+    "beside the linear baseline, or a text model folder per backend against exact attention "
+    "(see evaluate --help)",
 }
 
 
@@ -59,11 +60,15 @@ def run_model_tool(name: str, argv: list[str]) -> int:
     if name == "evaluate":
         from pathlib import Path
 
+        from models.hf_forecast import is_forecast_folder
         from models.text.folder import is_text_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if folders and is_text_folder(Path(folders[0])):
             importlib.import_module("models.text.quality").main(argv)
+            return 0
+        if folders and is_forecast_folder(Path(folders[0])):
+            importlib.import_module("models.hf_forecast.evaluate").main(argv)
             return 0
     importlib.import_module(f"models.informer.{name}").main(argv)
     return 0

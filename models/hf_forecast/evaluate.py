@@ -1,0 +1,222 @@
+"""``attnserve evaluate FOLDER`` for a transformers time-series folder: test MSE/MAE per attention
+backend beside the closed-form linear baseline at the same context and horizon, written to the
+folder's ``quality.json`` in the format of our own checkpoints, so ``GET /models``, the quality
+table and ``attention: "auto"`` treat the folder like any shipped forecaster.
+
+The data come from the folder's ``attnserve.json`` (``data``: the CSV and split it was trained on,
+written by ``models.hf_forecast.train_patchtst``) or from the command line, as for
+``attnserve train``:
+
+    attnserve evaluate runs/my-patchtst                      # its recorded data
+    attnserve evaluate my-patchtst --data sales.csv --split-ratios 0.7 0.1 0.2 --stride 4
+
+Metrics are in the train split's standardised units (each channel's error over its train
+standard deviation), as for our checkpoints, on every ``--stride``-th test window; a
+probabilistic head is scored on its mean. Models that need covariates (``time_features``,
+static features) are refused: the features they were trained with are not in a CSV.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from models.attention import BACKENDS
+from models.attention.base import AttentionError
+from models.hf_forecast.folder import read_sidecar
+from models.hf_forecast.forecaster import HFForecaster
+from models.informer.evaluate import parse_variant
+from models.informer.linear import LinearBaseline
+from models.informer.source import DataSource, portable_path
+from models.informer.table import DataError, SeriesTable, load_series_csv, split_borders
+from models.quality_loss import variant_label
+
+BATCH = 64
+
+
+def data_source(
+    args: argparse.Namespace, forecaster: HFForecaster
+) -> tuple[DataSource, SeriesTable]:
+    """The recorded source (``attnserve.json``), or the one the flags describe."""
+    if args.data is None:
+        record = read_sidecar(forecaster.directory).data
+        if record is None:
+            raise SystemExit(
+                f"attnserve evaluate: {forecaster.name} records no data; give --data CSV (and "
+                "--split-preset/--split-ratios/--split-borders)"
+            )
+        source = DataSource.from_dict(record)
+        table = load_series_csv(
+            source.resolved_path(), source.date_column, list(source.columns), source.freq
+        )
+        return source, table
+    columns = args.columns or (list(forecaster.channels) if forecaster.sidecar.channels else None)
+    table = load_series_csv(args.data, args.date_column, columns, args.freq)
+    borders = split_borders(
+        len(table),
+        forecaster.context,
+        forecaster.horizon,
+        ratios=args.split_ratios,
+        borders=args.split_borders,
+        preset=args.split_preset,
+    )
+    split = f"preset {args.split_preset}" if args.split_preset else "ratios/borders from flags"
+    source = DataSource(
+        portable_path(args.data),
+        args.date_column,
+        tuple(table.channels),
+        table.freq,
+        borders,
+        split,
+    )
+    return source, table
+
+
+def evaluate_folder(
+    folder: Path,
+    source: DataSource,
+    table: SeriesTable,
+    backends: list[str],
+    variants: list[tuple[str, dict[str, Any]]],
+    stride: int,
+    forecaster: HFForecaster | None = None,
+) -> dict[str, Any]:
+    """Score ``backends`` (and ``variants``) on every ``stride``-th test window; write and
+    return ``quality.json``."""
+    f = forecaster or HFForecaster.load(folder)
+    if (
+        f.family.time_feature_width
+        or getattr(f.family, "static_categorical", 0)
+        or getattr(f.family, "static_real", 0)
+    ):
+        raise SystemExit(
+            f"attnserve evaluate: {f.name} needs covariates (time_features / static features) "
+            "that a CSV does not hold; evaluate it with the pipeline it was trained with"
+        )
+    if len(table.channels) != len(f.channels):
+        raise SystemExit(
+            f"attnserve evaluate: the CSV has {len(table.channels)} value columns, {f.name} "
+            f"forecasts {len(f.channels)}; choose them with --columns"
+        )
+    ctx, horizon = f.context, f.horizon
+    lo, hi = source.borders["train"]
+    mean, std = table.values[lo:hi].mean(axis=0), table.values[lo:hi].std(axis=0)
+    scaled = (table.values - mean) / std
+    t0, t1 = source.borders["test"]
+    test = scaled[t0 - ctx : t1]
+    linear = LinearBaseline.fit(scaled[lo:hi], ctx, horizon)
+    lin_mse, lin_mae = linear.score(test)
+    lin_scored = linear.score(test, stride)[0]
+    starts = np.arange(0, len(test) - ctx - horizon + 1)[::stride] + t0 - ctx
+    print(f"{f.name}: linear baseline MSE {lin_mse:.4f} MAE {lin_mae:.4f}", flush=True)
+
+    def score(backend: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+        began = time.time()
+        se = ae = 0.0
+        for s in range(0, len(starts), BATCH):
+            chunk = starts[s : s + BATCH]
+            windows = [f.prepare(values=table.values[a : a + ctx]) for a in chunk]
+            preds = f.predict(windows, backend, options)
+            pred = np.stack([np.asarray(p.values) for p in preds])
+            target = np.stack([table.values[a + ctx : a + ctx + horizon] for a in chunk])
+            err = (pred - target) / std
+            se, ae = se + float(np.square(err).sum()), ae + float(np.abs(err).sum())
+        count = len(starts) * horizon * len(f.channels)
+        mse, mae = se / count, ae / count
+        print(
+            f"{f.name} {variant_label(backend, options):10s} MSE {mse:.4f} MAE {mae:.4f} "
+            f"({mse / lin_scored - 1:+.1%} vs linear, {len(starts)} windows, "
+            f"{time.time() - began:.0f}s)",
+            flush=True,
+        )
+        entry = {
+            "mse": round(mse, 6),
+            "mae": round(mae, 6),
+            "vs_linear": round(mse / lin_scored - 1, 4),
+            "windows": len(starts),
+            "stride": stride,
+            "layers": {k: v.backend for k, v in f.plan(backend, options).items()},
+        }
+        if stride > 1:
+            entry["linear_mse"] = round(lin_scored, 6)
+        return entry
+
+    results: dict[str, Any] = dict(f.quality.get("backends", {}))
+    for backend in backends:
+        results[backend] = score(backend)
+    scored_variants = list(f.quality.get("variants", []))
+    for backend, options in variants:
+        scored_variants = [
+            v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
+        ]
+        scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
+    quality = {
+        "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
+        f"{len(source.columns)} channels",
+        "metric_space": "scaled (train-split mean and standard deviation per channel), averaged "
+        "over the windows scored (each backend's `windows`; the linear baseline's over all)",
+        "model": f"transformers {type(f.model).__name__}"
+        + (" (scored on its distribution's mean)" if f.probabilistic else ""),
+        "windows": len(test) - ctx - horizon + 1,
+        "context": ctx,
+        "horizon": horizon,
+        "default_backend": f.default_attention,
+        "linear_baseline": {
+            "mse": round(lin_mse, 6),
+            "mae": round(lin_mae, 6),
+            "what": f"NLinear-style ridge map, context {ctx} -> horizon {horizon}, one matrix "
+            f"for all channels, fit in closed form on the train split (ridge {linear.ridge:g} "
+            "per row)",
+        },
+        "backends": results,
+        "variants": scored_variants,
+    }
+    (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
+    f.quality = quality
+    return quality
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(
+        prog="attnserve evaluate",
+        description=__doc__,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    p.add_argument("folder", type=Path, help="a transformers time-series folder")
+    p.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS))
+    p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
+    p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
+    p.add_argument("--threads", type=int, default=1)
+    data = p.add_argument_group("data (default: the folder's attnserve.json record)")
+    data.add_argument("--data", type=Path, default=None)
+    data.add_argument("--date-column", default="date")
+    data.add_argument("--columns", nargs="+", default=None)
+    data.add_argument("--freq", default=None)
+    split = data.add_mutually_exclusive_group()
+    split.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default=None)
+    split.add_argument("--split-ratios", nargs=3, type=float, default=None)
+    split.add_argument("--split-borders", nargs="+", type=int, default=None)
+    args = p.parse_args(argv)
+    if args.stride < 1:
+        p.error(f"--stride must be at least 1, got {args.stride}")
+    torch.set_num_threads(args.threads)
+    try:
+        variants = [parse_variant(v) for v in args.variants]
+        forecaster = HFForecaster.load(args.folder)
+        for backend, options in variants:
+            forecaster.check_attention(backend, options)
+        source, table = data_source(args, forecaster)
+    except (ValueError, AttentionError, DataError) as exc:
+        p.error(str(exc))
+    backends = args.backends if args.backends is not None else ([] if variants else list(BACKENDS))
+    evaluate_folder(args.folder, source, table, backends, variants, args.stride, forecaster)
+
+
+if __name__ == "__main__":
+    main()

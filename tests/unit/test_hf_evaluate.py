@@ -1,0 +1,81 @@
+"""``attnserve evaluate`` of a transformers time-series folder: the figures are the class's own
+forecasts scored like our checkpoints, beside the same linear baseline, and ``auto`` uses them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from models.informer.linear import LinearBaseline
+from models.informer.source import DataSource
+from service.cli import main as cli
+from service.registry import load_servables
+from service.servables.base import Call
+from service.settings import Settings
+from tests.utils.tiny_forecasters import CHANNELS, build, patchtst_config, patchtst_reference
+
+ROWS, STRIDE = 600, 7
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("hf-eval")
+    rng = np.random.default_rng(0)
+    t = np.arange(ROWS)[:, None]
+    values = 10 + np.sin(t / 9 + np.arange(3)) * 3 + rng.normal(scale=0.3, size=(ROWS, 3))
+    frame = pd.DataFrame(values, columns=list(CHANNELS))
+    frame.insert(0, "date", pd.date_range("2024-01-01", periods=ROWS, freq="h").astype(str))
+    frame.to_csv(root / "series.csv", index=False)
+    source = DataSource(
+        str(root / "series.csv"),
+        "date",
+        CHANNELS,
+        "h",
+        {"train": (0, 360), "val": (360, 480), "test": (480, 600)},
+        "borders",
+    )
+    sidecar = {"channels": list(CHANNELS), "freq": "h", "data": source.to_dict()}
+    out = build(patchtst_config(), root / "tiny-patchtst", sidecar=sidecar)
+    assert cli(["evaluate", str(out), "--stride", str(STRIDE)]) == 0
+    return out
+
+
+def test_quality_is_the_class_forecast_scored_beside_the_linear_baseline(folder: Path) -> None:
+    quality = json.loads((folder / "quality.json").read_text())
+    frame = pd.read_csv(folder.parent / "series.csv")
+    values = frame[list(CHANNELS)].to_numpy(dtype=np.float64)
+    mean, std = values[:360].mean(axis=0), values[:360].std(axis=0)
+    ctx, horizon = 96, 12
+    starts = np.arange(0, 120 - horizon + 1)[::STRIDE] + 480 - ctx
+    histories = np.stack([values[a : a + ctx] for a in starts])
+    targets = np.stack([values[a + ctx : a + ctx + horizon] for a in starts])
+    want = float(np.mean(((patchtst_reference(folder, histories) - targets) / std) ** 2))
+    for backend in ("full", "flash"):
+        assert quality["backends"][backend]["mse"] == pytest.approx(want, rel=1e-4)
+        assert quality["backends"][backend]["windows"] == len(starts)
+    scaled = (values - mean) / std
+    linear = LinearBaseline.fit(scaled[:360], ctx, horizon)
+    assert quality["linear_baseline"]["mse"] == pytest.approx(
+        linear.score(scaled[480 - ctx :])[0], abs=1e-6
+    )
+    assert quality["backends"]["flash"]["linear_mse"] == pytest.approx(
+        linear.score(scaled[480 - ctx :], STRIDE)[0], abs=1e-6
+    )
+    assert set(quality["backends"]) == {"full", "flash", "probsparse", "performer", "nystrom"}
+
+
+def test_auto_uses_the_figures(folder: Path) -> None:
+    settings = Settings(models=(str(folder),), device="cpu", background_load=False)
+    (servable,) = load_servables(settings, "cpu")
+    losses = servable.quality_losses(96)
+    assert losses[servable.default_call("flash")] == pytest.approx(0.0, abs=1e-9)
+    assert set(c.backend for c in losses) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert all(isinstance(c, Call) for c in losses)
+    card = servable.card()
+    assert (
+        card["backends"]["flash"]["quality"]["mse"] == card["quality"]["backends"]["flash"]["mse"]
+    )
