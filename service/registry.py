@@ -151,6 +151,7 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
             models with one name; the message names the model or folder and the fix.
     """
     # Imported here: building an app (and its tests) must not pay for torch models up front.
+    from models.hf_forecast.folder import shipped_folders
     from models.text import SentenceEncoder
     from models.text.packaged import PACKAGED, packaged_folder
     from service.servables.forecast import ForecastServable
@@ -160,6 +161,7 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     if settings.model_dir and not folders:
         log.warning("model_dir %s holds no checkpoint folders", settings.model_dir)
     _check_names(settings.models, folders)
+    shipped_hf = shipped_folders()
     servables: list[ServedModel] = []
     for name in settings.models:
         log.info("loading %s on %s", name, device)
@@ -176,12 +178,15 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
             servables.append(TextServable(_load_encoder(Path(name), device)))
         elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
             servables.append(ForecastServable(_load_hf_forecaster(Path(name), device)))
+        elif name in shipped_hf:
+            servables.append(ForecastServable(_load_hf_forecaster(shipped_hf[name], device)))
         elif name.startswith("informer-") or Path(name).is_dir():
             servables.append(ForecastServable(_load_forecaster(name, device)))
         else:
             raise ModelLoadError(
                 f"unknown model {name!r} in models: use {TEXT_MODEL}, "
-                f"{', '.join(PACKAGED)}, a shipped Informer name (informer-...), or a path to "
+                f"{', '.join(PACKAGED)}, a shipped forecaster (informer-..., "
+                f"{', '.join(shipped_hf) or 'patchtst-...'}), or a path to "
                 "a model folder (sentence-transformers, transformers encoder, transformers "
                 "time-series forecaster, or an attnserve checkpoint)"
             )

@@ -45,7 +45,7 @@ class PatchTSTFamily:
     kind = "patchtst"
     architecture = "PatchTST (Nie et al., ICLR 2023), transformers' PatchTSTForPrediction"
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         c = model.config
         self.model = model
         self.history_rows = int(c.context_length)
@@ -55,6 +55,7 @@ class PatchTSTFamily:
         self.samples = int(c.num_parallel_samples) if self.probabilistic else 0
         self.time_feature_width = 0
         self.static_categorical = 0
+        self.cardinality: list[int] = []
         self.static_real = 0
         patches = model.model.patchifier.num_patches + (1 if c.use_cls_token else 0)
         self.tokens = patches
@@ -135,7 +136,7 @@ class Seq2SeqFamily:
 
     kind = "seq2seq"
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: Any) -> None:
         c = model.config
         self.model = model
         self.architecture = {

@@ -64,6 +64,15 @@ def is_forecast_folder(folder: Path) -> bool:
     return config is not None and config.get("model_type") in PREDICTION_CLASSES
 
 
+def shipped_folders() -> dict[str, Path]:
+    """transformers forecasters shipped under ``models/weights/`` (trained here), by name:
+    ``--models patchtst-ettm1-h96-c512`` serves one as a path to it would."""
+    weights = Path(__file__).resolve().parents[1] / "weights"
+    if not weights.is_dir():
+        return {}
+    return {p.name: p for p in sorted(weights.iterdir()) if is_forecast_folder(p)}
+
+
 def read_sidecar(folder: Path) -> Sidecar:
     """The folder's ``attnserve.json`` (an empty :class:`Sidecar` when there is none).
 

@@ -92,8 +92,8 @@ class HFForecast:
     samples: np.ndarray | None = None
 
 
-def _prediction_class(config: Mapping[str, Any], folder: Path) -> type:
-    model_type = config.get("model_type")
+def _prediction_class(config: Mapping[str, Any], folder: Path) -> Any:
+    model_type = str(config.get("model_type"))
     if model_type in UNSUPPORTED:
         raise FolderError(UNSUPPORTED[model_type])
     wanted = PREDICTION_CLASSES[model_type]
@@ -117,7 +117,7 @@ class HFForecaster:
     def __init__(
         self,
         name: str,
-        model: torch.nn.Module,
+        model: Any,
         sidecar: Sidecar,
         directory: Path,
         trained_prob: bool = False,
@@ -203,7 +203,7 @@ class HFForecaster:
     def prepare(
         self,
         timestamps: Sequence[str] | None = None,
-        values: Sequence[Sequence[float]] | None = None,
+        values: Sequence[Sequence[float]] | np.ndarray | None = None,
         *,
         start: str | None = None,
         columns: Mapping[str, Sequence[float]] | None = None,
@@ -403,6 +403,8 @@ class HFForecaster:
         if not windows:
             return []
         opts = {k: v for k, v in (resolved or {}).items() if v is not None}
+        means: Sequence[np.ndarray] | np.ndarray
+        samples: Sequence[np.ndarray] | None
         with backend_scope(backend, opts):
             if isinstance(self.family, PatchTSTFamily):
                 means, samples = self._patchtst(windows)

@@ -52,14 +52,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--horizon", type=int, default=96)
     p.add_argument("--patch-length", type=int, default=16)
     p.add_argument("--patch-stride", type=int, default=8)
-    p.add_argument("--d-model", type=int, default=128)
-    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--d-model", type=int, default=64)
+    p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=3)
-    p.add_argument("--ffn", type=int, default=256)
-    p.add_argument("--dropout", type=float, default=0.2)
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--ffn", type=int, default=128)
+    p.add_argument("--head-dropout", type=float, default=0.2)
+    p.add_argument("--ff-dropout", type=float, default=0.2)
+    p.add_argument("--attention-dropout", type=float, default=0.0)
+    p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument(
         "--windows-per-epoch",
         type=int,
@@ -68,7 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "15-minute series overlap almost entirely, so a sample per epoch covers the split",
     )
     p.add_argument("--val-stride", type=int, default=8, help="validate on every k-th window")
-    p.add_argument("--patience", type=int, default=3)
+    p.add_argument("--patience", type=int, default=5)
     p.add_argument("--seed", type=int, default=2023)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--out", type=Path, required=True)
@@ -141,8 +143,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         num_attention_heads=args.heads,
         num_hidden_layers=args.layers,
         ffn_dim=args.ffn,
-        dropout=args.dropout,
-        head_dropout=args.dropout,
+        head_dropout=args.head_dropout,
+        ff_dropout=args.ff_dropout,
+        attention_dropout=args.attention_dropout,
         scaling="std",
         loss="mse",
     )

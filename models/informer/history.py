@@ -13,7 +13,9 @@ import numpy as np
 from models.errors import ModelInputError
 
 
-def read_rows(values: Sequence[Sequence[float]], channels: Sequence[str]) -> np.ndarray:
+def read_rows(
+    values: Sequence[Sequence[float]] | np.ndarray, channels: Sequence[str]
+) -> np.ndarray:
     """Rows as a float64 array ``[n, channels]``; the error names the first bad row."""
     n_ch = len(channels)
     if not isinstance(values, list | tuple | np.ndarray):
@@ -68,7 +70,7 @@ def read_columns(columns: Mapping[str, Sequence[float]], channels: Sequence[str]
 
 
 def read_history(
-    values: Sequence[Sequence[float]] | None,
+    values: Sequence[Sequence[float]] | np.ndarray | None,
     columns: Mapping[str, Sequence[float]] | None,
     channels: Sequence[str],
 ) -> np.ndarray:

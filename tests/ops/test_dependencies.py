@@ -18,6 +18,11 @@ LOCAL = {"service", "models"}
 OPTIONAL_MODULES = {
     ROOT / "service" / "ray_serve.py": "ray",
     ROOT / "service" / "ray_metrics.py": "ray",
+    # transformers' own time-series classes: loaded only for such a folder (the registry names
+    # the extra when it is missing).
+    ROOT / "models" / "hf_forecast" / "bridge.py": "transformers",
+    ROOT / "models" / "hf_forecast" / "forecaster.py": "transformers",
+    ROOT / "models" / "hf_forecast" / "train_patchtst.py": "transformers",
 }
 
 
