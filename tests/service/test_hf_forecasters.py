@@ -402,3 +402,20 @@ def test_a_probsparse_informer_defaults_to_our_probsparse_at_its_factor(tmp_path
         _relative(np.asarray(got.values), generate_reference(exact, 4, **inputs).mean(axis=0))
         <= EXACT
     )
+
+
+def test_a_body_parsed_in_the_helper_process_gives_the_same_answer(
+    folders: dict[str, Path], client: TestClient
+) -> None:
+    """Covariates and quantiles survive the helper process's packed form unchanged."""
+    from tests.service.helpers import make_app
+
+    servables = load_servables(_settings(folders["tst"]), "cpu")
+    app = make_app(servables, body_parse_processes=1, body_parse_min_bytes=256)
+    series = [_seq2seq_series(folders["tst"], seed)[0] for seed in range(2)]
+    body = dict(quantiles=QUANTILES, seed=3, attention="flash")
+    with TestClient(app) as offloaded:
+        got = _ok(_forecast(offloaded, "tiny-tst", series, **body))
+        bad = _forecast(offloaded, "tiny-tst", [{**series[0], "time_features": [[0.0]] * 33}])
+    assert got == _ok(_forecast(client, "tiny-tst", series, **body))
+    assert bad.status_code == 422 and "33 rows" in bad.json()["error"]["message"]
