@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.attention import BACKENDS, get_backend
+from models.attention import get_backend
 from models.attention.base import InputSpec
 from models.errors import ModelInputError
 from models.hf_forecast.bridge import backend_scope, name_layers, use_bridge
+from models.hf_forecast.card import describe
 from models.hf_forecast.families import PatchTSTFamily, Seq2SeqFamily
 from models.hf_forecast.folder import (
     PREDICTION_CLASSES,
@@ -37,16 +38,11 @@ from models.hf_forecast.folder import (
     read_config,
     read_sidecar,
 )
-from models.informer.history import first_non_finite, read_history
+from models.hf_forecast.inputs import SAMPLE_SEED, HFWindow, read_clock, read_features
+from models.informer.history import check_horizon, first_non_finite, read_history
 from models.informer.model import LayerChoice, exact_choice
 from models.informer.timefeatures import (
-    check_regular,
     format_timestamps,
-    freq_step,
-    infer_freq,
-    parse_timestamps,
-    regular_stamps,
-    step_seconds,
 )
 
 log = logging.getLogger("attnserve")
@@ -58,29 +54,6 @@ UNSUPPORTED = {
     "NeurIPS 2021: series aggregated at FFT-found delays, not softmax(QK^T)V), so none of "
     "attnserve's attention backends maps onto it; serve it with transformers directly",
 }
-SAMPLE_SEED = 0  # a request's seed when it gives none: the same request, the same answer
-
-
-@dataclass
-class HFWindow:
-    """One validated history, ready to batch.
-
-    Attributes:
-        values: the last ``history_rows`` rows ``[rows, channels]`` (float32, original units).
-        last_timestamp: the last row's time (None when the request gave none).
-        step_seconds: the step the forecast continues at (None without timestamps).
-        time_features: ``[rows + horizon, F]`` covariates (encoder–decoder classes), else None.
-        static_categorical, static_real: the series' static features, else None.
-        seed: sampling seed of this series (probabilistic heads).
-    """
-
-    values: np.ndarray
-    last_timestamp: np.datetime64 | None = None
-    step_seconds: int | None = None
-    time_features: np.ndarray | None = None
-    static_categorical: np.ndarray | None = None
-    static_real: np.ndarray | None = None
-    seed: int = SAMPLE_SEED
 
 
 @dataclass
@@ -230,95 +203,12 @@ class HFForecaster:
             raise ModelInputError("give either 'timestamps' or 'start', not both")
         raw = raw[-self.context :]
         first_non_finite(raw, n - self.context, self.channels)
-        last, step = self._clock(timestamps, start, n)
+        last, step = read_clock(timestamps, start, n, self.freq, self.name)
         window = HFWindow(raw.astype(np.float32), last, step, seed=seed)
-        self._features(window, n, time_features, static_categorical, static_real)
+        read_features(
+            window, self.family, n, self.name, time_features, static_categorical, static_real
+        )
         return window
-
-    def _clock(
-        self, timestamps: Sequence[str] | None, start: str | None, n: int
-    ) -> tuple[np.datetime64 | None, int | None]:
-        """The last stamp and the step, from ``timestamps`` or ``start`` (None, None: neither)."""
-        if timestamps is None and start is None:
-            return None, None
-        try:
-            if start is not None:
-                if self.freq is None:
-                    raise ModelInputError(
-                        f"{self.name} has no step of its own: give 'timestamps' (evenly spaced), "
-                        "or none; 'start' needs a freq in the folder's attnserve.json"
-                    )
-                stamps = regular_stamps(str(start), n, self.freq)
-                return stamps[-1], step_seconds(self.freq)
-            if not isinstance(timestamps, list | tuple):
-                raise ModelInputError("timestamps must be a list")
-            if len(timestamps) != n:
-                raise ModelInputError(
-                    f"got {len(timestamps)} timestamps but {n} value rows; give one per row"
-                )
-            stamps = parse_timestamps(timestamps)
-            if self.freq is not None:
-                check_regular(stamps, self.freq)
-                return stamps[-1], step_seconds(self.freq)
-            freq = infer_freq(stamps)  # raises unless every step is the same
-            return stamps[-1], int(freq_step(freq).total_seconds())
-        except ValueError as exc:
-            if isinstance(exc, ModelInputError):
-                raise
-            raise ModelInputError(f"timestamps: {exc}") from None
-
-    def _features(
-        self,
-        window: HFWindow,
-        n: int,
-        time_features: Sequence[Sequence[float]] | None,
-        static_categorical: Sequence[int] | None,
-        static_real: Sequence[float] | None,
-    ) -> None:
-        f = self.family
-        width = f.time_feature_width
-        if width == 0:
-            if time_features is not None:
-                raise ModelInputError(f"{self.name} takes no time_features")
-        else:
-            if time_features is None:
-                raise ModelInputError(
-                    f"{self.name} needs time_features: {width} values per row for every history "
-                    f"row and the {self.horizon} forecast rows after it (the covariates it was "
-                    "trained with, e.g. calendar features and age)"
-                )
-            feats = np.asarray(time_features, dtype=np.float64)
-            if feats.ndim != 2 or feats.shape != (n + self.horizon, width):
-                raise ModelInputError(
-                    f"time_features must be {n + self.horizon} rows ({n} history + {self.horizon} "
-                    f"horizon) of {width} values, got shape {list(feats.shape)}"
-                )
-            first_non_finite(feats, 0, [f"feature {i}" for i in range(width)])
-            window.time_features = feats[-(self.context + self.horizon) :].astype(np.float32)
-        k = getattr(f, "static_categorical", 0)
-        if k == 0 and static_categorical is not None:
-            raise ModelInputError(f"{self.name} takes no static_categorical features")
-        if k:
-            cats = np.asarray(
-                static_categorical if static_categorical is not None else [], dtype=np.int64
-            )
-            if cats.shape != (k,):
-                raise ModelInputError(f"{self.name} needs static_categorical: {k} integers")
-            limits = f.cardinality
-            for i, (value, limit) in enumerate(zip(cats.tolist(), limits, strict=True)):
-                if not 0 <= value < limit:
-                    raise ModelInputError(
-                        f"static_categorical[{i}] must be in [0, {limit}), got {value}"
-                    )
-            window.static_categorical = cats
-        r = getattr(f, "static_real", 0)
-        if r == 0 and static_real is not None:
-            raise ModelInputError(f"{self.name} takes no static_real features")
-        if r:
-            reals = np.asarray(static_real if static_real is not None else [], dtype=np.float64)
-            if reals.shape != (r,) or not np.isfinite(reals).all():
-                raise ModelInputError(f"{self.name} needs static_real: {r} finite numbers")
-            window.static_real = reals.astype(np.float32)
 
     # ------------------------------------------------------------------ attention
 
@@ -373,15 +263,7 @@ class HFForecaster:
 
     def check_horizon(self, horizon: int | None) -> int:
         """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
-        if horizon is None:
-            return self.horizon
-        if isinstance(horizon, bool) or not isinstance(horizon, int):
-            raise ModelInputError(f"horizon must be an integer, got {horizon!r}")
-        if not 1 <= horizon <= self.horizon:
-            raise ModelInputError(
-                f"horizon must be between 1 and {self.horizon} for {self.name}, got {horizon}"
-            )
-        return horizon
+        return check_horizon(horizon, self.horizon, self.name)
 
     # ------------------------------------------------------------------ inference
 
@@ -486,54 +368,4 @@ class HFForecaster:
 
     def card(self) -> dict[str, Any]:
         """Everything ``GET /models`` shows about this model."""
-        measured = self.quality.get("backends", {})
-        backends = {}
-        for name in BACKENDS:
-            b = get_backend(name)
-            plan = self.plan(name)
-            backends[name] = {
-                "exact": b.exact,
-                "options": {k: o.describe() for k, o in b.options.items()},
-                "layers": {k: v.backend for k, v in plan.items()},
-                "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
-                "quality": measured.get(name),
-            }
-        f = self.family
-        head = (
-            {
-                "kind": "distribution",
-                "distribution": self.model.config.distribution_output,
-                "samples": f.samples,
-                "mean": "analytic" if isinstance(f, PatchTSTFamily) else f"of {f.samples} samples",
-                "quantiles": f"from {f.samples} samples seeded per series (request field seed, default 0)",
-            }
-            if self.probabilistic
-            else {"kind": "point", "quantiles": "not available (trained with MSE)"}
-        )
-        card: dict[str, Any] = {
-            "name": self.name,
-            "task": "forecast",
-            "source": "transformers",
-            "architecture": f.architecture,
-            "class": type(self.model).__name__,
-            "context": self.context,
-            "horizon": self.horizon,
-            "channels": self.channels,
-            "freq": self.freq,
-            "timestamps": "optional; when given, evenly spaced, and the forecast continues them",
-            "units": "original (the model scales each window itself)",
-            "default_attention": self.default_attention,
-            "head": head,
-            "parameters": sum(p.numel() for p in self.model.parameters()),
-            "backends": backends,
-            "quality": {k: v for k, v in self.quality.items() if k != "slice"},
-        }
-        if f.time_feature_width:
-            card["time_features"] = f.time_feature_width
-        if getattr(f, "static_categorical", 0):
-            card["static_categorical"] = list(f.cardinality)
-        if getattr(f, "static_real", 0):
-            card["static_real"] = f.static_real
-        if self.sidecar.training:
-            card["training"] = {k: v for k, v in self.sidecar.training.items() if k != "history"}
-        return card
+        return describe(self)

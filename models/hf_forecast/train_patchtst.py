@@ -56,6 +56,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--layers", type=int, default=3)
     p.add_argument("--ffn", type=int, default=128)
+    p.add_argument(
+        "--pooling",
+        choices=["flatten", "mean", "max"],
+        default="flatten",
+        help="how the head reads the patch embeddings: flatten (the paper's head: every "
+        "patch's embedding into one linear map) or pooled (transformers' default, mean)",
+    )
     p.add_argument("--head-dropout", type=float, default=0.2)
     p.add_argument("--ff-dropout", type=float, default=0.2)
     p.add_argument("--attention-dropout", type=float, default=0.0)
@@ -148,6 +155,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         attention_dropout=args.attention_dropout,
         scaling="std",
         loss="mse",
+        pooling_type=None if args.pooling == "flatten" else args.pooling,
     )
     torch.manual_seed(args.seed)
     model = PatchTSTForPrediction(config)
@@ -194,7 +202,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             opt.step()
             if schedule.last_epoch + 1 < steps_total:
                 schedule.step()
-            total, n = total + float(loss), n + 1
+            total, n = total + loss.item(), n + 1
             bar.set_postfix(loss=f"{total / n:.4f}")
         val = validate(model, values, val_starts, std, args.context, args.horizon)
         seconds = time.time() - t0

@@ -20,7 +20,7 @@ from models.attention import BACKENDS, get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
-from models.informer.history import first_non_finite, read_history
+from models.informer.history import check_horizon, first_non_finite, read_history
 from models.informer.memory import forward_bytes, forward_work
 from models.informer.model import Informer, attention_plan
 from models.informer.timefeatures import (
@@ -244,16 +244,7 @@ class InformerForecaster:
 
     def check_horizon(self, horizon: int | None) -> int:
         """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
-        if horizon is None:
-            return self.horizon
-        if isinstance(horizon, bool) or not isinstance(horizon, int):
-            raise ModelInputError(f"horizon must be an integer, got {horizon!r}")
-        if not 1 <= horizon <= self.horizon:
-            raise ModelInputError(
-                f"horizon must be between 1 and {self.horizon} for {self.name}, got {horizon}; "
-                "use a model with a longer horizon"
-            )
-        return horizon
+        return check_horizon(horizon, self.horizon, self.name)
 
     @torch.inference_mode()
     def predict(

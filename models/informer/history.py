@@ -89,3 +89,18 @@ def first_non_finite(raw: np.ndarray, offset: int, channels: Sequence[str]) -> N
         raise ModelInputError(
             f"row {offset + int(r)}, channel {channels[c]} is {raw[r, c]}; values must be finite"
         )
+
+
+def check_horizon(horizon: int | None, limit: int, name: str) -> int:
+    """The horizon to return (``limit``, the model's, when None); ``ModelInputError`` when it is
+    not an integer in ``[1, limit]``."""
+    if horizon is None:
+        return limit
+    if isinstance(horizon, bool) or not isinstance(horizon, int):
+        raise ModelInputError(f"horizon must be an integer, got {horizon!r}")
+    if not 1 <= horizon <= limit:
+        raise ModelInputError(
+            f"horizon must be between 1 and {limit} for {name}, got {horizon}; "
+            "use a model with a longer horizon"
+        )
+    return horizon

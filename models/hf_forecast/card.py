@@ -1,0 +1,63 @@
+"""The model card of a transformers forecaster: what ``GET /models`` shows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from models.attention import BACKENDS, get_backend
+from models.hf_forecast.families import PatchTSTFamily
+
+
+def describe(forecaster: Any) -> dict[str, Any]:
+    """Everything ``GET /models`` shows about a :class:`~models.hf_forecast.forecaster.HFForecaster`."""
+    measured = forecaster.quality.get("backends", {})
+    backends = {}
+    for name in BACKENDS:
+        b = get_backend(name)
+        plan = forecaster.plan(name)
+        backends[name] = {
+            "exact": b.exact,
+            "options": {k: o.describe() for k, o in b.options.items()},
+            "layers": {k: v.backend for k, v in plan.items()},
+            "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
+            "quality": measured.get(name),
+        }
+    f = forecaster.family
+    head = (
+        {
+            "kind": "distribution",
+            "distribution": forecaster.model.config.distribution_output,
+            "samples": f.samples,
+            "mean": "analytic" if isinstance(f, PatchTSTFamily) else f"of {f.samples} samples",
+            "quantiles": f"from {f.samples} samples seeded per series (request field seed, default 0)",
+        }
+        if forecaster.probabilistic
+        else {"kind": "point", "quantiles": "not available (trained with MSE)"}
+    )
+    card: dict[str, Any] = {
+        "name": forecaster.name,
+        "task": "forecast",
+        "source": "transformers",
+        "architecture": f.architecture,
+        "class": type(forecaster.model).__name__,
+        "context": forecaster.context,
+        "horizon": forecaster.horizon,
+        "channels": forecaster.channels,
+        "freq": forecaster.freq,
+        "timestamps": "optional; when given, evenly spaced, and the forecast continues them",
+        "units": "original (the model scales each window itself)",
+        "default_attention": forecaster.default_attention,
+        "head": head,
+        "parameters": sum(p.numel() for p in forecaster.model.parameters()),
+        "backends": backends,
+        "quality": {k: v for k, v in forecaster.quality.items() if k != "slice"},
+    }
+    if f.time_feature_width:
+        card["time_features"] = f.time_feature_width
+    if getattr(f, "static_categorical", 0):
+        card["static_categorical"] = list(f.cardinality)
+    if getattr(f, "static_real", 0):
+        card["static_real"] = f.static_real
+    if forecaster.sidecar.training:
+        card["training"] = {k: v for k, v in forecaster.sidecar.training.items() if k != "history"}
+    return card
