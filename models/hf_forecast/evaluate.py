@@ -31,7 +31,7 @@ from models.attention import BACKENDS
 from models.attention.base import AttentionError
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
-from models.informer.evaluate import parse_variant
+from models.informer.evaluate import parse_variant, slice_indices
 from models.informer.linear import LinearBaseline
 from models.informer.source import DataSource, portable_path
 from models.informer.table import DataError, SeriesTable, load_series_csv, split_borders
@@ -116,16 +116,28 @@ def evaluate_folder(
     starts = np.arange(0, len(test) - ctx - horizon + 1)[::stride] + t0 - ctx
     print(f"{f.name}: linear baseline MSE {lin_mse:.4f} MAE {lin_mae:.4f}", flush=True)
 
+    def forecast(backend: str, options: dict[str, Any] | None, chunk: np.ndarray) -> np.ndarray:
+        """Forecasts ``[len(chunk), horizon, c]`` of the windows starting at rows ``chunk``."""
+        windows = [f.prepare(values=table.values[a : a + ctx]) for a in chunk]
+        return np.stack([np.asarray(p.values) for p in f.predict(windows, backend, options)])
+
+    def target(chunk: np.ndarray) -> np.ndarray:
+        return np.stack([table.values[a + ctx : a + ctx + horizon] for a in chunk])
+
+    every = np.arange(0, len(test) - ctx - horizon + 1) + t0 - ctx
+    picked = every[slice_indices(len(every))]
+
+    def slice_mse(backend: str) -> float:
+        """MSE on :func:`slice_indices`' test windows (the tests re-run these)."""
+        err = (forecast(backend, None, picked) - target(picked)) / std
+        return round(float(np.square(err).mean()), 6)
+
     def score(backend: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
         began = time.time()
         se = ae = 0.0
         for s in range(0, len(starts), BATCH):
             chunk = starts[s : s + BATCH]
-            windows = [f.prepare(values=table.values[a : a + ctx]) for a in chunk]
-            preds = f.predict(windows, backend, options)
-            pred = np.stack([np.asarray(p.values) for p in preds])
-            target = np.stack([table.values[a + ctx : a + ctx + horizon] for a in chunk])
-            err = (pred - target) / std
+            err = (forecast(backend, options, chunk) - target(chunk)) / std
             se, ae = se + float(np.square(err).sum()), ae + float(np.abs(err).sum())
         count = len(starts) * horizon * len(f.channels)
         mse, mae = se / count, ae / count
@@ -148,8 +160,10 @@ def evaluate_folder(
         return entry
 
     results: dict[str, Any] = dict(f.quality.get("backends", {}))
+    slices: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
     for backend in backends:
         results[backend] = score(backend)
+        slices[backend] = slice_mse(backend)
     scored_variants = list(f.quality.get("variants", []))
     for backend, options in variants:
         scored_variants = [
@@ -176,6 +190,11 @@ def evaluate_folder(
         },
         "backends": results,
         "variants": scored_variants,
+        "slice": {
+            "indices": slice_indices(len(every)),
+            "mse": slices,
+            "note": "public prepare/predict path on these test windows; tests reproduce it",
+        },
     }
     (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
     f.quality = quality
