@@ -1,5 +1,5 @@
 """Estimated against measured seconds of a forward pass: how far the per-request compute bound
-(``max_request_compute_s``, :mod:`service.batching.cost`) can be trusted.
+(``max_request_compute_s``, :mod:`service.engine.batching.cost`) can be trusted.
 
     python -m benchmarks.cost_model                       # MiniLM + the long ETTm1 forecaster
     python -m benchmarks.cost_model --models informer-etth1-h24 --threads 2
@@ -24,10 +24,10 @@ from typing import Any
 import torch
 
 from models.names import TEXT_MODEL
-from service.batching.cost import CostModel, measure_backend
-from service.batching.device import DeviceRuntime, select_device
-from service.registry import load_servables
-from service.servables.base import Call, ServedModel, TextCall
+from service.engine.batching.cost import CostModel, measure_backend
+from service.engine.batching.device import DeviceRuntime, select_device
+from service.engine.registry import load_servables
+from service.engine.servables.base import Call, ServedModel, TextCall
 from service.settings import Settings
 
 RESULTS = Path(__file__).parent / "results"

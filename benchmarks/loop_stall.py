@@ -4,7 +4,7 @@ latency measured beside them.
     .venv/bin/python -m benchmarks.loop_stall [--clients 1 4] [--seconds 15] [--parse-processes 0 1]
 
 Per ``--parse-processes`` (0: bodies parsed on the event loop; N: in N helper processes,
-``service.body_pool``), starts ``attnserve serve`` with informer-etth1-h24 (one torch thread),
+``service.http.body_pool``), starts ``attnserve serve`` with informer-etth1-h24 (one torch thread),
 then, per ``--clients`` level, that many closed-loop clients each send a body just under the
 4 MiB limit (64 series of 360 hourly rows) while one prober calls ``/healthz`` every 10 ms.
 Prints the prober's p50, p99 and worst latency and the forecasts answered: a stalled loop shows

@@ -44,7 +44,7 @@ def worker(backend: str, batch: int, checkpoint: str | None) -> None:
     from models.informer.memory import forward_bytes
     from models.informer.model import attention_plan
     from models.profiling import allocated_peak
-    from service.batching.device import proc_status_bytes, reset_rss_peak
+    from service.engine.batching.device import proc_status_bytes, reset_rss_peak
 
     torch.set_num_threads(1)
     model, source = _model(checkpoint)

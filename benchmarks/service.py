@@ -336,7 +336,7 @@ def in_process_runners(work: InProcessWork) -> dict[str, tuple[Runner, list[Any]
 
     from models.informer import InformerForecaster
     from models.text import SentenceEncoder
-    from service.batching.device import DeviceRuntime, select_device
+    from service.engine.batching.device import DeviceRuntime, select_device
 
     if work.threads:
         torch.set_num_threads(work.threads)

@@ -18,9 +18,10 @@ from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
 
-from service import __version__, allocator
-from service.batching.batcher import Batcher
-from service.batching.device import (
+from service import __version__
+from service.engine.batching import allocator
+from service.engine.batching.batcher import Batcher
+from service.engine.batching.device import (
     MIB,
     DeviceRuntime,
     configure_threads,
@@ -28,14 +29,14 @@ from service.batching.device import (
     select_device,
     torch_thread,
 )
-from service.batching.policy import Limits
-from service.body_pool import BodyParsePool
-from service.engine import Engine
+from service.engine.batching.policy import Limits
+from service.engine.engine import Engine
+from service.engine.registry import Loader, ModelLoadError, Registry, load_servables
 from service.errors import install_error_handlers
-from service.metrics import Metrics
-from service.middleware import ApiKeyGate, BodyLimit, ConnectionRecycler, RequestContext
-from service.registry import Loader, ModelLoadError, Registry, load_servables
-from service.routes import embeddings, encode, forecast, health, models
+from service.http.body_pool import BodyParsePool
+from service.http.middleware import ApiKeyGate, BodyLimit, ConnectionRecycler, RequestContext
+from service.http.routes import embeddings, encode, forecast, health, models
+from service.observability.metrics import Metrics
 from service.settings import Settings
 from service.state import AppState
 
@@ -149,7 +150,7 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
             await start_serving(state)
         except ModelLoadError as exc:
             # A bad model name or checkpoint folder: the message is the whole story (the
-            # traceback at debug level); the server exits with status 1 (service.server).
+            # traceback at debug level); the server exits with status 1 (service.runtime.server).
             log.error("start-up failed: %s", exc)
             log.debug("start-up failure", exc_info=True)
             state.lifecycle.fail(str(exc))

@@ -102,23 +102,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
     if settings.ray:
-        from service.logs import configure_logging
+        from service.observability.logs import configure_logging
 
         configure_logging(settings)
         if importlib.util.find_spec("ray") is None:
             print("attnserve: --ray needs Ray Serve: pip install 'attnserve[ray]'", file=sys.stderr)
             return 2
-        from service.ray_serve import run as run_on_ray
+        from service.runtime.ray_serve import run as run_on_ray
 
         return run_on_ray(settings)
     if settings.workers > 1:
         # The supervisor loads no model: keep torch and the app out of its process.
-        from service.logs import configure_logging
-        from service.workers import Supervisor
+        from service.observability.logs import configure_logging
+        from service.runtime.workers import Supervisor
 
         configure_logging(settings)
         return Supervisor(settings).run()
-    from service.server import serve  # imports uvicorn and the app only when serving
+    from service.runtime.server import serve  # imports uvicorn and the app only when serving
 
     return serve(settings)
 

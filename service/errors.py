@@ -211,7 +211,7 @@ async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
 
 def install_error_handlers(app: FastAPI) -> None:
     """Specific handlers first, the catch-all last. Starlette runs the catch-all outside the app's
-    middleware, so :class:`~service.middleware.RequestContext` answers unexpected errors itself
+    middleware, so :class:`~service.http.middleware.RequestContext` answers unexpected errors itself
     (same body, plus the request id and the 500 in the metrics); this one is the safety net."""
     app.add_exception_handler(ServiceError, _service_error)
     app.add_exception_handler(RequestValidationError, _validation_error)

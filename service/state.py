@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from service.batching.batcher import Batcher
-from service.body_pool import BodyParsePool
-from service.engine import Engine
+from service.engine.batching.batcher import Batcher
+from service.engine.engine import Engine
+from service.engine.registry import Loader, Registry
+from service.http.body_pool import BodyParsePool
 from service.lifecycle import Lifecycle
-from service.metrics import Metrics
-from service.registry import Loader, Registry
+from service.observability.metrics import Metrics
 from service.settings import Settings
 
 

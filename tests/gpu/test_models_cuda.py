@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from models.informer import InformerForecaster
 from models.text import SentenceEncoder
 from service.app import create_app
-from service.batching.device import DeviceRuntime
+from service.engine.batching.device import DeviceRuntime
 from service.settings import Settings
 from tests.service.helpers import hourly_series
 

@@ -16,8 +16,8 @@ LOCAL = {"service", "models"}
 # Modules that only run with an optional extra installed (the CLI checks for it first), and that
 # extra's name in [project.optional-dependencies]; nothing else may import its packages.
 OPTIONAL_MODULES = {
-    ROOT / "service" / "ray_serve.py": "ray",
-    ROOT / "service" / "ray_metrics.py": "ray",
+    ROOT / "service" / "runtime" / "ray_serve.py": "ray",
+    ROOT / "service" / "runtime" / "ray_metrics.py": "ray",
     # transformers' own time-series classes: loaded only for such a folder (the registry names
     # the extra when it is missing).
     ROOT / "models" / "hf_forecast" / "bridge.py": "transformers",

@@ -10,8 +10,8 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
-from service.servables.forecast import ForecastServable
-from service.servables.text import TextServable
+from service.engine.servables.forecast import ForecastServable
+from service.engine.servables.text import TextServable
 from tests.service.helpers import Wrapped, forecast_servable, make_app, text_servable
 
 

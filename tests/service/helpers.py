@@ -24,9 +24,9 @@ from models.text.config import BertConfig
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import model_dir
 from service.app import create_app
-from service.servables.base import ServedModel
-from service.servables.forecast import ForecastServable
-from service.servables.text import TextServable
+from service.engine.servables.base import ServedModel
+from service.engine.servables.forecast import ForecastServable
+from service.engine.servables.text import TextServable
 from service.settings import Settings
 from tests.unit.test_informer_helpers import tiny_checkpoint
 

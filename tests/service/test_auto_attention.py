@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.batching.worker import ModelWorker
-from service.servables.base import Call
+from service.engine.batching.worker import ModelWorker
+from service.engine.servables.base import Call
 from tests.service.conftest import metric
 from tests.service.helpers import (
     TINY_TEXT,

@@ -1,4 +1,4 @@
-"""Large forecast bodies are parsed and validated in a helper process (``service.body_pool``):
+"""Large forecast bodies are parsed and validated in a helper process (``service.http.body_pool``):
 the answers, refusals and error bodies are exactly those of parsing on the event loop."""
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ import psutil
 import pytest
 from fastapi.testclient import TestClient
 
-from service.body_pool import BodyParsePool, Parsed, parse_and_validate
-from service.schemas import ForecastRequest
+from service.http.body_pool import BodyParsePool, Parsed, parse_and_validate
+from service.http.schemas import ForecastRequest
 from tests.service.helpers import forecast_servable, hourly_series, make_app
 from tests.service.pid_probe import PidProbe
 
@@ -280,7 +280,7 @@ def test_helpers_exit_when_their_server_is_killed(tmp_path: Path) -> None:
     script = tmp_path / "server.py"
     script.write_text(
         "import asyncio, sys, time\n"
-        "from service.body_pool import BodyParsePool\n"
+        "from service.http.body_pool import BodyParsePool\n"
         "from tests.service.pid_probe import PidProbe\n"
         "if __name__ == '__main__':\n"
         "    pool = BodyParsePool(1, 0)\n"

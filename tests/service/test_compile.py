@@ -14,7 +14,7 @@ import torch
 from fastapi.testclient import TestClient
 
 from models.compile import bucket_for, pad_rows
-from service.servables.forecast import ForecastServable
+from service.engine.servables.forecast import ForecastServable
 from tests.service.helpers import (
     TINY_FORECAST,
     hourly_series,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from service.batching.policy import BatchKey, length_bucket
-from service.batching.worker import ModelWorker
-from service.servables.base import TextCall
+from service.engine.batching.policy import BatchKey, length_bucket
+from service.engine.batching.worker import ModelWorker
+from service.engine.servables.base import TextCall
 from service.settings import Settings
 from tests.service.conftest import metric
 from tests.service.helpers import TINY_TEXT, Wrapped, make_app, text_servable

@@ -9,7 +9,7 @@ import pytest
 from fastapi import APIRouter, Body, FastAPI, Request
 from fastapi.testclient import TestClient
 
-from service.routes.fast_json import FastJSONRequest, FastJSONRoute
+from service.http.routes.fast_json import FastJSONRequest, FastJSONRoute
 
 
 @pytest.fixture(scope="module")

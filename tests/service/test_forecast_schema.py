@@ -1,4 +1,4 @@
-"""Forecast histories validated as arrays (``service.schemas.number_array``) and forecasts
+"""Forecast histories validated as arrays (``service.http.schemas.number_array``) and forecasts
 rendered without re-validation (``forecast_json``): the same answers, refusals and bytes as the
 strict per-number walk and FastAPI's ``response_model`` serialisation."""
 
@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service.schemas import ForecastRequest, ForecastResponse, forecast_json, number_array
+from service.http.schemas import ForecastRequest, ForecastResponse, forecast_json, number_array
 from tests.service.helpers import TINY_FORECAST, hourly_series
 
 CHANNELS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]

@@ -14,8 +14,8 @@ from typing import Any
 
 from fastapi.testclient import TestClient
 
-from service.batching.policy import BatchKey, length_bucket, rows_within
-from service.batching.worker import ModelWorker
+from service.engine.batching.policy import BatchKey, length_bucket, rows_within
+from service.engine.batching.worker import ModelWorker
 from tests.service.helpers import TINY_TEXT, Wrapped, make_app, wait_until
 
 LARGE = {"inputs": [f"text number {i} " + "with some words " * (1 + i % 4) for i in range(8)]}

@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from models.attention import BACKENDS
 from service.app import create_app
-from service.registry import ModelLoadError, load_servables
+from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
 from tests.utils.tiny_forecasters import (
     CHANNELS,

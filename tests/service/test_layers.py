@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROUTES = Path(__file__).resolve().parents[2] / "service" / "routes"
+ROUTES = Path(__file__).resolve().parents[2] / "service" / "http" / "routes"
 MODEL_ROUTES = ("encode.py", "embeddings.py", "forecast.py", "models.py")
 
 
@@ -26,7 +26,10 @@ def imported(path: Path) -> set[str]:
 def test_routes_import_neither_torch_nor_models(path: Path) -> None:
     for name in imported(path):
         assert name.split(".")[0] not in {"torch", "models"}, (path.name, name)
-        assert not name.startswith(("service.batching", "service.registry")), (path.name, name)
+        assert not name.startswith(("service.engine.batching", "service.engine.registry")), (
+            path.name,
+            name,
+        )
 
 
 @pytest.mark.parametrize("name", MODEL_ROUTES)

@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.batching.cost import CALIBRATION_RUNS
+from service.engine.batching.cost import CALIBRATION_RUNS
 from service.settings import Settings
 from tests.service.helpers import TINY_TEXT, Wrapped, make_app
 

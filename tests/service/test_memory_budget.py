@@ -17,8 +17,13 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 from pydantic import ValidationError
 
-from service.batching.device import MIB, DeviceRuntime, available_host_memory, batch_memory_budget
-from service.servables.forecast import ForecastServable
+from service.engine.batching.device import (
+    MIB,
+    DeviceRuntime,
+    available_host_memory,
+    batch_memory_budget,
+)
+from service.engine.servables.forecast import ForecastServable
 from service.settings import Settings
 from tests.service.conftest import metric
 from tests.service.helpers import (

@@ -19,8 +19,8 @@ from safetensors.torch import load_file, save_file
 
 from models.informer import InformerForecaster
 from service.app import create_app
-from service.registry import ModelLoadError, load_servables, model_dir_checkpoints
-from service.servables.forecast import ForecastServable
+from service.engine.registry import ModelLoadError, load_servables, model_dir_checkpoints
+from service.engine.servables.forecast import ForecastServable
 from service.settings import Settings
 from tests.service.helpers import hourly_series
 from tests.unit.test_informer_helpers import tiny_checkpoint

@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 
 from models.attention import BACKENDS
 from service.app import create_app
-from service.registry import ModelLoadError, load_servables
+from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
 from tests.utils.tiny_encoders import (
     ARCHITECTURES,

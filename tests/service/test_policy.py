@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from service.batching.policy import (
+from service.engine.batching.policy import (
     BatchKey,
     Limits,
     length_bucket,
@@ -14,7 +14,7 @@ from service.batching.policy import (
     part_rows,
     rows_within,
 )
-from service.servables.base import TextCall
+from service.engine.servables.base import TextCall
 
 FLASH = BatchKey(TextCall("flash"), 16)
 FULL = BatchKey(TextCall("full"), 16)

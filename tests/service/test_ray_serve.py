@@ -17,8 +17,8 @@ import ray  # the [ray] extra, which the dev extra (`make install`) includes
 import yaml
 from ray import serve
 
-from service.ray_metrics import merge
-from service.ray_serve import APP_NAME, application, deployment_options
+from service.runtime.ray_metrics import merge
+from service.runtime.ray_serve import APP_NAME, application, deployment_options
 from service.settings import Settings
 from tests.service.helpers import hourly_series, wait_until
 
@@ -193,7 +193,7 @@ def test_serve_config_and_rayservice_name_the_same_application() -> None:
     embedded = yaml.safe_load(service["spec"]["serveConfigV2"])
     for cfg in (config, embedded):
         (app,) = cfg["applications"]
-        assert app["import_path"] == "service.ray_serve:app_builder"
+        assert app["import_path"] == "service.runtime.ray_serve:app_builder"
         Settings(**app["args"])  # every arg is a valid setting
     assert embedded["applications"][0]["args"]["device"] == "cuda"
     cluster_spec = service["spec"]["rayClusterConfig"]

@@ -72,6 +72,9 @@ def test_torch_free_backend_names_match_the_registry() -> None:
 
 def test_settings_and_the_supervisor_do_not_import_torch() -> None:
     # The supervisor of several workers loads no model; importing torch there cost ~240 MiB.
-    code = "import sys, service.cli, service.workers; print(sorted({'torch', 'fastapi'} & set(sys.modules)))"
+    code = (
+        "import sys, service.cli, service.runtime.workers; "
+        "print(sorted({'torch', 'fastapi'} & set(sys.modules)))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

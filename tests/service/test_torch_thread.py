@@ -1,6 +1,6 @@
 """On CPU every piece of torch work of the process runs on one thread (loading, warm-up and every
 batch of every model), so torch's OpenMP keeps a single pool of helper threads
-(``service.batching.device.torch_thread`` says why that matters)."""
+(``service.engine.batching.device.torch_thread`` says why that matters)."""
 
 from __future__ import annotations
 

@@ -189,7 +189,7 @@ def test_the_default_parser_is_httptools_where_installed() -> None:
     from uvicorn.protocols.http.h11_impl import H11Protocol
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    from service.transport import guarded_protocol
+    from service.http.transport import guarded_protocol
 
     protocol = guarded_protocol(1.0, 4096)
     assert issubclass(protocol, HttpToolsProtocol)

@@ -16,8 +16,8 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
+from service.runtime.workers import worker_settings
 from service.settings import Settings
-from service.workers import worker_settings
 from tests.service.conftest import metric
 from tests.service.helpers import hourly_series, tiny_checkpoint
 from tests.service.server_process import ServerProcess, long_text_burst, wait_until_admitted

@@ -1,6 +1,6 @@
 """Flat memory under varied shapes: the kernel caches are bounded, and freed heap memory is
-returned to the kernel between batches (``service/allocator.py``; the whole-server figure is
-``loadtest/soak.py``'s)."""
+returned to the kernel between batches (``service/engine/batching/allocator.py``; the
+whole-server figure is ``loadtest/soak.py``'s)."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from service import allocator
-from service.batching.device import DeviceRuntime
+from service.engine.batching import allocator
+from service.engine.batching.device import DeviceRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -27,8 +27,8 @@ import service  # sets the cache bounds unless the environment has them
 import torch
 from torch import nn
 from models.text import fused_linear
-from service.allocator import trim
-from service.batching.device import proc_status_bytes
+from service.engine.batching.allocator import trim
+from service.engine.batching.device import proc_status_bytes
 torch.manual_seed(0)
 torch.set_num_threads(1)
 layer = nn.Linear(384, 1536)
@@ -111,8 +111,8 @@ def test_the_runtime_trims_at_most_once_per_interval() -> None:
 FAULTS_SCRIPT = """
 import json, resource, sys
 import torch
-from service import allocator
-from service.batching.device import proc_status_bytes
+from service.engine.batching import allocator
+from service.engine.batching.device import proc_status_bytes
 retained = allocator.retain_freed_memory() if sys.argv[1] == "retain" else False
 
 def one_round():

@@ -1,5 +1,5 @@
 """``attention: "auto"``: quality losses read from the shipped figures, and a choice that never
-exceeds the budget (``models.quality_loss``, ``service.auto_attention``)."""
+exceeds the budget (``models.quality_loss``, ``service.engine.auto_attention``)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 
 from models.quality_loss import embedding_losses, forecast_losses, forecast_variant_losses
 from models.text.encoder import QUALITY_FILE
-from service.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
-from service.servables.base import Call
+from service.engine.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
+from service.engine.servables.base import Call
 
 WEIGHTS = Path(__file__).resolve().parents[2] / "models" / "weights"
 SHIPPED = sorted(p.parent for p in WEIGHTS.glob("*/quality.json"))

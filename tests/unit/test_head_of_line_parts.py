@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 import torch
 
-from service.batching.device import DeviceRuntime
-from service.batching.execute import BatchRun, execute
-from service.batching.job import Job
-from service.batching.policy import BatchKey, Limits
+from service.engine.batching.device import DeviceRuntime
+from service.engine.batching.execute import BatchRun, execute
+from service.engine.batching.job import Job
+from service.engine.batching.policy import BatchKey, Limits
+from service.engine.servables.base import TextCall
 from service.errors import ClientDisconnected, OutOfDeviceMemory
-from service.servables.base import TextCall
 
 KEY = BatchKey(TextCall("full"), 16)
 RUNTIME = DeviceRuntime(torch.device("cpu"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from service.batching.policy import (
+from service.engine.batching.policy import (
     BatchKey,
     Decision,
     Limits,
@@ -13,7 +13,7 @@ from service.batching.policy import (
     next_batch,
     part_rows,
 )
-from service.servables.base import TextCall
+from service.engine.servables.base import TextCall
 
 FULL = BatchKey(TextCall("full"), 256)
 FLASH = BatchKey(TextCall("flash"), 16)

@@ -13,8 +13,8 @@ import pytest
 from models.informer.linear import LinearBaseline
 from models.informer.source import DataSource
 from service.cli import main as cli
-from service.registry import load_servables
-from service.servables.base import Call
+from service.engine.registry import load_servables
+from service.engine.servables.base import Call
 from service.settings import Settings
 from tests.utils.tiny_forecasters import CHANNELS, build, patchtst_config, patchtst_reference
 

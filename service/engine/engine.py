@@ -1,0 +1,200 @@
+"""The one call between HTTP and the models: find the model, check, prepare, batch, await.
+
+Routes parse a body into a :class:`~service.engine.servables.base.TextInput` or
+:class:`~service.engine.servables.base.ForecastInput`, make one call (:meth:`Engine.encode`,
+:meth:`Engine.forecast`) and render what it returns (the shape of TEI's router). Everything
+between lives here, in order:
+
+1. the model by name and task (404 naming the loaded ones), the request's metric labels;
+2. the request-level limit (``max_inputs_per_request``);
+3. ``model.check``: every model-level check once, into a typed, immutable job;
+4. ``model.prepare``: tokenize / parse on the event loop when that is cheaper than a thread hop
+   (the model says which), otherwise in a thread so the loop keeps answering;
+5. ``attention: "auto"``: the backend for these rows (:mod:`service.engine.auto_attention`);
+6. submit to the model's worker under the job's batch key and await the result (or a 504, or
+   the client leaving).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+
+from models.names import BACKEND_NAMES
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
+from service.engine.auto_attention import (
+    AUTO,
+    QUALITY_METRIC,
+    candidates,
+    choose,
+    quality_table,
+)
+from service.engine.batching.batcher import Batcher
+from service.engine.batching.job import JobResult
+from service.engine.batching.policy import BatchKey
+from service.engine.registry import Registry
+from service.engine.servables.base import ForecastInput, TextInput
+from service.errors import InvalidRequest
+from service.settings import Settings
+
+# Text lengths (tokens) at which ``GET /models`` shows the auto table: the quality bands' tops.
+TEXT_TABLE_LENGTHS = (64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Client:
+    """Who asked, as far as the engine cares.
+
+    Attributes:
+        request_id: for logs.
+        labels: the request's metric labels (``model``, ``attention``), filled in here.
+        disconnected: returns once the client has gone (its job is then dropped).
+    """
+
+    request_id: str = ""
+    labels: MutableMapping[str, Any] | None = None
+    disconnected: Callable[[], Awaitable[Any]] | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a route renders.
+
+    Attributes:
+        model: the model's name (not an alias).
+        attention: the backend that ran.
+        value: the model's answer (embeddings, or forecasts as response dicts).
+        result: timings and the batch it ran in (for the response headers).
+        tokens: tokens read (text), for the usage field.
+        horizon: steps returned (forecasts).
+    """
+
+    model: str
+    attention: str
+    value: Any
+    result: JobResult
+    tokens: int = 0
+    horizon: int = 0
+    choice: str | None = None  # attention "auto": what ran and why (x-attention-choice)
+
+
+class Engine:
+    """Drives requests through the loaded models and their batcher (one per process)."""
+
+    def __init__(self, settings: Settings, registry: Registry, batcher: Batcher) -> None:
+        self.settings = settings
+        self.registry = registry
+        self.batcher = batcher
+
+    async def encode(self, model: str | None, request: TextInput, client: Client) -> Answer:
+        """Embeddings for ``request.texts``, one per text, in order."""
+        return await self._serve("encode", model, request, len(request.texts), "inputs", client)
+
+    async def forecast(self, model: str | None, request: ForecastInput, client: Client) -> Answer:
+        """Forecasts for ``request.series``, one per series, in order."""
+        return await self._serve("forecast", model, request, len(request.series), "series", client)
+
+    async def _serve(
+        self, task: str, name: str | None, request: Any, count: int, what: str, client: Client
+    ) -> Answer:
+        labels = client.labels if client.labels is not None else {}
+        auto = request.attention == AUTO
+        if request.attention in BACKEND_NAMES or auto:  # known names only: bounded label values
+            labels["attention"] = request.attention
+        model = self.registry.get(name, task)
+        labels["model"] = model.name
+        if request.attention is None:
+            labels["attention"] = model.default_attention
+        check_count(count, self.settings.max_inputs_per_request, what)
+        check_auto_fields(request)
+        # auto: checked and prepared as for the default backend (the rows do not depend on
+        # it), then the backend is chosen for these rows and the request checked for it.
+        checked = model.check(replace(request, attention=None) if auto else request)
+        if checked.inline:
+            work = model.prepare(checked)
+        else:
+            work = await run_in_threadpool(model.prepare, checked)
+        choice = None
+        if auto:
+            budget = request.max_quality_loss
+            if budget is None:
+                budget = DEFAULT_MAX_QUALITY_LOSS[task]
+            worker = self.batcher.workers[model.name]
+            choice = choose(candidates(model, worker, len(work.rows), max(work.lengths)), budget)
+            checked = model.check(
+                replace(request, attention=choice.backend, attention_options=choice.options)
+            )
+            self.batcher.metrics.auto_choices.labels(model.name, choice.backend).inc()
+        labels["attention"] = checked.call.backend
+        result = await self.batcher.submit(
+            model.name,
+            BatchKey(checked.call, work.bucket),
+            work.rows,
+            work.lengths,
+            finish=work.finish,
+            disconnected=client.disconnected,
+            request_id=client.request_id,
+        )
+        horizon = int(checked.detail.get("horizon", 0))
+        reason = choice.header() if choice is not None else None
+        return Answer(
+            model.name, checked.call.backend, result.value, result, work.tokens, horizon, reason
+        )
+
+    def cards(self) -> list[dict[str, Any]]:
+        """Every loaded model's card, in load order."""
+        return [self.card(name) for name in self.registry.names()]
+
+    def card(self, name: str) -> dict[str, Any]:
+        """One model's card (by name or alias) plus this server's request limits."""
+        model = self.registry.find(name)
+        s = self.settings
+        card = dict(model.card())
+        card["limits"] = {
+            "max_inputs_per_request": s.max_inputs_per_request,
+            "max_batch_size": s.max_batch_size,
+            "max_batch_tokens": s.max_batch_tokens,
+            "max_body_bytes": s.max_body_bytes,
+            "request_timeout_s": s.request_timeout_s,
+            "max_request_compute_s": s.request_compute_limit_s,
+        }
+        worker = self.batcher.workers.get(model.name)
+        if worker is not None:
+            context = getattr(model, "context", None)  # forecasters: every window's length
+            lengths = [context] if context else TEXT_TABLE_LENGTHS
+            card["auto"] = {
+                "default_max_quality_loss": DEFAULT_MAX_QUALITY_LOSS[model.task],
+                "quality_metric": QUALITY_METRIC[model.task],
+                "by_length": {
+                    str(n): quality_table(model, worker, n)
+                    for n in lengths
+                    if n <= getattr(model, "max_tokens", n)
+                },
+            }
+        return card
+
+
+def check_auto_fields(request: Any) -> None:
+    """422 for a quality budget without ``auto``, or options with it."""
+    if request.attention == AUTO:
+        if request.attention_options:
+            raise InvalidRequest(
+                "attention_options cannot be combined with attention 'auto' (it picks a backend "
+                "at its default options); drop attention_options, or name a backend to set them"
+            )
+    elif request.max_quality_loss is not None:
+        raise InvalidRequest(
+            "max_quality_loss applies only with attention 'auto'; send attention 'auto', or "
+            "drop max_quality_loss to run the backend you named"
+        )
+
+
+def check_count(n: int, limit: int, what: str) -> None:
+    """422 for no inputs or more than ``limit`` of them."""
+    if n == 0:
+        raise InvalidRequest(f"{what} must not be empty")
+    if n > limit:
+        raise InvalidRequest(f"too many {what}: {n}; at most {limit} per request")

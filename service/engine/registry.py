@@ -1,0 +1,251 @@
+"""The models this process serves: loading them by name and finding them per request."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from models.names import TEXT_ALIASES, TEXT_MODEL
+from service.engine.servables.base import ServedModel
+from service.errors import ModelNotFound
+from service.settings import Settings
+
+if TYPE_CHECKING:
+    from models.informer import InformerForecaster
+    from models.text import SentenceEncoder
+
+log = logging.getLogger("attnserve")
+
+
+Loader = Callable[[Settings, str], list[ServedModel]]
+
+
+class ModelLoadError(ValueError):
+    """A model the settings ask for cannot be loaded. The message names the model (or folder),
+    what is wrong and how to fix it, so start-up reports it in one line, without a traceback."""
+
+
+def model_dir_checkpoints(model_dir: Path) -> dict[str, Path]:
+    """The checkpoint folders in ``model_dir`` by model name (the folder's name), in name order:
+    every immediate subfolder, followed if it is a link. Entries whose name starts with "." (such
+    as ``.ipynb_checkpoints``) and plain files (a README) are skipped. The folders themselves are
+    checked when they load.
+
+    Raises:
+        ModelLoadError: ``model_dir`` is not a folder, or is itself a checkpoint folder.
+    """
+    if not model_dir.is_dir():
+        problem = "is not a folder" if model_dir.exists() else "does not exist"
+        raise ModelLoadError(f"model_dir {str(model_dir)!r} {problem}")
+    if (model_dir / "config.json").is_file() or (model_dir / "modules.json").is_file():
+        raise ModelLoadError(
+            f"model_dir {str(model_dir)!r} is itself a model folder (it holds config.json); "
+            "set model_dir to the folder above it, or name this folder in models"
+        )
+    return {
+        entry.name: entry
+        for entry in sorted(model_dir.iterdir())
+        if not entry.name.startswith(".") and entry.is_dir()
+    }
+
+
+def _check_names(models: tuple[str, ...], folders: dict[str, Path]) -> None:
+    """Refuse two models that would answer to one name, before any weights load."""
+    taken: dict[str, str] = {}  # name (or alias) -> what claims it
+    for entry in models:
+        text = entry in (TEXT_MODEL, *TEXT_ALIASES)
+        # A checkpoint path is served under its folder's name (InformerForecaster.load).
+        for name in (TEXT_MODEL, *TEXT_ALIASES) if text else (Path(entry).name,):
+            if name in taken:
+                raise ModelLoadError(
+                    f"models lists {taken[name]} and {entry!r}, which would both serve as "
+                    f"{name!r}; list each model once"
+                )
+            taken[name] = repr(entry)
+    for name, folder in folders.items():
+        if name in taken:
+            raise ModelLoadError(
+                f"{folder}: model name {name!r} is already taken by {taken[name]} in models; "
+                "a folder in model_dir is served under its folder's name: rename the folder, "
+                "or drop the other model from models"
+            )
+
+
+def _load_forecaster(target: str, device: str) -> InformerForecaster:
+    """``InformerForecaster.load(target)``, its failures as :class:`ModelLoadError`."""
+    from models.informer import InformerForecaster
+    from models.informer.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return InformerForecaster.load(target, device=device)
+    except CheckpointError as exc:
+        raise ModelLoadError(str(exc)) from exc
+    except FileNotFoundError as exc:
+        if Path(target).is_dir():  # a folder without config.json: let the checks say what lacks
+            try:
+                load_checkpoint(Path(target), device)
+            except CheckpointError as checked:
+                raise ModelLoadError(str(checked)) from exc
+        raise ModelLoadError(str(exc)) from exc
+    except (OSError, ValueError, KeyError, TypeError) as exc:  # e.g. a damaged quality.json
+        raise ModelLoadError(
+            f"{target}: cannot load this checkpoint ({type(exc).__name__}: {exc})"
+        ) from exc
+
+
+def _load_encoder(folder: Path, device: str) -> SentenceEncoder:
+    """``SentenceEncoder.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
+    from models.text import SentenceEncoder
+
+    try:
+        return SentenceEncoder.from_folder(folder, device=device)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def _load_hf_forecaster(folder: Path, device: str) -> Any:
+    """A transformers time-series folder (:class:`models.hf_forecast.forecaster.HFForecaster`),
+    its failures as one-line :class:`ModelLoadError`."""
+    from models.hf_forecast import FolderError
+
+    try:
+        from models.hf_forecast.forecaster import HFForecaster
+    except ImportError as exc:  # transformers is an extra
+        raise ModelLoadError(
+            f"{folder}: serving transformers time-series folders needs transformers "
+            f"({exc.name} is missing): pip install 'attnserve[transformers]'"
+        ) from None
+    try:
+        return HFForecaster.load(folder, device=device)
+    except (FolderError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def _is_hf_forecast_folder(folder: Path) -> bool:
+    from models.hf_forecast import is_forecast_folder
+
+    return is_forecast_folder(folder)
+
+
+def _is_text_folder(folder: Path) -> bool:
+    from models.text.folder import is_text_folder
+
+    return is_text_folder(folder)
+
+
+def load_servables(settings: Settings, device: str) -> list[ServedModel]:
+    """Load every model named in ``settings.models``, then every model folder in
+    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
+    text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
+    encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), a transformers
+    time-series forecaster when its ``config.json`` says so
+    (:func:`models.hf_forecast.is_forecast_folder`), else an attnserve checkpoint.
+
+    Names are checked before any weights load; all models load before any serves, so a failure
+    leaves nothing half served.
+
+    Raises:
+        ModelLoadError: an unknown model name, a missing or broken checkpoint folder, or two
+            models with one name; the message names the model or folder and the fix.
+    """
+    # Imported here: building an app (and its tests) must not pay for torch models up front.
+    from models.hf_forecast.folder import shipped_folders
+    from models.text import SentenceEncoder
+    from models.text.packaged import PACKAGED, packaged_folder
+    from service.engine.servables.forecast import ForecastServable
+    from service.engine.servables.text import TextServable
+
+    folders = model_dir_checkpoints(settings.model_dir) if settings.model_dir else {}
+    if settings.model_dir and not folders:
+        log.warning("model_dir %s holds no checkpoint folders", settings.model_dir)
+    _check_names(settings.models, folders)
+    shipped_hf = shipped_folders()
+    servables: list[ServedModel] = []
+    for name in settings.models:
+        log.info("loading %s on %s", name, device)
+        if name in (TEXT_MODEL, *TEXT_ALIASES):
+            encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
+            servables.append(TextServable(encoder, TEXT_ALIASES))
+        elif name in PACKAGED:
+            try:
+                folder = packaged_folder(name)
+            except (OSError, ValueError) as exc:
+                raise ModelLoadError(f"{name}: {exc}") from exc
+            servables.append(TextServable(_load_encoder(folder, device)))
+        elif Path(name).is_dir() and _is_text_folder(Path(name)):
+            servables.append(TextServable(_load_encoder(Path(name), device)))
+        elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
+            servables.append(ForecastServable(_load_hf_forecaster(Path(name), device)))
+        elif name in shipped_hf:
+            servables.append(ForecastServable(_load_hf_forecaster(shipped_hf[name], device)))
+        elif name.startswith("informer-") or Path(name).is_dir():
+            servables.append(ForecastServable(_load_forecaster(name, device)))
+        else:
+            raise ModelLoadError(
+                f"unknown model {name!r} in models: use {TEXT_MODEL}, "
+                f"{', '.join(PACKAGED)}, a shipped forecaster (informer-..., "
+                f"{', '.join(shipped_hf) or 'patchtst-...'}), or a path to "
+                "a model folder (sentence-transformers, transformers encoder, transformers "
+                "time-series forecaster, or an attnserve checkpoint)"
+            )
+    for name, folder in folders.items():
+        log.info("loading %s from %s on %s", name, folder, device)
+        if _is_text_folder(folder):
+            servables.append(TextServable(_load_encoder(folder, device)))
+        elif _is_hf_forecast_folder(folder):
+            servables.append(ForecastServable(_load_hf_forecaster(folder, device)))
+        else:
+            servables.append(ForecastServable(_load_forecaster(str(folder), device)))
+    return servables
+
+
+class Registry:
+    """Loaded models by name (and alias)."""
+
+    def __init__(self, servables: Iterable[ServedModel]) -> None:
+        self.models: dict[str, ServedModel] = {}
+        self._by_name: dict[str, ServedModel] = {}
+        for s in servables:
+            if s.name in self.models:
+                raise ValueError(f"model {s.name!r} is loaded twice")
+            self.models[s.name] = s
+            for name in (s.name, *s.aliases):
+                self._by_name[name] = s
+
+    def names(self, task: str | None = None) -> list[str]:
+        return [n for n, s in self.models.items() if task is None or s.task == task]
+
+    def find(self, name: str) -> ServedModel:
+        """The model called ``name`` (whatever its task).
+
+        Raises:
+            ModelNotFound: no model by that name is loaded (the message lists those that are).
+        """
+        if name not in self.models:
+            raise ModelNotFound(
+                f"model {name!r} is not loaded; loaded: {', '.join(self.names()) or 'none'}"
+            )
+        return self.models[name]
+
+    def get(self, name: str | None, task: str) -> ServedModel:
+        """The ``task`` model called ``name`` (the only one of that task when None).
+
+        Raises:
+            ModelNotFound: no such model of this task is loaded (the message lists those that are).
+        """
+        loaded = self.names(task)
+        if name is None:
+            if len(loaded) == 1:
+                return self.models[loaded[0]]
+            raise ModelNotFound(
+                f"name a model: this server has {len(loaded)} {task} models "
+                f"({', '.join(loaded) or 'none'})"
+            )
+        servable = self._by_name.get(name)
+        if servable is None or servable.task != task:
+            raise ModelNotFound(
+                f"no {task} model {name!r} is loaded; {task} models: {', '.join(loaded) or 'none'}"
+            )
+        return servable

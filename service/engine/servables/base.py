@@ -1,0 +1,208 @@
+"""The one protocol every served model implements, and the typed values that cross it.
+
+The engine (:mod:`service.engine.engine`) drives a request through a model in four steps, each a
+method of :class:`ServedModel`:
+
+1. ``check(request)``: validate everything that needs the model but not much work (backend and
+   options, horizon, dimensions, empty inputs) into a typed :class:`Checked`, before anything is parsed;
+2. ``prepare(checked)``: the CPU-side work (tokenize, parse and scale histories) into :class:`Work`:
+   the rows, their lengths, the :class:`Call` they share and how to turn outputs into the answer;
+3. ``run(rows, call)``: one forward pass over exactly the rows the batcher formed (worker thread);
+4. ``card()``: what ``GET /models`` shows.
+
+A servable wraps one model object from ``models/`` (which knows tensors) and speaks in plain
+Python values; routes never see it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+OptionItems = tuple[tuple[str, Hashable], ...]
+
+
+@dataclass(frozen=True)
+class Call:
+    """What every row of one forward pass shares; requests with equal calls (and length bucket)
+    may be batched together.
+
+    Attributes:
+        backend: attention backend name.
+        options: canonical backend options (defaults filled, derived ones left out) as sorted
+            ``(name, value)`` pairs, so ``{}`` and the spelled-out defaults batch together.
+    """
+
+    backend: str
+    options: OptionItems = ()
+
+    @property
+    def options_dict(self) -> dict[str, Any]:
+        return dict(self.options)
+
+
+@dataclass(frozen=True)
+class TextCall(Call):
+    """A text forward pass: also whether embeddings are scaled to unit length, and how many
+    leading (prompt) tokens per text pooling leaves out."""
+
+    normalize: bool = True
+    skip: int = 0
+
+
+@dataclass(frozen=True)
+class TextInput:
+    """An ``/encode`` or ``/v1/embeddings`` request, whichever route it came through."""
+
+    texts: list[str]
+    attention: str | None = None
+    attention_options: Mapping[str, Any] = field(default_factory=dict)
+    normalize: bool | None = None  # None: as the model does (its Normalize module)
+    long_text: str = "error"  # over the limit: error, truncate or windows (models.text.windows)
+    dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
+    max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
+    prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
+
+
+# Per-series inputs besides the history that some forecasters take (transformers' encoder-
+# decoders); passed to ``prepare`` only when a request gives them.
+EXTRA_INPUTS = ("time_features", "static_categorical", "static_real")
+
+
+@dataclass(frozen=True)
+class ForecastInput:
+    """A ``/forecast`` request: each series a mapping of ``timestamps`` or ``start`` and
+    ``values`` or ``columns`` (see :meth:`models.informer.InformerForecaster.prepare`)."""
+
+    series: Sequence[Mapping[str, Any]]
+    horizon: int | None = None
+    attention: str | None = None
+    attention_options: Mapping[str, Any] = field(default_factory=dict)
+    steps: int = 0  # history rows over all series: how much parsing ``prepare`` has to do
+    max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
+    quantiles: tuple[float, ...] = ()  # probabilistic models: quantiles beside the mean
+    seed: int = 0  # probabilistic models: series i samples with seed + i
+
+
+@dataclass(frozen=True)
+class Checked:
+    """A request checked against its model, not yet prepared (typed: nothing is validated again).
+
+    Attributes:
+        call: the forward pass it needs.
+        request: the request it came from.
+        inline: preparing it is cheap enough to do on the event loop (a thread hop costs more);
+            otherwise the engine prepares it in a thread so the loop keeps answering.
+        detail: what the model resolved besides the call (the forecast horizon).
+    """
+
+    call: Call
+    request: Any
+    inline: bool
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Work:
+    """A prepared job, ready for the batcher.
+
+    Attributes:
+        rows: model inputs, one per text / series.
+        lengths: tokens / time steps per row.
+        bucket: length bucket of the longest row (rows of one bucket batch together).
+        finish: turns this job's row outputs, in order, into its answer (runs on the worker
+            thread after the forward pass).
+        tokens: what the usage field reports (tokens read; 0 for forecasts).
+    """
+
+    rows: list[Any]
+    lengths: list[int]
+    bucket: int
+    finish: Callable[[list[Any]], Any]
+    tokens: int = 0
+
+
+@runtime_checkable
+class ServedModel(Protocol):
+    """A loaded model the engine can check, prepare, batch and describe."""
+
+    name: str
+    task: str  # "encode" or "forecast"
+    aliases: tuple[str, ...]
+    default_attention: str
+
+    def check(self, request: Any) -> Checked:
+        """Validate ``request`` against this model.
+
+        Raises:
+            AttentionError, ModelInputError: what is wrong and how to fix it (a 422).
+        """
+        ...
+
+    def prepare(self, checked: Checked) -> Work:
+        """The rows for the batcher (``ModelInputError`` naming the input that is wrong)."""
+        ...
+
+    def run(self, rows: list[Any], call: Any) -> list[Any]:
+        """One output per row, in order: one forward pass over exactly these rows (worker
+        thread, under inference mode)."""
+        ...
+
+    def card(self) -> dict[str, Any]:
+        """The model card served at ``GET /models``."""
+        ...
+
+    # What the worker needs to operate the model (not per request).
+
+    def backends(self) -> list[str]:
+        """Backends this model serves on its device (warmed up at start-up)."""
+        ...
+
+    def default_call(self, backend: str) -> Call:
+        """The call ``backend`` makes with its default options."""
+        ...
+
+    def memory_estimate(self, call: Any, rows: int, length: int) -> int:
+        """Estimated peak activation memory, in bytes, of :meth:`run` on ``rows`` rows of
+        ``length`` tokens / time steps (the batcher keeps batches under its memory budget)."""
+        ...
+
+    def work_estimate(self, call: Any, rows: int, length: int) -> float:
+        """Flop-equivalents of :meth:`run` on ``rows`` rows of ``length`` (see
+        :mod:`models.attention.work`); the worker prices them in seconds with the rate it
+        measured for the backend (:mod:`service.engine.batching.cost`)."""
+        ...
+
+    def quality_losses(self, length: int) -> dict[Call, float]:
+        """Measured quality loss against exact attention per call (a backend at its default
+        options, or at options scored separately), for rows of ``length`` (see
+        :mod:`models.quality_loss`); calls without a figure are left out (``attention: "auto"``
+        never picks them)."""
+        ...
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        """Calls of ``backend`` at options other than its defaults that have quality figures:
+        ``auto`` may pick them, so warm-up prices each on this device."""
+        ...
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+        """A batch of typical size (rows, call, longest row), timed at start-up to measure
+        ``backend``'s work rate."""
+        ...
+
+    def warmup_batches(self, backend: str) -> Sequence[tuple[list[Any], Call]]:
+        """The batches (rows, call) to run before ready: one small batch, or for a compiled
+        backend one per shape it will see (so no graph compiles while serving)."""
+        ...
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        """``torch.compile`` the forward for those of ``backends`` this model serves."""
+        ...
+
+
+def option_items(options: Mapping[str, Any]) -> OptionItems:
+    """Resolved options without the ``None`` ones ("derive from the input"), sorted."""
+    return tuple((k, v) for k, v in sorted(options.items()) if v is not None)

@@ -1,0 +1,173 @@
+"""A forecaster as a served model: histories checked and prepared up front, predicted in batches
+at the model's full horizon and cut to each request's horizon afterwards.
+
+Serves our Informer checkpoints (:class:`~models.informer.InformerForecaster`) and transformers'
+time-series folders (:class:`~models.hf_forecast.HFForecaster`) alike: both prepare a series
+into a window, predict a batch of windows with a backend and describe themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from models.errors import ModelInputError
+from models.quality_loss import forecast_losses, forecast_variant_losses
+from service.engine.servables.backends import accepted_backends, served_card
+from service.engine.servables.base import (
+    EXTRA_INPUTS,
+    Call,
+    Checked,
+    ForecastInput,
+    Work,
+    option_items,
+)
+
+# Requests of up to this many history rows are prepared on the event loop, larger ones in a
+# thread. The schema has already turned the numbers into arrays and the checks, timestamps and
+# calendar are vectorised, so a few context-2,048 windows take the loop less time than the hop
+# to a thread and back, which on a busy host waits for the scheduler twice
+# (benchmarks/results/forecast-overhead.md).
+INLINE_PREPARE_ROWS = 8192
+# Windows in the batch timed at start-up to measure each backend's work rate.
+CALIBRATION_WINDOWS = 2
+
+
+def _cut(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> list[dict[str, Any]]:
+    """Each forecast's first ``horizon`` steps as a response dict (timestamps when it has them,
+    the requested quantiles of its samples when asked)."""
+    out = []
+    for f in forecasts:
+        answer: dict[str, Any] = {}
+        if f.timestamps is not None:
+            answer["timestamps"] = f.timestamps[:horizon]
+        answer["values"] = f.values[:horizon]
+        if quantiles:
+            levels = np.quantile(f.samples[:, :horizon], quantiles, axis=0)  # [q, h, c]
+            answer["quantiles"] = {
+                f"{q:g}": level.tolist() for q, level in zip(quantiles, levels, strict=True)
+            }
+        out.append(answer)
+    return out
+
+
+class ForecastServable:
+    """Wraps a forecaster: an :class:`~models.informer.InformerForecaster` or an
+    :class:`~models.hf_forecast.HFForecaster`."""
+
+    task = "forecast"
+
+    def __init__(self, forecaster: Any) -> None:
+        self.forecaster = forecaster
+        self.name = forecaster.name
+        self.aliases: tuple[str, ...] = ()
+        self.default_attention = forecaster.default_attention
+        self.context = forecaster.context
+        self.horizon = forecaster.horizon
+        self._backends = accepted_backends(self.forecaster.check_attention)
+        # The shipped figures do not change while serving: read once, asked per auto request.
+        quality = self.forecaster.quality
+        self._losses: dict[Call, float] = {
+            self.default_call(b): loss
+            for b, loss in forecast_losses(quality).items()
+            if b in self._backends
+        }
+        for b, options, loss in forecast_variant_losses(quality):
+            if b in self._backends:  # a variant equal to the defaults keeps the default's figure
+                call = Call(b, option_items(self.forecaster.check_attention(b, options)))
+                self._losses.setdefault(call, loss)
+
+    # ------------------------------------------------------------------ per request
+
+    def check(self, request: ForecastInput) -> Checked:
+        """Horizon, backend and options; the histories are checked as they are prepared."""
+        horizon = self.forecaster.check_horizon(request.horizon)
+        backend = request.attention or self.default_attention
+        options = self.forecaster.check_attention(backend, dict(request.attention_options))
+        call = Call(backend, option_items(options))
+        if request.quantiles and not self.forecaster.probabilistic:
+            raise ModelInputError(
+                f"{self.name} gives point forecasts (no distribution head): leave out quantiles"
+            )
+        inline = request.steps <= INLINE_PREPARE_ROWS
+        return Checked(call, request, inline, {"horizon": horizon})
+
+    def prepare(self, checked: Checked) -> Work:
+        """Validated windows, one per series; the error names the series index."""
+        request: ForecastInput = checked.request
+        windows = self.windows(request.series, request.seed)
+        # Every window is cut to the model's context, so one length bucket per model.
+        lengths = [self.context] * len(windows)
+        finish = partial(_cut, checked.detail["horizon"], tuple(request.quantiles))
+        return Work(windows, lengths, self.context, finish)
+
+    def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
+        """Mappings of the forecaster's ``prepare`` keyword arguments as windows; a
+        probabilistic forecaster's series ``i`` samples with ``seed + i``."""
+        probabilistic = self.forecaster.probabilistic
+        windows = []
+        for i, s in enumerate(series):
+            try:
+                given = [k for k in EXTRA_INPUTS if s.get(k) is not None]
+                refused = [k for k in given if k not in self.forecaster.extra_inputs]
+                if refused:
+                    raise ModelInputError(f"{self.name} takes no {', '.join(refused)}")
+                kwargs = dict(s)
+                if probabilistic:
+                    kwargs["seed"] = seed + i
+                windows.append(self.forecaster.prepare(**kwargs))
+            except ModelInputError as exc:
+                raise ModelInputError(f"series {i}: {exc}") from None
+        return windows
+
+    def run(self, rows: list[Any], call: Call) -> list[Any]:
+        return self.forecaster.predict(rows, call.backend, call.options_dict, validated=True)
+
+    def card(self) -> dict[str, Any]:
+        return served_card(self.forecaster.card(), self.aliases, self.backends())
+
+    # ------------------------------------------------------------------ operations
+
+    def backends(self) -> list[str]:
+        return list(self._backends)
+
+    def default_call(self, backend: str) -> Call:
+        return Call(backend, option_items(self.forecaster.check_attention(backend, None)))
+
+    def memory_estimate(self, call: Call, rows: int, length: int) -> int:
+        # Every window is cut to the model's context: ``length`` is always the context.
+        return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
+
+    def quality_losses(self, length: int) -> dict[Call, float]:
+        # Every window is cut to the model's context: the figures hold at any history length.
+        return self._losses
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        default = self.default_call(backend)
+        return [c for c in self._losses if c.backend == backend and c != default]
+
+    def work_estimate(self, call: Call, rows: int, length: int) -> float:
+        return self.forecaster.work_estimate(call.backend, call.options_dict, rows)
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+        rows = [self._mean_window()] * CALIBRATION_WINDOWS
+        return rows, self.default_call(backend), self.context
+
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
+        window, call = self._mean_window(), self.default_call(backend)
+        return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
+
+    def _mean_window(self) -> Any:
+        # A typical, always valid history the forecaster describes itself.
+        (window,) = self.windows([self.forecaster.sample_history()])
+        return window
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        served = [b for b in backends if b in self._backends]
+        if served:
+            self.forecaster.compile(served, batch_buckets, mode, compiler)

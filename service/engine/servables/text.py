@@ -1,0 +1,184 @@
+"""A sentence encoder as a served model (the shipped MiniLM or any supported model folder):
+texts checked, tokenized up front with the model's prompt, embedded in the batches the worker
+forms (one forward pass per batch: no split inside the model)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from models.errors import ModelInputError
+from models.quality_loss import embedding_losses
+from models.text import SentenceEncoder, windows
+from models.text.encoder import DEFAULT_ATTENTION
+from service.engine.batching.policy import length_bucket
+from service.engine.servables.backends import accepted_backends, served_card
+from service.engine.servables.base import (
+    Call,
+    Checked,
+    TextCall,
+    TextInput,
+    Work,
+    option_items,
+)
+
+# Tokenizing this many characters costs about as much as a thread hop: shorter requests are
+# tokenized on the event loop, longer ones in a thread.
+INLINE_TOKENIZE_CHARS = 4096
+CALIBRATION_TOKENS = 128
+
+
+class TextServable:
+    """Wraps a :class:`~models.text.SentenceEncoder`.
+
+    Args:
+        encoder: the loaded encoder.
+        aliases: other names clients may use for it (e.g. the sentence-transformers hub id).
+    """
+
+    task = "encode"
+
+    def __init__(self, encoder: SentenceEncoder, aliases: tuple[str, ...] = ()) -> None:
+        self.encoder = encoder
+        self.name = encoder.name
+        self.aliases = aliases
+        self.default_attention = DEFAULT_ATTENTION
+        self.dim = encoder.dim
+        self.max_tokens = encoder.max_tokens
+        self._backends = accepted_backends(self.encoder.check_attention)
+        self._quality = encoder.quality()
+        self._losses: dict[int, dict[Call, float]] = {}
+
+    # ------------------------------------------------------------------ per request
+
+    def check(self, request: TextInput) -> Checked:
+        """Backend and options, dimensions, prompt and empty texts; token limits come with
+        tokenizing."""
+        if request.dimensions is not None and request.dimensions != self.dim:
+            raise ModelInputError(
+                f"dimensions must be {self.dim} for {self.name} (no shortening), "
+                f"got {request.dimensions}"
+            )
+        for i, text in enumerate(request.texts):
+            if not text.strip():
+                raise ModelInputError(f"input {i} is empty; every input needs some text")
+        backend = request.attention or self.default_attention
+        options = self.encoder.check_attention(backend, request.attention_options)
+        skip = self.encoder.pool_skip(request.prompt_name)  # also refuses an unknown prompt
+        normalize = self.encoder.normalize if request.normalize is None else request.normalize
+        # Windows are pooled unnormalised and normalised once merged (in prepare's finish).
+        row_normalize = normalize and request.long_text != "windows"
+        call = TextCall(backend, option_items(options), row_normalize, skip)
+        inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
+        return Checked(call, request, inline)
+
+    def prepare(self, checked: Checked) -> Work:
+        request: TextInput = checked.request
+        if request.long_text == "windows":
+            return self._prepare_windows(request)
+        truncate = request.long_text == "truncate"
+        token_ids = self.encoder.tokenize(request.texts, truncate, request.prompt_name)
+        lengths = [len(ids) for ids in token_ids]
+        return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
+
+    def _prepare_windows(self, request: TextInput) -> Work:
+        """Every text over the limit as overlapping windows, all rows of one job (so they batch
+        together); ``finish`` merges each text's rows back into one vector."""
+        split = self.encoder.windows(request.texts, request.prompt_name)
+        normalize = self.encoder.normalize if request.normalize is None else request.normalize
+
+        def finish(vectors: list[list[float]]) -> list[list[float]]:
+            merged = windows.merge(torch.tensor(vectors, dtype=torch.float32), split, normalize)
+            return merged.tolist()
+
+        lengths = [len(ids) for ids in split.rows]
+        return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
+
+    def run(self, rows: list[Any], call: TextCall) -> list[Any]:
+        vectors = self.encoder.embed(
+            rows,
+            call.backend,
+            call.options_dict,
+            call.normalize,
+            max_batch_tokens=None,
+            max_batch_size=len(rows),
+            validated=True,
+            skip=call.skip,
+        )
+        return vectors.tolist()
+
+    def card(self) -> dict[str, Any]:
+        return served_card(self.encoder.card(), self.aliases, self.backends())
+
+    # ------------------------------------------------------------------ operations
+
+    def backends(self) -> list[str]:
+        return list(self._backends)
+
+    def default_call(self, backend: str) -> TextCall:
+        options = option_items(self.encoder.check_attention(backend, None))
+        return TextCall(backend, options, self.encoder.normalize)
+
+    def memory_estimate(self, call: TextCall, rows: int, length: int) -> int:
+        return self.encoder.memory_estimate(
+            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
+        )
+
+    def work_estimate(self, call: TextCall, rows: int, length: int) -> float:
+        return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
+
+    def quality_losses(self, length: int) -> dict[Call, float]:
+        # The figures do not change while serving: worked out once per length (at most
+        # max_tokens of them), then asked per auto request.
+        losses = self._losses.get(length)
+        if losses is None:
+            losses = self._losses[length] = {
+                self._measured_call(backend, options): loss
+                for backend, (loss, options) in embedding_losses(self._quality, length).items()
+                if backend in self._backends
+            }
+        return losses
+
+    def measured_variants(self, backend: str) -> list[Call]:
+        # One figure per backend (models/text/quality.json), measured at the options it names.
+        entry = (self._quality.get("backends") or {}).get(backend)
+        if entry is None or backend not in self._backends:
+            return []
+        call = self._measured_call(backend, dict(entry.get("options") or {}))
+        return [] if call == self.default_call(backend) else [call]
+
+    def _measured_call(self, backend: str, options: dict[str, Any]) -> TextCall:
+        """The call a figure was measured with (options resolved as a request's would be; a
+        ``None`` option was derived from the input, as the default is)."""
+        given = {k: v for k, v in options.items() if v is not None}
+        items = option_items(self.encoder.check_attention(backend, given))
+        return TextCall(backend, items, self.encoder.normalize)
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
+        # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short
+        # enough that timing every backend adds little to start-up.
+        text = "the quick brown fox jumps over the lazy dog " * 16
+        rows = [ids[:CALIBRATION_TOKENS] for ids in self.tokenize([text] * 4)]
+        return rows, self.default_call(backend), max(map(len, rows))
+
+    def tokenize(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
+        """Token ids per text (for warm-up batches and tests)."""
+        return self.encoder.tokenize(texts, truncate)
+
+    def warmup_batches(self, backend: str) -> list[tuple[list[Any], TextCall]]:
+        call = self.default_call(backend)
+        texts = ["warm-up", "a slightly longer sentence to warm up padded batches of text"]
+        rows = self.tokenize(texts)
+        if backend not in self.encoder.compiled_backends:
+            return [(rows, call)]
+        # Symbolic shapes: a few sizes settle the graph (sizes 1 and 2 specialise separately).
+        long = self.tokenize(["warm-up " * self.max_tokens])
+        return [(rows[:1], call), (rows, call), (rows * 4 + long, call)]
+
+    def compile(
+        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
+    ) -> None:
+        served = [b for b in backends if b in self._backends]
+        if served:
+            self.encoder.compile(served, mode, compiler)

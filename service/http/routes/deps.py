@@ -1,0 +1,73 @@
+"""Dependencies shared by the routes: app state, readiness gate (the engine), the caller,
+response headers. (The API key is checked earlier, before the body is read: ``ApiKeyGate``.)"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated
+
+from fastapi import Depends, Request, Response
+
+from service.engine.engine import Answer, Client, Engine
+from service.errors import NotReady, ShuttingDown
+from service.http.middleware import request_state
+from service.state import AppState
+
+
+async def get_app_state(request: Request) -> AppState:
+    # async: FastAPI would run a plain def in its thread pool, a hop per request for nothing.
+    state: AppState = request.app.state.attnserve
+    return state
+
+
+AppStateDep = Annotated[AppState, Depends(get_app_state)]
+
+
+async def require_engine(state: AppStateDep) -> AsyncIterator[Engine]:
+    """503 while loading or draining; otherwise the engine over the loaded models. Counts the
+    request as in flight until it is answered, so a drain can wait for it."""
+    lifecycle = state.lifecycle
+    if lifecycle.draining:
+        state.metrics.rejections.labels("", "shutting_down").inc()
+        raise ShuttingDown("the server is shutting down; retry on another replica")
+    if not lifecycle.ready or state.engine is None:
+        state.metrics.rejections.labels("", "not_ready").inc()
+        raise NotReady(f"the server is not ready yet ({lifecycle.detail})")
+    lifecycle.inflight += 1
+    state.metrics.requests_in_flight.inc()  # set here, not read at scrape: exact across workers
+    try:
+        yield state.engine
+    finally:
+        lifecycle.inflight -= 1
+        state.metrics.requests_in_flight.dec()
+
+
+EngineDep = Annotated[Engine, Depends(require_engine)]
+
+
+def client_of(request: Request) -> Client:
+    """The engine's view of the caller: request id, metric labels, and a coroutine function that
+    returns once the client has gone (the body is already read, so the next ASGI message is
+    ``http.disconnect``)."""
+
+    async def disconnected() -> None:
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    state = request_state(request.scope)
+    return Client(state.get("request_id", ""), state, disconnected)
+
+
+def set_timing_headers(response: Response, answer: Answer) -> None:
+    """``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows in the forward pass),
+    ``x-batch-requests`` (requests merged into it) and, for ``attention: "auto"``,
+    ``x-attention-choice`` (what ran and why)."""
+    result = answer.result
+    response.headers["x-queue-time-ms"] = f"{result.queue_s * 1000:.2f}"
+    response.headers["x-inference-time-ms"] = f"{result.batch.inference_s * 1000:.2f}"
+    response.headers["x-batch-size"] = str(result.batch.rows)
+    response.headers["x-batch-requests"] = str(result.batch.requests)
+    if answer.choice is not None:
+        response.headers["x-attention-choice"] = answer.choice

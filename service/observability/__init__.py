@@ -1,0 +1,1 @@
+"""Prometheus metrics (every one in :mod:`~service.observability.metrics`) and logging."""

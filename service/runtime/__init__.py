@@ -1,0 +1,2 @@
+"""Running the app: one uvicorn server with its signal handling, several under a supervisor, or
+replicas on Ray Serve."""
