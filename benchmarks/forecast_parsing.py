@@ -9,9 +9,10 @@ Four payloads carry the same history (the last ``rows`` rows of the shipped ETTm
 channel), ``columns + timestamps`` and ``columns as base64`` (each channel's float32 bytes,
 base64: the numbers rounded to float32, which the model computes in anyway). Each is parsed exactly as the server does it
 (:class:`~service.http.routes.fast_json.FastJSONRequest`'s pydantic-core reader, the
-:class:`~service.http.schemas.ForecastRequest` model, :meth:`InformerForecaster.prepare`); the
-reference row is the model's forward pass on one window under ``flash`` (median of repeats,
-the same thread count). Writes ``benchmarks/results/forecast-parsing.md``.
+:class:`~service.http.schemas.forecast.ForecastRequest` model,
+:meth:`InformerForecaster.prepare`); the reference row is the model's forward pass on one window
+under ``flash`` (median of repeats, the same thread count). Writes
+``benchmarks/results/forecast-parsing.md``.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from models.informer import InformerForecaster
 from models.informer.data import data_dir
 from models.informer.table import load_series_csv
 from models.informer.timefeatures import format_timestamps
-from service.http.schemas import ForecastRequest
+from service.http.schemas.forecast import ForecastRequest
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -72,7 +72,7 @@ from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
 from models.names import BACKEND_NAMES
 from models.quality_loss import forecast_losses, forecast_variant_losses, variant_label
-from service.http.schemas import ForecastRequest
+from service.http.schemas.forecast import ForecastRequest
 
 RESULTS = Path(__file__).parent / "results"
 LONG_MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")

@@ -5,9 +5,9 @@ of forecast history keep the event loop (and every other request, ``/healthz`` i
 for tens of milliseconds per body, and a thread does not help. A process does: the helper parses
 the bytes, validates them against the route's body model and sends back a *packed* form (long
 number lists as float64 arrays) that costs the event loop a copy and a cheap re-validation
-(``service.http.schemas`` passes arrays through). Bodies under ``body_parse_min_bytes`` stay on the
-loop: for them the round trip (a few ms: the body crosses a pipe twice) costs more latency than
-the loop would lose parsing them.
+(``service.http.schemas.arrays`` passes arrays through). Bodies under ``body_parse_min_bytes``
+stay on the loop: for them the round trip (a few ms: the body crosses a pipe twice) costs more
+latency than the loop would lose parsing them.
 
 The helper is a spawned interpreter (never forked: the server runs torch threads) that imports
 pydantic, numpy and the schemas, not torch or the models.

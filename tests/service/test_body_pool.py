@@ -21,7 +21,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.http.body_pool import BodyParsePool, Parsed, parse_and_validate
-from service.http.schemas import ForecastRequest
+from service.http.schemas.forecast import ForecastRequest
 from tests.service.helpers import forecast_servable, hourly_series, make_app
 from tests.service.pid_probe import PidProbe
 

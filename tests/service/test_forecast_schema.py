@@ -1,6 +1,6 @@
-"""Forecast histories validated as arrays (``service.http.schemas.number_array``) and forecasts
-rendered without re-validation (``forecast_json``): the same answers, refusals and bytes as the
-strict per-number walk and FastAPI's ``response_model`` serialisation."""
+"""Forecast histories validated as arrays (``service.http.schemas.arrays.number_array``) and
+forecasts rendered without re-validation (``forecast_json``): the same answers, refusals and bytes
+as the strict per-number walk and FastAPI's ``response_model`` serialisation."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ import pytest
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from service.http.schemas import ForecastRequest, ForecastResponse, forecast_json, number_array
+from service.http.schemas.arrays import number_array
+from service.http.schemas.forecast import ForecastRequest, ForecastResponse, forecast_json
 from tests.service.helpers import TINY_FORECAST, hourly_series
 
 CHANNELS = ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]

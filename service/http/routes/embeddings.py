@@ -11,8 +11,8 @@ from fastapi import APIRouter, Request, Response
 from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.schemas import (
-    ERROR_RESPONSES,
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.text import (
     EmbeddingItem,
     EmbeddingsRequest,
     EmbeddingsResponse,

@@ -7,7 +7,8 @@ from fastapi import APIRouter, Request, Response
 from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.schemas import ERROR_RESPONSES, EncodeRequest, EncodeResponse, Usage
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.text import EncodeRequest, EncodeResponse, Usage
 
 router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 

@@ -7,7 +7,8 @@ from fastapi import APIRouter, Request, Response
 from service.engine.servables.base import EXTRA_INPUTS, ForecastInput
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.schemas import ERROR_RESPONSES, ForecastRequest, ForecastResponse, forecast_json
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.forecast import ForecastRequest, ForecastResponse, forecast_json
 
 router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 

@@ -8,7 +8,7 @@ from fastapi.responses import JSONResponse
 
 from service.errors import NotReady, ShuttingDown, error_response
 from service.http.routes.deps import AppStateDep
-from service.http.schemas import ErrorBody, Health
+from service.http.schemas.common import ErrorBody, Health
 from service.lifecycle import Phase
 from service.observability.metrics import CONTENT_TYPE
 

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.http.routes.deps import EngineDep
-from service.http.schemas import ERROR_RESPONSES, ModelsResponse
+from service.http.schemas.common import ERROR_RESPONSES, ModelsResponse
 
 router = APIRouter(tags=["models"])
 

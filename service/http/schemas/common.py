@@ -1,0 +1,68 @@
+"""What every request and response body shares: strict request parsing, the error body, the
+``max_quality_loss`` field, and the bodies of ``GET /models`` and the health probes.
+
+Shape checks live in the bodies; checks that need the model (token limits, context length,
+channels, timestamps, backends) happen in the engine before queueing.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
+
+Options = dict[str, Any]
+
+
+class StrictRequest(BaseModel):
+    """Base of every request body: unknown fields are refused, and so are values of the wrong
+    type (a number sent as a string ("24"), a bool as 0/1), not coerced."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+# ----------------------------------------------------------------------------- errors
+
+
+class ErrorDetail(BaseModel):
+    type: str = Field(description="Machine-readable error type (see the error table).")
+    message: str = Field(description="What was wrong and how to fix it.")
+
+
+class ErrorBody(BaseModel):
+    """The one error body of every non-2xx response."""
+
+    error: ErrorDetail
+
+
+# The error statuses a model route can answer, for the OpenAPI schema (``responses=``).
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody} for status in (401, 404, 413, 422, 429, 503, 504, 507)
+}
+
+
+def quality_budget(metric: str, task: str) -> Any:
+    """The ``max_quality_loss`` field of ``task``, whose quality loss is ``metric``."""
+    default = DEFAULT_MAX_QUALITY_LOSS[task]
+    return Field(
+        None,
+        ge=0,
+        allow_inf_nan=False,
+        description="With attention 'auto': the most quality loss against exact attention the "
+        f"server may trade for speed ({metric}; default {default}). Only with 'auto'.",
+    )
+
+
+# ----------------------------------------------------------------------------- models, health
+
+
+class ModelsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[dict[str, Any]] = Field(description="One card per loaded model.")
+
+
+class Health(BaseModel):
+    status: str
+    detail: str = ""

@@ -1,0 +1,123 @@
+"""The bodies of ``POST /encode`` and the OpenAI-compatible ``POST /v1/embeddings``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, StrictBool, model_validator
+
+from service.http.schemas.common import Options, StrictRequest, quality_budget
+
+# ----------------------------------------------------------------------------- encode
+
+
+LongText = Literal["error", "truncate", "windows"]
+LONG_TEXT_HELP = (
+    "A text over the model's token limit: error (a 422 naming it), truncate (keep its first "
+    "tokens), or windows (embed all of it as overlapping windows at the limit, averaged by "
+    "their tokens)."
+)
+
+
+class EncodeRequest(StrictRequest):
+    inputs: str | list[str] = Field(
+        description="A text or a list of texts.", examples=[["first text", "second text"]]
+    )
+    model: str | None = Field(None, description="Encoder name; the only loaded encoder if omitted.")
+    attention: str | None = Field(
+        None,
+        description="Attention backend (full, flash, probsparse, performer, nystrom), or auto: "
+        "the fastest within max_quality_loss.",
+    )
+    attention_options: Options = Field(
+        default_factory=dict, description="Options of the backend (see GET /models)."
+    )
+    max_quality_loss: float | None = quality_budget(
+        "1 - mean cosine to the exact embedding", "encode"
+    )
+    normalize: StrictBool | None = Field(
+        None,
+        description="Scale each embedding to unit length; default: as the model does (its "
+        "folder's Normalize module; all-MiniLM-L6-v2: true).",
+    )
+    truncate: StrictBool = Field(
+        False,
+        description="Cut texts over the token limit instead of refusing them (long_text=truncate).",
+    )
+    long_text: LongText | None = Field(
+        None, description=LONG_TEXT_HELP + " Default: truncate when truncate=true, else error."
+    )
+
+    @model_validator(mode="after")
+    def _one_long_text_rule(self) -> EncodeRequest:
+        if self.truncate and self.long_text not in (None, "truncate"):
+            raise ValueError(
+                f"truncate=true and long_text={self.long_text} contradict each other; send one"
+            )
+        return self
+
+    @property
+    def long_text_rule(self) -> str:
+        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
+        return self.long_text or ("truncate" if self.truncate else "error")
+
+    prompt_name: str | None = Field(
+        None,
+        description="One of the model's named prompts (see GET /models), prepended to every "
+        "text; default: the model's default prompt, if it has one.",
+    )
+
+
+class Usage(BaseModel):
+    tokens: int = Field(description="Tokens the model read, special tokens included.")
+
+
+class EncodeResponse(BaseModel):
+    model: str
+    attention: str
+    embeddings: list[list[float]]
+    usage: Usage
+
+
+# ----------------------------------------------------------------------------- OpenAI embeddings
+
+
+class EmbeddingsRequest(StrictRequest):
+    """OpenAI ``POST /v1/embeddings``, plus the ``attention``/``attention_options`` extension."""
+
+    input: str | list[str] = Field(description="A text or a list of texts.")
+    model: str = Field(description="Encoder name, e.g. all-MiniLM-L6-v2.")
+    encoding_format: Literal["float", "base64"] = Field(
+        "float", description="float: lists of numbers; base64: little-endian float32 bytes."
+    )
+    dimensions: int | None = Field(
+        None, description="Accepted only when equal to the model's dimension (no shortening)."
+    )
+    user: str | None = Field(None, description="Ignored (OpenAI compatibility).")
+    attention: str | None = Field(None, description="Attention backend or auto (extension).")
+    attention_options: Options = Field(default_factory=dict, description="Backend options.")
+    max_quality_loss: float | None = quality_budget(
+        "1 - mean cosine to the exact embedding", "encode"
+    )
+    prompt_name: str | None = Field(
+        None, description="One of the model's named prompts, prepended to every text (extension)."
+    )
+    long_text: LongText = Field("error", description=LONG_TEXT_HELP + " (extension)")
+
+
+class EmbeddingItem(BaseModel):
+    object: Literal["embedding"] = "embedding"
+    index: int
+    embedding: list[float] | str
+
+
+class EmbeddingsUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class EmbeddingsResponse(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[EmbeddingItem]
+    model: str
+    usage: EmbeddingsUsage
