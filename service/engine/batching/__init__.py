@@ -1,3 +1,4 @@
-"""Queues and batches: a pure policy (``policy``), a worker per model (``worker``), the batch
-runner with split-and-retry (``execute``), the device runtime (``device``) and the routes' face
+"""Queues and batches: a pure policy (``policy``), a worker per model (``worker``) with its
+refusals on arrival (``admission``), the batch runner with split-and-retry (``execute``), the
+device runtime (``device``) with the C allocator's settings (``allocator``) and the engine's face
 (``batcher``)."""

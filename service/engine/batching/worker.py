@@ -2,21 +2,24 @@
 one thread that owns the model and runs the batches (so the event loop keeps answering).
 
 Memory: the worker prices batches with the model's own estimate
-(:meth:`~service.engine.servables.base.ServedModel.memory_estimate`, cached per key, rows and length) and
-holds them under ``limits.max_batch_memory``; a request whose single row is over it is refused
-on arrival (:class:`~service.errors.MemoryBudgetExceeded`, a 422 naming the backends that fit).
+(:meth:`~service.engine.servables.base.ServedModel.memory_estimate`, cached per key, rows and
+length) and holds them under ``limits.max_batch_memory``; a request whose single row is over it
+is refused on arrival (:func:`~service.engine.batching.admission.memory_refusal`, a 422 naming
+the backends that fit).
 
-Time: warm-up measures each backend's work rate on this device (:mod:`service.engine.batching.cost`);
-a request whose estimated compute is over ``limits.max_request_seconds`` is refused on arrival
-(:class:`~service.errors.ComputeBudgetExceeded`, a 422 saying how many rows, which options or
-which backends would fit), and no batch grows past it, so no request holds the worker for longer
-than its client would wait.
+Time: warm-up measures each backend's work rate on this device
+(:mod:`service.engine.batching.cost`); a request whose estimated compute is over
+``limits.max_request_seconds`` is refused on arrival
+(:func:`~service.engine.batching.admission.compute_refusal`, a 422 saying how many rows, which
+options or which backends would fit), and no batch grows past it, so no request holds the worker
+for longer than its client would wait.
 
 Turns: no forward pass holds the worker much past ``limits.slice_seconds`` of estimated compute
 (the time slice). A batch over a limit (rows, tokens, memory or the slice) runs as a
-:class:`~service.engine.batching.execute.BatchRun`, one executor call per part; between two parts the
-loop asks :func:`~service.engine.batching.policy.between_parts` whether the requests that arrived
-meanwhile get a batch first, so a one-text request never waits behind all of a large one.
+:class:`~service.engine.batching.execute.BatchRun`, one executor call per part; between two
+parts the loop asks :func:`~service.engine.batching.policy.between_parts` whether the requests
+that arrived meanwhile get a batch first, so a one-text request never waits behind all of a
+large one.
 """
 
 from __future__ import annotations
@@ -30,25 +33,17 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from service.engine.batching.admission import compute_refusal, memory_refusal
 from service.engine.batching.cost import CostModel, measure_backend
-from service.engine.batching.device import MIB, DeviceRuntime, torch_thread
+from service.engine.batching.device import DeviceRuntime, torch_thread
 from service.engine.batching.execute import BatchRun, Outcome
 from service.engine.batching.job import Job, JobResult
-from service.engine.batching.policy import BatchKey, Limits, between_parts, next_batch, rows_within
+from service.engine.batching.policy import BatchKey, Limits, between_parts, next_batch
 from service.engine.servables.base import ServedModel
-from service.errors import (
-    ComputeBudgetExceeded,
-    MemoryBudgetExceeded,
-    QueueFull,
-    RequestTimeout,
-    ShuttingDown,
-)
+from service.errors import QueueFull, RequestTimeout, ShuttingDown
 from service.observability.metrics import Metrics
 
 log = logging.getLogger("attnserve.batching")
-
-# How one row and its length read in a memory error, per task.
-ROW_WORDS = {"forecast": ("series", "steps"), "encode": ("text", "tokens")}
 
 
 class ModelWorker:
@@ -118,8 +113,9 @@ class ModelWorker:
         return len(self._pending)
 
     def submit(self, job: Job) -> None:
-        """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait,
-        :class:`MemoryBudgetExceeded` when one of its rows alone is over the memory budget."""
+        """Queue ``job``; :class:`QueueFull` or :class:`ShuttingDown` when it cannot wait, the
+        refusals of :mod:`~service.engine.batching.admission` when it cannot fit (one of its rows
+        alone over the memory budget, its estimated compute over the per-request limit)."""
         if not self._accepting:
             self.metrics.rejections.labels(self.name, "shutting_down").inc()
             raise ShuttingDown("the server is shutting down; retry on another replica")
@@ -140,70 +136,21 @@ class ModelWorker:
         budget = self.limits.max_batch_memory
         if budget is None:
             return
-        key, length = job.key, job.longest
-        needed = self.memory_estimate(key, 1, length)
-        if needed <= budget:
-            return
-        self.metrics.rejections.labels(self.name, "memory_budget").inc()
-        fits = []
-        for backend in self.servable.backends():
-            if backend == key.backend:
-                continue
-            other = BatchKey(self.servable.default_call(backend), key.bucket)
-            estimate = self.memory_estimate(other, 1, length)
-            if estimate <= budget:
-                fits.append((estimate, backend))
-        row, unit = ROW_WORDS.get(self.servable.task, ("row", "tokens"))
-        advice = (
-            "use a backend whose memory grows about linearly with the length; estimated to fit: "
-            + ", ".join(f"{b} (~{e / MIB:.0f} MiB)" for e, b in sorted(fits))
-            if fits
-            else "no attention backend fits one row; send shorter inputs or raise the budget"
-        )
-        raise MemoryBudgetExceeded(
-            f"{self.name}: one {row} of {length} {unit} under attention '{key.backend}' needs an "
-            f"estimated {needed / MIB:.0f} MiB of activation memory, over this server's batch "
-            f"memory budget of {budget / MIB:.0f} MiB (max_batch_memory_mb); {advice}"
-        )
+        refusal = memory_refusal(self.servable, job.key, job.longest, budget, self.memory_estimate)
+        if refusal is not None:
+            self.metrics.rejections.labels(self.name, "memory_budget").inc()
+            raise refusal
 
     def _check_compute(self, job: Job) -> None:
         budget = self.limits.max_request_seconds
-        key, rows, length = job.key, job.n_rows, job.longest
-        needed = self.seconds_estimate(key, rows, length) if budget is not None else None
-        if budget is None or needed is None or needed <= budget:
+        if budget is None:
             return
-        self.metrics.rejections.labels(self.name, "compute_budget").inc()
-        row, unit = ROW_WORDS.get(self.servable.task, ("row", "tokens"))
-
-        def fits(k: BatchKey, n: int = 1) -> float | None:
-            seconds = self.seconds_estimate(k, n, length)
-            return seconds if seconds is not None and seconds <= budget else None
-
-        ways = []
-        if fits(key) is not None:
-            most = rows_within(budget, rows, lambda n: self.seconds_estimate(key, n, length) or 0)
-            ways.append(f"send at most {most} {row}s of this length per request")
-        default = BatchKey(self.servable.default_call(key.backend), key.bucket)
-        if default != key and (seconds := fits(default, rows)) is not None:
-            ways.append(f"use {key.backend}'s default options (~{seconds:.1f} s)")
-        others = [
-            (seconds, backend)
-            for backend in self.servable.backends()
-            if backend != key.backend
-            and (seconds := fits(BatchKey(self.servable.default_call(backend), key.bucket), rows))
-            is not None
-        ]
-        if others:
-            listed = ", ".join(f"{b} (~{t:.1f} s)" for t, b in sorted(others))
-            ways.append(f"use a cheaper attention backend: {listed}")
-        options = ", ".join(f"{k}={v}" for k, v in key.call.options) or "default options"
-        raise ComputeBudgetExceeded(
-            f"{self.name}: {rows} {row}{'s' if rows != 1 else ''} of up to {length} {unit} under "
-            f"attention '{key.backend}' ({options}) need an estimated {needed:.1f} s of compute "
-            f"on this server, over its per-request limit of {budget:.1f} s "
-            "(max_request_compute_s); to fit: "
-            + ("; or ".join(ways) if ways else f"send shorter {row}s")
+        refusal = compute_refusal(
+            self.servable, job.key, job.n_rows, job.longest, budget, self.seconds_estimate
         )
+        if refusal is not None:
+            self.metrics.rejections.labels(self.name, "compute_budget").inc()
+            raise refusal
 
     def _retry_after_s(self) -> int:
         batches_ahead = self.max_queue / max(1, self.limits.max_batch_size)
