@@ -1,5 +1,5 @@
 """Names that code which must not import torch needs: the server's settings and its supervisor
-process (``service/workers.py``), which loads no model. ``models.attention.BACKENDS`` (the
+process (``service/runtime/workers.py``), which loads no model. ``models.attention.BACKENDS`` (the
 registry's own names) must equal ``BACKEND_NAMES``; a test checks it."""
 
 BACKEND_NAMES: tuple[str, ...] = ("full", "flash", "probsparse", "performer", "nystrom")

@@ -1,5 +1,5 @@
 """Each attention backend's (and option variant's) measured quality loss against exact attention,
-read from a model's shipped quality figures: what ``attention: "auto"`` budgets against (:mod:`service.auto_attention`).
+read from a model's shipped quality figures: what ``attention: "auto"`` budgets against (:mod:`service.engine.auto_attention`).
 
 Pure arithmetic over the figures (no torch): a backend without a figure has no loss here, so it
 is never chosen on a guess.

@@ -13,7 +13,7 @@ maps (an ``exp`` over ``[b, h, L, m]``) and ``full``'s softmax look nearly free 
 ``num_features`` is priced at a fraction of what it costs.
 
 The service turns work into seconds with a rate per backend measured on its own device at
-start-up (:mod:`service.batching.cost`), so only the *ratios* between two calls of one backend
+start-up (:mod:`service.engine.batching.cost`), so only the *ratios* between two calls of one backend
 matter here: how cost grows with rows, length and options. Each function follows its kernel
 (:mod:`models.attention`) top-down, as :mod:`models.attention.memory` does for bytes;
 ``benchmarks/cost_model.py`` prints estimated against measured time.

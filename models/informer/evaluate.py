@@ -20,7 +20,7 @@ over ten thousand windows costs hours on a CPU and neighbouring windows overlap 
 
 ``--variants backend:option=value[,option=value]`` also scores a backend at options other than
 its defaults (recorded under ``variants``): the figures ``attention: "auto"`` needs before it may
-pick those options (:mod:`service.auto_attention`). With ``--variants`` and no ``--backends``,
+pick those options (:mod:`service.engine.auto_attention`). With ``--variants`` and no ``--backends``,
 only the variants are scored.
 """
 
