@@ -61,11 +61,11 @@ docs: $(VENV)/.installed-docs
 
 # Retrains the shipped ETTh1 forecasters (two queues, one core each; see the script)
 train-etth1: install
-	bash models/informer/train_etth1.sh
+	bash models/training/train_etth1.sh
 
 # Trains the ETTm1 context-2048 forecasters and their context-96 controls (see the script)
 train-ettm1: install
-	bash models/informer/train_ettm1.sh
+	bash models/training/train_ettm1.sh
 
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention

@@ -14,9 +14,9 @@ import argparse
 import json
 from pathlib import Path
 
-from models.informer.evaluate import evaluate_checkpoint
-from models.informer.train import STATE_FILE
-from models.informer.train import main as train
+from models.training.informer_evaluate import evaluate_checkpoint
+from models.training.informer_fit import STATE_FILE
+from models.training.informer_train import main as train
 
 RESULTS = Path(__file__).resolve().parent / "results" / "forecast-ablation-etth1.md"
 # Variant -> (what changes, extra train flags on top of the ``patch`` preset), one lever at a

@@ -45,8 +45,8 @@ import httpx
 from benchmarks.host import cpu_model
 from benchmarks.service import ROOT, ServerProcess, load_average
 from models.informer.checkpoint import shipped_dirs
-from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
+from models.training.source import source_of
 
 RESULTS = ROOT / "benchmarks" / "results"
 FORMATS = ("rows + timestamps", "columns + start", "base64 columns + start")

@@ -29,9 +29,9 @@ import torch
 from pydantic_core import from_json
 
 from models.informer import InformerForecaster
-from models.informer.data import data_dir
-from models.informer.table import load_series_csv
 from models.informer.timefeatures import format_timestamps
+from models.training.data import data_dir
+from models.training.table import load_series_csv
 from service.http.schemas.forecast import ForecastRequest
 
 RESULTS = Path(__file__).parent / "results"

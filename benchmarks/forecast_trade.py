@@ -68,10 +68,10 @@ from benchmarks.service import (
 from models.attention import get_backend
 from models.informer import InformerForecaster
 from models.informer.checkpoint import shipped_dirs
-from models.informer.source import source_of
 from models.informer.timefeatures import format_timestamps
 from models.names import BACKEND_NAMES
 from models.quality_loss import forecast_losses, forecast_variant_losses, variant_label
+from models.training.source import source_of
 from service.http.schemas.forecast import ForecastRequest
 
 RESULTS = Path(__file__).parent / "results"

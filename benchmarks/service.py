@@ -70,7 +70,7 @@ def short_texts(n: int) -> list[str]:
 
 def etth1_windows(context: int, n: int) -> list[dict[str, Any]]:
     """``n`` test-split histories of ``context`` rows (as request ``series`` items)."""
-    from models.informer.data import SPLIT_BORDERS, load_etth1
+    from models.training.data import SPLIT_BORDERS, load_etth1
 
     index, values = load_etth1()
     start, end = SPLIT_BORDERS["test"]

@@ -39,7 +39,7 @@ def _exact_reference(quality: Mapping[str, Any]) -> float | None:
 
 def forecast_losses(quality: Mapping[str, Any]) -> dict[str, float]:
     """Relative test-MSE increase of each backend at its default options over exact attention,
-    from a checkpoint's ``quality.json`` (:mod:`models.informer.evaluate`); ``{}`` without an
+    from a checkpoint's ``quality.json`` (:mod:`models.training.informer_evaluate`); ``{}`` without an
     exact figure.
 
     Backends may have been scored on different windows (the default backend on all of them,

@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-# Training and evaluation live in ``models/``: their argument parsers are their own.
+# Training and evaluation live in ``models/training/``: their argument parsers are their own.
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
     "evaluate": "score checkpoints (ours or transformers time-series folders) per backend "
@@ -68,9 +68,9 @@ def run_model_tool(name: str, argv: list[str]) -> int:
             importlib.import_module("models.text.quality").main(argv)
             return 0
         if folders and is_forecast_folder(Path(folders[0])):
-            importlib.import_module("models.hf_forecast.evaluate").main(argv)
+            importlib.import_module("models.training.hf_evaluate").main(argv)
             return 0
-    importlib.import_module(f"models.informer.{name}").main(argv)
+    importlib.import_module(f"models.training.informer_{name}").main(argv)
     return 0
 
 

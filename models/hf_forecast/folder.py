@@ -9,7 +9,7 @@ channel names, no step. An optional ``attnserve.json`` beside them adds what a s
      "data": {...},                     # the CSV and split it was trained on (evaluate)
      "training": {...}}                 # how it was trained (shown on the card)
 
-``python -m models.hf_forecast.train_patchtst`` writes it; a user may write it by hand.
+``python -m models.training.patchtst_train`` writes it; a user may write it by hand.
 """
 
 from __future__ import annotations

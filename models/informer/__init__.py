@@ -2,8 +2,9 @@
 trainable on any CSV.
 
 Public surface for the service: :class:`InformerForecaster`, :class:`ForecastWindow`,
-:class:`Forecast`, :func:`shipped_models`. Training: ``attnserve train``
-(:mod:`models.informer.train`); evaluation: ``attnserve evaluate`` (:mod:`.evaluate`).
+:class:`Forecast`, :func:`shipped_models`. Loader: :mod:`.checkpoint` (``config.json`` +
+``model.safetensors``). Training: ``attnserve train`` (:mod:`models.training.informer_train`);
+evaluation: ``attnserve evaluate`` (:mod:`models.training.informer_evaluate`).
 """
 
 from models.informer.config import PRESETS, InformerConfig, preset

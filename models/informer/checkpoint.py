@@ -17,8 +17,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from models.informer.config import InformerConfig
-from models.informer.data import StandardScaler
 from models.informer.model import Informer
+from models.informer.scaler import StandardScaler
 from models.informer.timefeatures import feature_names
 
 WEIGHTS_DIR = Path(__file__).resolve().parents[1] / "weights"
@@ -34,7 +34,7 @@ def save_checkpoint(
     data: dict[str, Any] | None = None,
 ) -> None:
     """Write ``model.safetensors`` and ``config.json`` into ``directory`` (``data``: the
-    :class:`~models.informer.source.DataSource` record the model was trained on)."""
+    :class:`~models.training.source.DataSource` record the model was trained on)."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"))

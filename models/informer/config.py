@@ -45,7 +45,7 @@ class InformerConfig:
         patch_len: steps per token (PatchTST patches); 0 keeps Informer's one token per step.
         patch_stride: encoder patch stride (the decoder's patches never overlap); 0 means
             ``patch_len // 2``.
-        linear_path: add the closed-form NLinear map (:mod:`models.informer.linear`) as a path
+        linear_path: add the closed-form NLinear map (:mod:`models.training.linear`) as a path
             beside the network, whose output projection starts at zero: the untrained model is
             the linear baseline, and training adds what attention finds on top.
         default_attention: the backend a request gets when it names none (the one trained with).

@@ -7,7 +7,7 @@ LayerNorm, a linear projection; the whole horizon comes out of one forward pass.
 
 Options beyond the paper (see :class:`InformerConfig`): channel independence and patch tokens
 (PatchTST, Nie et al., ICLR 2023) and a linear path, the closed-form NLinear map of
-:mod:`models.informer.linear`, to which the network's output is added as a correction.
+:mod:`models.training.linear`, to which the network's output is added as a correction.
 
 Attention plan (which backend each layer runs), decided per call by :func:`attention_plan`:
     * every layer runs the requested backend with the requested options;
@@ -104,7 +104,7 @@ class LinearPath(nn.Module):
     """NLinear's map ``W·(x - x_last) + x_last`` per channel, ``W`` of shape ``[h, n]``.
 
     Frozen by default: it holds the closed-form fit (:meth:`LinearBaseline.fit
-    <models.informer.linear.LinearBaseline.fit>`), set by the trainer before the first step.
+    <models.training.linear.LinearBaseline.fit>`), set by the trainer before the first step.
     It commutes with RevIN (a map of differences without bias is shift- and scale-equivariant),
     so it runs on the normalised window and still equals the baseline in original units.
     """

@@ -22,7 +22,7 @@ OPTIONAL_MODULES = {
     # the extra when it is missing).
     ROOT / "models" / "hf_forecast" / "bridge.py": "transformers",
     ROOT / "models" / "hf_forecast" / "forecaster.py": "transformers",
-    ROOT / "models" / "hf_forecast" / "train_patchtst.py": "transformers",
+    ROOT / "models" / "training" / "patchtst_train.py": "transformers",
 }
 
 

@@ -16,13 +16,14 @@ import torch
 from models.informer import InformerForecaster
 from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
-from models.informer.data import ETTH1_CHANNELS, StandardScaler
 from models.informer.model import Informer
+from models.informer.scaler import StandardScaler
 from models.text import SentenceEncoder
 from models.text.bert import BertEncoder
 from models.text.config import BertConfig
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import model_dir
+from models.training.data import ETTH1_CHANNELS
 from service.app import create_app
 from service.engine.servables.base import ServedModel
 from service.engine.servables.forecast import ForecastServable

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from models.informer.data import ETTH1_CHANNELS
+from models.training.data import ETTH1_CHANNELS
 from tests.service.helpers import TINY_FORECAST, Wrapped, hourly_series, make_app
 from tests.service.test_errors import assert_error
 

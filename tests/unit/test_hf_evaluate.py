@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.informer.linear import LinearBaseline
-from models.informer.source import DataSource
+from models.training.linear import LinearBaseline
+from models.training.source import DataSource
 from service.cli import main as cli
 from service.engine.registry import load_servables
 from service.engine.servables.base import Call

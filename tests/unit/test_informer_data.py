@@ -10,14 +10,7 @@ import pandas as pd
 import pytest
 
 from models.informer import timefeatures
-from models.informer.data import (
-    SPLIT_BORDERS,
-    StandardScaler,
-    WindowDataset,
-    data_dir,
-    load_etth1,
-    make_splits,
-)
+from models.informer.scaler import StandardScaler
 from models.informer.timefeatures import (
     check_regular,
     feature_names,
@@ -29,6 +22,7 @@ from models.informer.timefeatures import (
     step_freq,
     time_features,
 )
+from models.training.data import SPLIT_BORDERS, WindowDataset, data_dir, load_etth1, make_splits
 from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
 
 

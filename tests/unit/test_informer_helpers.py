@@ -15,14 +15,9 @@ import torch
 
 from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
-from models.informer.data import (
-    DATA_ENV,
-    ETTH1_CHANNELS,
-    StandardScaler,
-    decoder_input,
-    etth1_path,
-)
 from models.informer.model import Informer
+from models.informer.scaler import StandardScaler
+from models.training.data import DATA_ENV, ETTH1_CHANNELS, decoder_input, etth1_path
 
 
 def needs_data(test: Callable[..., Any]) -> Callable[..., Any]:

@@ -9,9 +9,9 @@ import torch
 
 from models.attention import BACKENDS
 from models.informer.config import preset
-from models.informer.linear import LinearBaseline, sliding_windows
 from models.informer.model import Informer
 from models.informer.patching import fold_channels, unfold_channels
+from models.training.linear import LinearBaseline, sliding_windows
 from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from models.informer import InformerForecaster, shipped_models
 from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
-from models.informer.evaluate import slice_mse
-from models.informer.source import source_of
 from models.informer.timefeatures import feature_names
+from models.training.informer_evaluate import slice_mse
+from models.training.source import source_of
 from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
 
 SHIPPED = shipped_models()

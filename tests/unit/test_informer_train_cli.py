@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file
 
 from models.informer import InformerForecaster
-from models.informer.train import STATE_FILE
+from models.training.informer_fit import STATE_FILE
 from service.cli import main as cli
 from tests.unit.test_informer_helpers import one_thread  # noqa: F401
 

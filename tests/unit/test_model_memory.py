@@ -18,13 +18,14 @@ from models.attention import BACKENDS
 from models.informer import InformerForecaster
 from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
-from models.informer.data import ETTH1_CHANNELS, StandardScaler
 from models.informer.memory import forward_bytes as informer_bytes
 from models.informer.model import Informer, LayerChoice, attention_plan
+from models.informer.scaler import StandardScaler
 from models.profiling import allocated_peak
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.config import BertConfig
 from models.text.memory import forward_bytes as bert_bytes
+from models.training.data import ETTH1_CHANNELS
 from tests.unit.test_informer_helpers import random_batch
 
 FACTOR = {"full": (0.8, 1.2)}

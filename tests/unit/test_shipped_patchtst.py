@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from models.hf_forecast.folder import read_sidecar, shipped_folders
-from models.informer.source import DataSource
-from models.informer.table import load_series_csv
+from models.training.source import DataSource
+from models.training.table import load_series_csv
 from service.engine.registry import load_servables
 from service.settings import Settings
 

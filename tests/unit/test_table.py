@@ -8,14 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.informer import data
-from models.informer.table import (
-    SPLIT_PRESETS,
-    DataError,
-    load_series_csv,
-    make_splits,
-    split_borders,
-)
+from models.training import data
+from models.training.csv_file import DataError
+from models.training.splits import SPLIT_PRESETS, make_splits, split_borders
+from models.training.table import load_series_csv
 from tests.unit.test_informer_helpers import needs_data
 
 HEADER = "date,a,b\n"

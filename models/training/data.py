@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
+from models.informer.scaler import StandardScaler
 from models.informer.timefeatures import time_features
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -40,25 +41,6 @@ def data_dir() -> Path:
 
 def etth1_path() -> Path:
     return data_dir() / "ETT" / "ETTh1.csv"
-
-
-@dataclass
-class StandardScaler:
-    """Per-channel ``(x - mean) / std``, fit on training rows only."""
-
-    mean: np.ndarray
-    std: np.ndarray
-
-    @classmethod
-    def fit(cls, values: np.ndarray) -> StandardScaler:
-        # Population std, as sklearn's StandardScaler (the reference) uses.
-        return cls(values.mean(axis=0), values.std(axis=0))
-
-    def transform(self, values: np.ndarray) -> np.ndarray:
-        return (values - self.mean) / self.std
-
-    def inverse(self, values: np.ndarray) -> np.ndarray:
-        return values * self.std + self.mean
 
 
 @dataclass

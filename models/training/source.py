@@ -12,15 +12,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from models.informer.data import (
-    ETTH1_CHANNELS,
-    REPO_ROOT,
-    SPLIT_BORDERS,
-    SplitArrays,
-    StandardScaler,
-    data_dir,
-)
-from models.informer.table import SPLIT_PRESETS, SeriesTable, load_series_csv, make_splits
+from models.informer.scaler import StandardScaler
+from models.training.data import ETTH1_CHANNELS, REPO_ROOT, SPLIT_BORDERS, SplitArrays, data_dir
+from models.training.splits import SPLIT_PRESETS, make_splits
+from models.training.table import SeriesTable, load_series_csv
 
 SPLITS = ("train", "val", "test")
 _M = SPLIT_PRESETS["ett-minute"]

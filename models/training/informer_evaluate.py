@@ -7,7 +7,7 @@ the same train split at the same context and horizon — the bar a forecaster mu
 worth serving. The data are rebuilt from the checkpoint's own ``data`` record (CSV, columns,
 split borders). Writes ``quality.json`` into the checkpoint folder (served by ``GET /models``;
 its ``slice`` entry is what the tests reproduce) and, for the shipped checkpoints, the table in
-``models/informer/RESULTS.md``.
+``models/training/RESULTS.md``.
 
     attnserve evaluate                                  # every shipped checkpoint + RESULTS.md
     attnserve evaluate runs/my-model --backends flash performer
@@ -40,14 +40,14 @@ from torch.utils.data import DataLoader, Subset
 from models.attention import BACKENDS
 from models.attention.base import AttentionError
 from models.informer.checkpoint import shipped_dirs
-from models.informer.data import WindowDataset
 from models.informer.forecaster import InformerForecaster
-from models.informer.linear import LinearBaseline
-from models.informer.metrics import evaluate_loader
-from models.informer.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
-from models.informer.table import SeriesTable
 from models.informer.timefeatures import format_timestamps
 from models.quality_loss import variant_label
+from models.training.data import WindowDataset
+from models.training.linear import LinearBaseline
+from models.training.metrics import evaluate_loader
+from models.training.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
+from models.training.table import SeriesTable
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 # Zhou et al. 2021, Table 2 (multivariate ETTh1, Informer): horizon -> (MSE, MAE).
@@ -85,7 +85,7 @@ def slice_mse(
 
     Window ``i`` uses rows ``[t0 - context + i, t0 + i)`` of the CSV (``t0`` the first test row)
     as history in original units and the next ``horizon`` rows as the target, exactly as
-    :class:`~models.informer.data.WindowDataset` does on the test split.
+    :class:`~models.training.data.WindowDataset` does on the test split.
     """
     start = source.borders["test"][0] - forecaster.context
     ctx, horizon = forecaster.context, forecaster.horizon
@@ -282,7 +282,7 @@ def results_table() -> str:
 NOTES = """
 Notes:
 
-- The shipped recipe (`patch` preset, `models/informer/train_etth1.sh`): Informer encoder (two
+- The shipped recipe (`patch` preset, `models/training/train_etth1.sh`): Informer encoder (two
   attention layers with a distilling step) and generative decoder over patch tokens of 16 steps
   (stride 8) of one channel at a time, RevIN around the network, no calendar embedding, and the
   closed-form linear map as a path the network's output is added to. The network's output
@@ -293,7 +293,7 @@ Notes:
   queries: all 12 at context 96 (exact), 19 of 42 at 336.
 - What each lever bought: `benchmarks/results/forecast-ablation-etth1.md`.
 - `informer-ettm1-h96-c2048` and `informer-ettm1-h288-c2048` (`long` preset,
-  `models/informer/train_ettm1.sh`): one token per 15-minute step, channels mixed, so the
+  `models/training/train_ettm1.sh`): one token per 15-minute step, channels mixed, so the
   encoder attends over 2,048 tokens and the backend choice costs or saves real time; trained
   with `performer`. Their networks add little to the linear path (test MSE 0.15 % and 0.02 %
   under the baseline); the same architecture at context 96 scores 0.3479 and 0.4075, 12-16 %

@@ -7,8 +7,8 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from models.informer.data import decoder_input
 from models.informer.model import Informer
+from models.training.data import decoder_input
 
 
 @torch.no_grad()

@@ -13,7 +13,7 @@ divided by its train standard deviation), which weighs the channels equally and 
 ``attnserve evaluate`` reports beside the linear baseline. Every epoch's order is derived from
 the seed, and each epoch ends with a resumable state in ``--out`` (``--resume``).
 
-    python -m models.hf_forecast.train_patchtst --out runs/patchtst-ettm1-h96-c512
+    python -m models.training.patchtst_train --out runs/patchtst-ettm1-h96-c512
 
 The defaults are the shipped ``patchtst-ettm1-h96-c512``'s recipe (ETTm1, context 512, horizon
 96, patches of 16 without overlap, width 64, dropout 0.3): the flattening head over 32 patches
@@ -36,15 +36,17 @@ import torch
 from tqdm import tqdm
 
 from models.hf_forecast.folder import SIDECAR, write_sidecar
-from models.informer.source import DataSource, portable_path
-from models.informer.table import DataError, load_series_csv, split_borders
+from models.training.csv_file import DataError
+from models.training.source import DataSource, portable_path
+from models.training.splits import split_borders
+from models.training.table import load_series_csv
 
 STATE_FILE = "train_state.pt"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
-        prog="python -m models.hf_forecast.train_patchtst",
+        prog="python -m models.training.patchtst_train",
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
@@ -240,7 +242,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if state["bad"] >= args.patience:
             print(f"early stop: no better validation for {args.patience} epochs", flush=True)
             break
-    command = "python -m models.hf_forecast.train_patchtst " + shlex.join(
+    command = "python -m models.training.patchtst_train " + shlex.join(
         argv if argv is not None else sys.argv[1:]
     )
     record = {

@@ -4,7 +4,7 @@ folder's ``quality.json`` in the format of our own checkpoints, so ``GET /models
 table and ``attention: "auto"`` treat the folder like any shipped forecaster.
 
 The data come from the folder's ``attnserve.json`` (``data``: the CSV and split it was trained on,
-written by ``models.hf_forecast.train_patchtst``) or from the command line, as for
+written by ``models.training.patchtst_train``) or from the command line, as for
 ``attnserve train``:
 
     attnserve evaluate runs/my-patchtst                      # its recorded data
@@ -31,11 +31,13 @@ from models.attention import BACKENDS
 from models.attention.base import AttentionError
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
-from models.informer.evaluate import parse_variant, slice_indices
-from models.informer.linear import LinearBaseline
-from models.informer.source import DataSource, portable_path
-from models.informer.table import DataError, SeriesTable, load_series_csv, split_borders
 from models.quality_loss import variant_label
+from models.training.csv_file import DataError
+from models.training.informer_evaluate import parse_variant, slice_indices
+from models.training.linear import LinearBaseline
+from models.training.source import DataSource, portable_path
+from models.training.splits import split_borders
+from models.training.table import SeriesTable, load_series_csv
 
 BATCH = 64
 

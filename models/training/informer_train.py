@@ -1,7 +1,7 @@
 """``attnserve train``: fit an Informer-family forecaster on any CSV and write a checkpoint folder.
 
 Data: a CSV with a date column and value columns (all others by default), read and checked by
-:mod:`models.informer.table`; split by ratios, explicit row borders or a named preset (the ETT
+:mod:`models.training.table`; split by ratios, explicit row borders or a named preset (the ETT
 12/4/4-month protocol). Protocol after Zhou et al. 2021 / Informer2020 ``exp/exp_informer.py``:
 scaler fit on train rows, MSE loss on scaled data, Adam, the learning rate halved after every
 epoch (``lradj='type1'``; ``--lr-decay`` changes the factor), early stopping on the validation loss, the best-validation weights
@@ -9,7 +9,7 @@ kept. Fixed seeds; every epoch's order is derived from the seed and the epoch nu
 ``--resume`` continues the very run that stopped.
 
 Writes ``config.json`` (architecture, scaler, data source, the exact command), the weights and
-``quality.json`` (per-backend test MSE/MAE beside the linear baseline, :mod:`.evaluate`).
+``quality.json`` (per-backend test MSE/MAE beside the linear baseline, :mod:`.informer_evaluate`).
 
     attnserve train --data data/ETT/ETTh1.csv --split-preset ett-hour --context 336 \\
         --horizon 168 --preset patch --out runs/etth1-h168
@@ -18,38 +18,25 @@ Writes ``config.json`` (architecture, scaler, data source, the exact command), t
 from __future__ import annotations
 
 import argparse
-import json
-import random
 import shlex
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, Subset
-from tqdm import tqdm
 
 from models.attention import AttentionError, get_backend
 from models.informer.checkpoint import count_parameters, save_checkpoint
 from models.informer.config import PRESETS, InformerConfig, preset
-from models.informer.data import WindowDataset, decoder_input, etth1_path
-from models.informer.linear import LinearBaseline
-from models.informer.metrics import evaluate_loader
 from models.informer.model import Informer
-from models.informer.source import DataSource, portable_path
-from models.informer.table import (
-    DataError,
-    SeriesTable,
-    load_series_csv,
-    make_splits,
-    split_borders,
-)
 from models.informer.timefeatures import feature_names
-
-# Per-epoch state for --resume (also after a finished run, to train on for more epochs); never
-# served or shipped.
-STATE_FILE = "train_state.pt"
+from models.training.csv_file import DataError
+from models.training.data import WindowDataset, etth1_path
+from models.training.informer_fit import STATE_FILE, fit_model
+from models.training.linear import LinearBaseline
+from models.training.source import DataSource, portable_path
+from models.training.splits import make_splits, split_borders
+from models.training.table import SeriesTable, load_series_csv
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -255,157 +242,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     if not args.no_evaluate:
-        from models.informer.evaluate import evaluate_checkpoint
+        from models.training.informer_evaluate import evaluate_checkpoint
 
         evaluate_checkpoint(out)
     return record
-
-
-def fit_model(
-    model: Informer,
-    sets: dict[str, WindowDataset],
-    backends: list[str],
-    args: argparse.Namespace,
-    out: Path,
-) -> dict[str, Any]:
-    """Train with early stopping; leaves the best-validation weights in ``model``."""
-    c = model.config
-    val_set: Dataset = sets["val"]
-    if args.val_stride > 1:
-        val_set = Subset(sets["val"], range(0, len(sets["val"]), args.val_stride))
-    val_loader = DataLoader(val_set, 256)
-    trainable = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.Adam(trainable, lr=args.lr)
-
-    def validate() -> float:  # mean validation MSE over the training backends
-        return sum(evaluate_loader(model, val_loader, b)[0] for b in backends) / len(backends)
-
-    state: dict[str, Any] = {"epoch": 0, "bad_epochs": 0, "history": [], "seconds": 0.0}
-    state_path = out / STATE_FILE
-    if args.resume and state_path.is_file():
-        state = torch.load(state_path, weights_only=True)
-        model.load_state_dict(state.pop("model"))
-        opt.load_state_dict(state.pop("optimizer"))
-        print(f"resuming after epoch {state['epoch']} from {state_path}", flush=True)
-    elif args.resume:
-        raise SystemExit(f"attnserve train: --resume but no {state_path}; start without it")
-    else:  # epoch 0 competes too: the starting point (the linear baseline) is never lost
-        state["best_val"] = validate()
-        state["best_state"] = {k: v.clone() for k, v in model.state_dict().items()}
-        state["best_epoch"] = 0
-        state["start_state"] = state["best_state"]
-        state["history"].append({"epoch": 0, "val_mse": state["best_val"]})
-    print(
-        f"{out.name}: {count_parameters(model):,} parameters, windows "
-        f"{ {k: len(v) for k, v in sets.items()} }, backends {backends}, "
-        f"start val {state['history'][0]['val_mse']:.4f}",
-        flush=True,
-    )
-    epochs = tqdm(
-        range(state["epoch"] + 1, args.epochs + 1),
-        desc="epochs",
-        unit="epoch",
-        initial=state["epoch"],
-        total=args.epochs,
-        disable=None,
-    )
-    for epoch in epochs:
-        t0 = time.time()
-        for group in opt.param_groups:  # lradj type1 at the default decay: lr0 * 0.5^(epoch-1)
-            group["lr"] = args.lr * args.lr_decay ** (epoch - 1)
-        gen = torch.Generator().manual_seed(args.seed * 1000 + epoch)
-        draw = random.Random(args.seed * 1000 + epoch)
-        loader = DataLoader(sets["train"], args.batch_size, shuffle=True, generator=gen)
-        steps = min(len(loader), args.max_batches or len(loader))
-        model.train()
-        total, n = 0.0, 0
-        batches = tqdm(loader, total=steps, desc=f"epoch {epoch}", leave=False, disable=None)
-        for step, (x, xm, y, ym) in enumerate(batches):
-            if step >= steps:
-                break
-            pred = model(
-                x, xm, decoder_input(y, c.label_len, c.pred_len), ym, draw.choice(backends)
-            )
-            loss = torch.nn.functional.mse_loss(pred, y[:, -c.pred_len :])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total, n = total + loss.item(), n + 1
-            batches.set_postfix(loss=f"{total / n:.4f}")
-        val = validate()
-        improved = val < state["best_val"]
-        if improved:
-            state.update(best_val=val, best_epoch=epoch, bad_epochs=0)
-            state["best_state"] = {k: v.clone() for k, v in model.state_dict().items()}
-        else:
-            state["bad_epochs"] += 1
-        seconds = time.time() - t0
-        state["seconds"] += seconds
-        state["epoch"] = epoch
-        remaining = args.epochs - epoch
-        state["history"].append(
-            {
-                "epoch": epoch,
-                "train_mse": total / max(n, 1),
-                "val_mse": val,
-                "seconds": round(seconds, 1),
-            }
-        )
-        epochs.set_postfix(val=f"{val:.4f}", best=f"{state['best_val']:.4f}")
-        eta = remaining * state["seconds"] / (epoch - state["history"][0]["epoch"] or 1)
-        print(
-            json.dumps(
-                {
-                    **state["history"][-1],
-                    "best_val_mse": state["best_val"],
-                    "eta_max_seconds": round(eta),
-                }
-            ),
-            flush=True,
-        )
-        stop = state["bad_epochs"] >= args.patience
-        out.mkdir(parents=True, exist_ok=True)
-        torch.save(
-            {**state, "model": model.state_dict(), "optimizer": opt.state_dict()}, state_path
-        )
-        if stop:
-            print(
-                f"early stop after epoch {epoch}: no better validation in {args.patience}",
-                flush=True,
-            )
-            break
-    start_val = state["history"][0]["val_mse"]
-    kept_start = (
-        model.linear is not None
-        and state["best_epoch"] > 0
-        and state["best_val"] > start_val * (1 - args.min_gain)
-    )
-    if kept_start:  # (recorded as kept_linear_start, with best_epoch 0)
-        # A gain this small on one validation split is noise (it did not carry over to the
-        # test split when we tried): keep the linear starting point instead.
-        print(
-            f"keeping the linear starting point: the best epoch ({state['best_epoch']}) lowers "
-            f"validation MSE {start_val:.4f} by less than {args.min_gain:.1%}",
-            flush=True,
-        )
-        state.update(best_state=state["start_state"], best_epoch=0, best_val=start_val)
-    model.load_state_dict(state["best_state"])
-    model.eval()
-    return {
-        "backend": backends[0],
-        "mix_backends": backends[1:],
-        "train_linear": args.train_linear,
-        "min_gain": args.min_gain,
-        "kept_linear_start": model.linear is not None and state["best_epoch"] == 0,
-        "lr": args.lr,
-        "lr_decay": args.lr_decay,
-        "batch_size": args.batch_size,
-        "seed": args.seed,
-        "best_epoch": state["best_epoch"],
-        "best_val_mse": state["best_val"],
-        "wall_seconds": round(state["seconds"], 1),
-        "history": state["history"],
-    }
 
 
 if __name__ == "__main__":
