@@ -10,7 +10,6 @@ sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the ex
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from models.names import TEXT_MODEL
 from models.text import windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
+from models.text.card import QUALITY_FILE, describe, load_quality
 from models.text.folder import read_text_folder
 from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
@@ -36,7 +36,6 @@ HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
 PAD_MULTIPLE = 8
-QUALITY_FILE = Path(__file__).with_name("quality.json")
 
 
 class SentenceEncoder:
@@ -58,6 +57,8 @@ class SentenceEncoder:
         source: where the model came from (shown on the card).
         default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
     """
+
+    default_attention: str = DEFAULT_ATTENTION  # on the card; ``embed``/``encode`` default
 
     def __init__(
         self,
@@ -373,58 +374,9 @@ class SentenceEncoder:
     # ------------------------------------------------------------------ card
 
     def card(self) -> dict[str, Any]:
-        """What ``GET /models`` shows: architecture, limits, pooling, attention backends (and why
-        any is refused) and measured quality."""
-        supported, unavailable = [], {}
-        for name in BACKENDS:
-            try:
-                self.check_attention(name, None)
-            except AttentionError as exc:
-                unavailable[name] = str(exc)
-            else:
-                supported.append(get_backend(name).describe())
-        config = self.model.config
-        card: dict[str, Any] = {
-            "name": self.name,
-            "task": "encode",
-            "source": self.source,
-            "architecture": config.architecture,
-            "layers": config.num_hidden_layers,
-            "hidden_size": config.hidden_size,
-            "heads": config.num_attention_heads,
-            "dim": self.dim,
-            "max_tokens": self.max_tokens,
-            "default_max_tokens": self.default_max_tokens,
-            "hard_max_tokens": config.max_tokens,
-            "pooling": self.model.pooling.describe(),
-            "normalize_default": self.normalize,
-            "prompts": self.prompts,
-            "default_prompt_name": self.default_prompt_name,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "default_attention": DEFAULT_ATTENTION,
-            "backends": supported,
-            "unavailable_backends": unavailable,
-            "quality": self.quality(),
-        }
-        if config.windows:
-            local = config.num_hidden_layers - len(config.global_layers())
-            card["attention_layout"] = (
-                f"{local} of {config.num_hidden_layers} layers attend within a sliding window of "
-                f"±{max(w or 0 for w in config.windows)} tokens and always run exact banded "
-                f"attention (linear in length); the requested backend runs the "
-                f"{len(config.global_layers())} global layers"
-            )
-        return card
+        """What ``GET /models`` shows (:func:`models.text.card.describe`)."""
+        return describe(self)
 
     def quality(self) -> dict[str, Any]:
         """Measured quality per backend (``quality.json``); {} when none was measured."""
         return load_quality(self.quality_file) if self.quality_file else {}
-
-
-def load_quality(path: Path = QUALITY_FILE) -> dict[str, Any]:
-    """Measured quality per backend (written by ``python -m models.text.quality``); {} if absent."""
-    try:
-        return dict(json.loads(path.read_text(encoding="utf-8")))
-    except FileNotFoundError:
-        return {}

@@ -29,8 +29,9 @@ import torch
 import torch.nn.functional as F
 
 from models.attention import BACKENDS, AttentionError, get_backend
+from models.text.card import QUALITY_FILE
 from models.text.corpus import length_spread, word_windows
-from models.text.encoder import QUALITY_FILE, SentenceEncoder
+from models.text.encoder import SentenceEncoder
 
 REFERENCE = "full"
 # Past this length the reference is flash: the same exact numbers without the L x L matrix.

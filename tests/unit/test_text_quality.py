@@ -16,8 +16,8 @@ import torch
 
 from models.attention import BACKENDS, get_backend
 from models.text import SentenceEncoder
+from models.text.card import load_quality
 from models.text.corpus import length_spread
-from models.text.encoder import load_quality
 from models.text.quality import cosines_to_reference
 
 APPROXIMATE = [b for b in BACKENDS if not get_backend(b).exact]
