@@ -4,24 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from models.attention import BACKENDS, get_backend
 from models.hf_forecast.families import PatchTSTFamily
+from models.informer.model import backend_cards
 
 
 def describe(forecaster: Any) -> dict[str, Any]:
     """Everything ``GET /models`` shows about a :class:`~models.hf_forecast.forecaster.HFForecaster`."""
-    measured = forecaster.quality.get("backends", {})
-    backends = {}
-    for name in BACKENDS:
-        b = get_backend(name)
-        plan = forecaster.plan(name)
-        backends[name] = {
-            "exact": b.exact,
-            "options": {k: o.describe() for k, o in b.options.items()},
-            "layers": {k: v.backend for k, v in plan.items()},
-            "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
-            "quality": measured.get(name),
-        }
+    backends = backend_cards(forecaster.plan, forecaster.quality.get("backends", {}))
     f = forecaster.family
     head = (
         {

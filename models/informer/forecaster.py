@@ -16,13 +16,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.attention import BACKENDS, get_backend
+from models.attention import get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
 from models.informer.history import check_horizon, first_non_finite, read_history
 from models.informer.memory import forward_bytes, forward_work
-from models.informer.model import Informer, attention_plan
+from models.informer.model import Informer, attention_plan, backend_cards
 from models.informer.timefeatures import (
     check_regular,
     format_timestamps,
@@ -299,18 +299,7 @@ class InformerForecaster:
 
     def card(self) -> dict[str, Any]:
         """Everything ``GET /models`` shows about this model."""
-        backends = {}
-        measured = self.quality.get("backends", {})
-        for name in BACKENDS:
-            b = get_backend(name)
-            plan = self._plan(name)
-            backends[name] = {
-                "exact": b.exact,
-                "options": {k: o.describe() for k, o in b.options.items()},
-                "layers": {k: v.backend for k, v in plan.items()},
-                "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
-                "quality": measured.get(name),
-            }
+        backends = backend_cards(self._plan, self.quality.get("backends", {}))
         c = self.model.config
         return {
             "name": self.name,

@@ -24,13 +24,14 @@ Dimension legend: ``b`` batch (``b·c`` rows when channels run independently), `
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from models.attention import InputSpec, get_backend
+from models.attention import BACKENDS, InputSpec, get_backend
 from models.informer.config import InformerConfig
 from models.informer.embed import DataEmbedding
 from models.informer.layers import DecoderLayer, DistilLayer, EncoderLayer
@@ -86,6 +87,26 @@ def attention_plan(
         else:
             plan[f"decoder.{i}.cross"] = pick(dec_len, enc_lengths[-1], False)
     return plan
+
+
+def backend_cards(
+    plan_of: Callable[[str], Mapping[str, LayerChoice]], measured: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """Every backend as a forecaster's card shows it: exact or not, its options, what each
+    attention layer runs (``plan_of(backend)``), why a layer fell back, and its measured
+    quality (``measured``: ``quality.json``'s ``backends``)."""
+    cards = {}
+    for name in BACKENDS:
+        b = get_backend(name)
+        plan = plan_of(name)
+        cards[name] = {
+            "exact": b.exact,
+            "options": {k: o.describe() for k, o in b.options.items()},
+            "layers": {k: v.backend for k, v in plan.items()},
+            "fallbacks": {k: v.reason for k, v in plan.items() if v.reason},
+            "quality": measured.get(name),
+        }
+    return cards
 
 
 def exact_choice(spec: InputSpec, reason: str) -> LayerChoice:
