@@ -4,10 +4,6 @@ header guard as ``attnserve serve``, so the benchmark compares managers, not ser
 
 from __future__ import annotations
 
-import pytest
-
-pytest.importorskip("gunicorn")  # the [bench] extra
-
 from benchmarks import worker_managers_app as adapter
 from service.app import create_app
 from service.http.transport import HeaderGuard
