@@ -4,6 +4,8 @@ header guard as ``attnserve serve``, so the benchmark compares managers, not ser
 
 from __future__ import annotations
 
+import pytest
+
 from benchmarks import worker_managers_app as adapter
 from service.app import create_app
 from service.http.transport import HeaderGuard
