@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,22 @@ def make_app(servables: list[Any], **overrides: Any) -> Any:
     values.update(overrides)
     settings = Settings(**values)
     return create_app(settings, loader=lambda _s, _d: list(servables))
+
+
+@contextlib.contextmanager
+def folders_client(folders: Iterable[Path]) -> Iterator[Any]:
+    """A test client of a server loading these model folders (by path) at start-up, each batch
+    run at once (no waiting for more requests)."""
+    from fastapi.testclient import TestClient
+
+    settings = Settings(
+        models=tuple(str(p) for p in folders),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+    )
+    with TestClient(create_app(settings)) as client:
+        yield client
 
 
 def text_servable(**kwargs: Any) -> TextServable:

@@ -22,6 +22,7 @@ from models.attention import BACKENDS
 from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
+from tests.service.helpers import folders_client
 from tests.utils.tiny_encoders import (
     ARCHITECTURES,
     SAMPLE_TEXTS,
@@ -74,13 +75,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 @pytest.fixture(scope="module")
 def client(folders: dict[str, Path]):
-    settings = Settings(
-        models=tuple(str(p) for p in folders.values()),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-    )
-    with TestClient(create_app(settings)) as c:
+    with folders_client(folders.values()) as c:
         yield c
 
 
