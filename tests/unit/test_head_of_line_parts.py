@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from service.engine.batching.device import DeviceRuntime
-from service.engine.batching.execute import BatchRun, execute
+from service.engine.batching.execute import BatchRun
 from service.engine.batching.job import Job
 from service.engine.batching.policy import BatchKey, Limits
 from service.engine.servables.base import TextCall
@@ -93,7 +93,7 @@ def test_stepping_gives_what_running_it_at_once_gives(loop: asyncio.AbstractEven
     stepped = BatchRun([job(loop, lengths)], Model(), RUNTIME, "full", ROWS_OF_TWO)
     while (outcomes := stepped.step()) is None:
         pass
-    at_once = execute([job(loop, lengths)], Model(), RUNTIME, "full", ROWS_OF_TWO)
+    at_once = BatchRun([job(loop, lengths)], Model(), RUNTIME, "full", ROWS_OF_TWO).run_to_end()
     assert outcomes[0].value == at_once[0].value
 
 

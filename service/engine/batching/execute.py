@@ -6,7 +6,7 @@ peak over the memory budget or estimated seconds over the time slice: the policy
 requests before) runs in parts of as many rows as fit
 (:func:`~service.engine.batching.policy.part_rows`), and the outputs are joined in order. A
 :class:`BatchRun` runs one part per :meth:`~BatchRun.step` (one call on the worker thread each),
-so the worker can run other requests' batches between them; :func:`execute` runs them all.
+so the worker can run other requests' batches between them; :meth:`BatchRun.run_to_end` runs them all.
 
 A batch that runs out of device memory is split in two halves (by request) and each half is
 retried; a single request that still does not fit gets a clear ``out_of_memory`` error. Any other
@@ -110,6 +110,19 @@ class BatchRun:
                 self.part,
             )
 
+    def _of(self, jobs: list[Job]) -> BatchRun:
+        """A run of ``jobs`` with this run's model, device, limits and estimates."""
+        return BatchRun(
+            jobs,
+            self._run_rows,
+            self._runtime,
+            self._backend,
+            self._limits,
+            self._on_split,
+            self._memory,
+            self._seconds,
+        )
+
     @property
     def parts(self) -> int:
         """Forward passes the batch takes."""
@@ -123,7 +136,7 @@ class BatchRun:
     def step(self) -> list[Outcome] | None:
         """Run the next forward pass (blocking: call on the worker thread). None while parts
         remain; else every job's outcome: after the last part, on a failure (a batch of several
-        requests is then split in halves and retried, see :func:`execute`), or, before a part
+        requests is then split in halves and retried, see :meth:`BatchRun.run_to_end`), or, before a part
         after the first, :class:`~service.errors.ClientDisconnected` when nobody waits."""
         if self.done and self.abandoned:
             log.info(
@@ -172,16 +185,7 @@ class BatchRun:
                 log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
             self._on_split()
             half = len(jobs) // 2
-            context = (
-                self._run_rows,
-                runtime,
-                self._backend,
-                self._limits,
-                self._on_split,
-                self._memory,
-                self._seconds,
-            )
-            return execute(jobs[:half], *context) + execute(jobs[half:], *context)
+            return self._of(jobs[:half]).run_to_end() + self._of(jobs[half:]).run_to_end()
         if oom:
             error: Exception = OutOfDeviceMemory(
                 f"this request ({len(self.rows)} rows, longest {self.longest}) does not fit in "
@@ -232,22 +236,3 @@ class _Totals:
             self.peak = max(peak, self.peak or 0)
         if measured is not None:
             self.measured = max(measured, self.measured or 0)
-
-
-def execute(
-    jobs: list[Job],
-    run_rows: RunRows,
-    runtime: DeviceRuntime,
-    backend: str,
-    limits: Limits,
-    on_split: Callable[[], None] = lambda: None,
-    memory: RowsMemory | None = None,
-    seconds: RowsSeconds | None = None,
-) -> list[Outcome]:
-    """Run ``jobs`` as one forward pass (``run_rows`` gets all their rows in order), or, for a
-    lone request over a limit, as several of :func:`~service.engine.batching.policy.part_rows`,
-    back to back (the worker steps a :class:`BatchRun` itself, to run other batches between
-    parts)."""
-    return BatchRun(
-        jobs, run_rows, runtime, backend, limits, on_split, memory, seconds
-    ).run_to_end()
