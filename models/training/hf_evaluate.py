@@ -35,8 +35,7 @@ from models.quality_loss import variant_label
 from models.training.csv_file import DataError
 from models.training.informer_evaluate import parse_variant, slice_indices
 from models.training.linear import LinearBaseline
-from models.training.source import DataSource, portable_path
-from models.training.splits import split_borders
+from models.training.source import DataSource, add_data_arguments, source_from_args
 from models.training.table import SeriesTable, load_series_csv
 
 BATCH = 64
@@ -58,26 +57,8 @@ def data_source(
             source.resolved_path(), source.date_column, list(source.columns), source.freq
         )
         return source, table
-    columns = args.columns or (list(forecaster.channels) if forecaster.sidecar.channels else None)
-    table = load_series_csv(args.data, args.date_column, columns, args.freq)
-    borders = split_borders(
-        len(table),
-        forecaster.context,
-        forecaster.horizon,
-        ratios=args.split_ratios,
-        borders=args.split_borders,
-        preset=args.split_preset,
-    )
-    split = f"preset {args.split_preset}" if args.split_preset else "ratios/borders from flags"
-    source = DataSource(
-        portable_path(args.data),
-        args.date_column,
-        tuple(table.channels),
-        table.freq,
-        borders,
-        split,
-    )
-    return source, table
+    named = list(forecaster.channels) if forecaster.sidecar.channels else None
+    return source_from_args(args, args.data, forecaster.context, forecaster.horizon, named)
 
 
 def evaluate_folder(
@@ -214,15 +195,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
     p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
     p.add_argument("--threads", type=int, default=1)
-    data = p.add_argument_group("data (default: the folder's attnserve.json record)")
-    data.add_argument("--data", type=Path, default=None)
-    data.add_argument("--date-column", default="date")
-    data.add_argument("--columns", nargs="+", default=None)
-    data.add_argument("--freq", default=None)
-    split = data.add_mutually_exclusive_group()
-    split.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default=None)
-    split.add_argument("--split-ratios", nargs=3, type=float, default=None)
-    split.add_argument("--split-borders", nargs="+", type=int, default=None)
+    add_data_arguments(p, "data (default: the folder's attnserve.json record)")
     args = p.parse_args(argv)
     if args.stride < 1:
         p.error(f"--stride must be at least 1, got {args.stride}")

@@ -34,37 +34,16 @@ from models.training.csv_file import DataError
 from models.training.data import WindowDataset, etth1_path
 from models.training.informer_fit import STATE_FILE, fit_model
 from models.training.linear import LinearBaseline
-from models.training.source import DataSource, portable_path
-from models.training.splits import make_splits, split_borders
-from models.training.table import SeriesTable, load_series_csv
+from models.training.source import DataSource, add_data_arguments, source_from_args
+from models.training.splits import make_splits
+from models.training.table import SeriesTable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="attnserve train", description=__doc__, formatter_class=argparse.RawTextHelpFormatter
     )
-    data = p.add_argument_group("data")
-    data.add_argument("--data", type=Path, default=None, help="CSV file (default: shipped ETTh1)")
-    data.add_argument("--date-column", default="date", help="timestamp column (default: date)")
-    data.add_argument("--columns", nargs="+", default=None, help="value columns (default: all)")
-    data.add_argument("--freq", default=None, help="step, e.g. h, 15min, D (default: inferred)")
-    split = data.add_mutually_exclusive_group()
-    split.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default=None)
-    split.add_argument(
-        "--split-ratios",
-        nargs=3,
-        type=float,
-        metavar=("TRAIN", "VAL", "TEST"),
-        default=None,
-        help="fractions of the rows (default 0.7 0.1 0.2)",
-    )
-    split.add_argument(
-        "--split-borders",
-        nargs="+",
-        type=int,
-        default=None,
-        help="row borders: TRAIN_END VAL_END TEST_END, or START TRAIN_END VAL_END TEST_END",
-    )
+    add_data_arguments(p, data_help="CSV file (default: shipped ETTh1)")
     model = p.add_argument_group("model")
     model.add_argument("--context", type=int, default=96, help="rows of history (seq_len)")
     model.add_argument("--horizon", type=int, default=24, help="steps forecast (pred_len)")
@@ -154,35 +133,11 @@ def _parse_override(text: str) -> tuple[str, Any]:
 
 
 def data_source(args: argparse.Namespace) -> tuple[DataSource, SeriesTable]:
-    """Read and check the CSV, choose the split borders: any :class:`DataError` names the row or
-    column at fault."""
-    path = args.data or etth1_path()
-    table = load_series_csv(path, args.date_column, args.columns, args.freq)
+    """Read and check the CSV (the shipped ETTh1 under its paper split by default), choose the
+    split borders: any :class:`DataError` names the row or column at fault."""
     if args.data is None and args.split_ratios is None and args.split_borders is None:
         args.split_preset = args.split_preset or "ett-hour"
-    borders = split_borders(
-        len(table.values),
-        args.context,
-        args.horizon,
-        ratios=args.split_ratios,
-        borders=args.split_borders,
-        preset=args.split_preset,
-    )
-    if args.split_preset:
-        how = f"preset {args.split_preset}"
-    elif args.split_borders:
-        how = "borders " + " ".join(map(str, args.split_borders))
-    else:
-        how = "ratios " + "/".join(f"{r:g}" for r in (args.split_ratios or (0.7, 0.1, 0.2)))
-    source = DataSource(
-        path=portable_path(Path(path)),
-        date_column=args.date_column,
-        columns=tuple(table.channels),
-        freq=table.freq,
-        borders=borders,
-        split=how,
-    )
-    return source, table
+    return source_from_args(args, args.data or etth1_path(), args.context, args.horizon)
 
 
 def build_config(args: argparse.Namespace, source: DataSource) -> InformerConfig:

@@ -37,9 +37,8 @@ from tqdm import tqdm
 
 from models.hf_forecast.folder import SIDECAR, write_sidecar
 from models.training.csv_file import DataError
-from models.training.source import DataSource, portable_path
-from models.training.splits import split_borders
-from models.training.table import load_series_csv
+from models.training.data import data_dir
+from models.training.source import add_data_arguments, source_from_args
 
 STATE_FILE = "train_state.pt"
 
@@ -50,10 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawTextHelpFormatter,
     )
-    p.add_argument("--data", type=Path, default=Path("data/ETT/ETTm1.csv"))
-    p.add_argument("--date-column", default="date")
-    p.add_argument("--columns", nargs="+", default=None)
-    p.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default="ett-minute")
+    add_data_arguments(p, data_help="CSV file (default: shipped ETTm1, preset ett-minute)")
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--horizon", type=int, default=96)
     p.add_argument("--patch-length", type=int, default=16)
@@ -126,19 +122,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
+    if args.data is None and args.split_ratios is None and args.split_borders is None:
+        args.split_preset = args.split_preset or "ett-minute"
     try:
-        table = load_series_csv(args.data, args.date_column, args.columns)
-        borders = split_borders(len(table), args.context, args.horizon, preset=args.split_preset)
+        path = args.data or data_dir() / "ETT" / "ETTm1.csv"
+        source, table = source_from_args(args, path, args.context, args.horizon)
     except DataError as exc:
         raise SystemExit(f"train_patchtst: {exc}") from None
-    source = DataSource(
-        path=portable_path(args.data),
-        date_column=args.date_column,
-        columns=tuple(table.channels),
-        freq=table.freq,
-        borders=borders,
-        split=f"preset {args.split_preset}",
-    )
+    borders = source.borders
     values = torch.from_numpy(table.values.astype(np.float32))
     lo, hi = borders["train"]
     std = torch.from_numpy(table.values[lo:hi].std(axis=0).astype(np.float32))

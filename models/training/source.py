@@ -8,13 +8,14 @@ relative to it, so a checkpoint trained here evaluates on any clone.
 
 from __future__ import annotations
 
+import argparse
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from models.informer.scaler import StandardScaler
 from models.training.data import ETTH1_CHANNELS, REPO_ROOT, SPLIT_BORDERS, SplitArrays, data_dir
-from models.training.splits import SPLIT_PRESETS, make_splits
+from models.training.splits import SPLIT_PRESETS, make_splits, split_borders
 from models.training.table import SeriesTable, load_series_csv
 
 SPLITS = ("train", "val", "test")
@@ -110,3 +111,69 @@ def source_of(meta: dict[str, Any]) -> DataSource:
     """A checkpoint's data source (ETTh1 for checkpoints that predate the record)."""
     record = meta.get("data")
     return DataSource.from_dict(record) if record else ETTH1_SOURCE
+
+
+def add_data_arguments(
+    parser: argparse.ArgumentParser, title: str = "data", data_help: str = "CSV file"
+) -> None:
+    """The flags that name a CSV, how to read it and how to split it (``attnserve train``,
+    ``attnserve evaluate`` of a transformers folder, the PatchTST trainer)."""
+    data = parser.add_argument_group(title)
+    data.add_argument("--data", type=Path, default=None, help=data_help)
+    data.add_argument("--date-column", default="date", help="timestamp column (default: date)")
+    data.add_argument("--columns", nargs="+", default=None, help="value columns (default: all)")
+    data.add_argument("--freq", default=None, help="step, e.g. h, 15min, D (default: inferred)")
+    split = data.add_mutually_exclusive_group()
+    split.add_argument("--split-preset", choices=["ett-hour", "ett-minute"], default=None)
+    split.add_argument(
+        "--split-ratios",
+        nargs=3,
+        type=float,
+        metavar=("TRAIN", "VAL", "TEST"),
+        default=None,
+        help="fractions of the rows (default 0.7 0.1 0.2)",
+    )
+    split.add_argument(
+        "--split-borders",
+        nargs="+",
+        type=int,
+        default=None,
+        help="row borders: TRAIN_END VAL_END TEST_END, or START TRAIN_END VAL_END TEST_END",
+    )
+
+
+def source_from_args(
+    args: argparse.Namespace,
+    path: Path,
+    context: int,
+    horizon: int,
+    columns: list[str] | None = None,
+) -> tuple[DataSource, SeriesTable]:
+    """Read and check the CSV the :func:`add_data_arguments` flags name (``path``; ``columns``
+    when the flags give none) and choose its split borders for windows of ``context`` +
+    ``horizon`` rows. Any :class:`~models.training.csv_file.DataError` names the row or column
+    at fault."""
+    table = load_series_csv(path, args.date_column, args.columns or columns, args.freq)
+    borders = split_borders(
+        len(table.values),
+        context,
+        horizon,
+        ratios=args.split_ratios,
+        borders=args.split_borders,
+        preset=args.split_preset,
+    )
+    if args.split_preset:
+        how = f"preset {args.split_preset}"
+    elif args.split_borders:
+        how = "borders " + " ".join(map(str, args.split_borders))
+    else:
+        how = "ratios " + "/".join(f"{r:g}" for r in (args.split_ratios or (0.7, 0.1, 0.2)))
+    source = DataSource(
+        path=portable_path(Path(path)),
+        date_column=args.date_column,
+        columns=tuple(table.channels),
+        freq=table.freq,
+        borders=borders,
+        split=how,
+    )
+    return source, table
