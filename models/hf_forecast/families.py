@@ -118,15 +118,25 @@ class PatchTSTFamily:
         inputs = rows * (self.history_rows + self.horizon) * self.channels * 16
         return widths + kernel + inputs
 
+    def head_dim(self, layer: LayerShape) -> int:
+        c = self.model.config
+        return int(c.d_model // c.num_attention_heads)
+
     def _call(
         self, s: LayerShape, rows: int, itemsize: int = 4, device: str = "cpu"
     ) -> AttentionCall:
         c = self.model.config
         # Time attention runs per channel; channel attention runs per patch.
         r = rows * (self.channels if s.name.endswith(".self") else self.tokens)
-        head_dim = c.d_model // c.num_attention_heads
         return AttentionCall(
-            r, c.num_attention_heads, s.lq, s.lk, head_dim, itemsize, s.causal, device_type=device
+            r,
+            c.num_attention_heads,
+            s.lq,
+            s.lk,
+            self.head_dim(s),
+            itemsize,
+            s.causal,
+            device_type=device,
         )
 
 
@@ -218,9 +228,14 @@ class Seq2SeqFamily:
             kernel = max(kernel, attention_bytes(choice.backend, call, choice.options))
         return widths + kernel
 
+    def head_dim(self, layer: LayerShape) -> int:
+        heads = self.heads["encoder" if layer.name.startswith("encoder") else "decoder"]
+        return int(self.model.config.d_model // heads)
+
     def _call(
         self, s: LayerShape, rows: int, itemsize: int = 4, device: str = "cpu"
     ) -> AttentionCall:
         heads = self.heads["encoder" if s.name.startswith("encoder") else "decoder"]
-        d = self.model.config.d_model // heads
-        return AttentionCall(rows, heads, s.lq, s.lk, d, itemsize, s.causal, device_type=device)
+        return AttentionCall(
+            rows, heads, s.lq, s.lk, self.head_dim(s), itemsize, s.causal, device_type=device
+        )

@@ -120,6 +120,7 @@ class HFForecaster:
         self.default_attention = "probsparse" if trained_prob else "flash"
         self.device = next(model.parameters()).device
         self.compiled_backends: frozenset[str] = frozenset()
+        self._plans: dict[tuple, dict[str, LayerChoice]] = {}
         quality_path = directory / "quality.json"
         self.quality: dict[str, Any] = (
             json.loads(quality_path.read_text()) if quality_path.is_file() else {}
@@ -222,7 +223,14 @@ class HFForecaster:
 
     def plan(self, backend: str, options: dict | None = None) -> dict[str, LayerChoice]:
         """What each attention layer runs when ``backend`` is asked for (as the bridge decides
-        at run time: an unsupported layer falls back to exact attention)."""
+        at run time: an unsupported layer falls back to exact attention). Cached per call:
+        the batcher prices every batch with it."""
+        key = (backend, tuple(sorted((options or {}).items())))
+        if key not in self._plans:
+            self._plans[key] = self._layer_plan(backend, options)
+        return self._plans[key]
+
+    def _layer_plan(self, backend: str, options: dict | None) -> dict[str, LayerChoice]:
         chosen = get_backend(backend)
         resolved = {
             k: v for k, v in self.check_attention(backend, options).items() if v is not None
@@ -230,9 +238,13 @@ class HFForecaster:
         dtype = next(self.model.parameters()).dtype
         out = {}
         for layer in self.family.layers:
-            head_dim = self.family._call(layer, 1).d
             spec = InputSpec(
-                layer.lq, layer.lk, head_dim, dtype, self.device.type, causal=layer.causal
+                layer.lq,
+                layer.lk,
+                self.family.head_dim(layer),
+                dtype,
+                self.device.type,
+                causal=layer.causal,
             )
             reasons = chosen.unsupported_reasons(spec, resolved)
             out[layer.name] = (
