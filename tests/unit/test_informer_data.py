@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -90,13 +91,41 @@ def test_canonical_stamps_parse_as_the_general_parser_does(stamps):
         np.testing.assert_array_equal(got, expected)
 
 
+def _calendar_by_datetime(stamp: datetime) -> list[float]:
+    """The "t" (15-minute) features of one stamp from Python's own calendar, in Informer's
+    ``timeF`` order and scaling (Informer2020 ``utils/timefeatures.py``): minute of hour,
+    hour of day, day of week (Monday 0), day of month and day of year (both 0-based)."""
+    return [
+        stamp.minute / 59.0 - 0.5,
+        stamp.hour / 23.0 - 0.5,
+        stamp.weekday() / 6.0 - 0.5,
+        (stamp.day - 1) / 30.0 - 0.5,
+        (stamp.timetuple().tm_yday - 1) / 365.0 - 0.5,
+    ]
+
+
 def test_calendar_features_before_1970_and_in_batches():
-    index = pd.date_range("1969-12-20", "1970-01-10", freq="15min")
-    expected = time_features(pd.DatetimeIndex(list(index)), "t")
-    day_of_year = np.asarray((index.day_of_year - 1) / 365.0 - 0.5, dtype=np.float32)
-    np.testing.assert_array_equal(expected[:, -1], day_of_year)
-    batch = time_features(np.asarray(index[: 96 * 4], dtype="datetime64[s]").reshape(4, 96), "t")
-    np.testing.assert_array_equal(batch.reshape(-1, 5), expected[: 96 * 4])
+    """Stamps before the epoch have negative seconds: the integer day and time-of-day arithmetic
+    must floor, not truncate, or every field before 1970 is off by one."""
+    # Known by hand: 1969-12-31 was a Wednesday (1970-01-01 a Thursday), day 365 of 1969.
+    got = time_features(parse_timestamps(["1969-12-31 23:45:00", "1970-01-01 00:00:00"]), "t")
+    np.testing.assert_allclose(
+        got,
+        [
+            [45 / 59 - 0.5, 0.5, 2 / 6 - 0.5, 0.5, 364 / 365 - 0.5],
+            [-0.5, -0.5, 3 / 6 - 0.5, -0.5, -0.5],
+        ],
+        atol=1e-7,
+    )
+    # Every 15 minutes over three weeks across the epoch, against Python's datetime.
+    start, step = datetime(1969, 12, 20), timedelta(minutes=15)
+    stamps = [start + i * step for i in range(96 * 21 + 1)]
+    expected = np.asarray([_calendar_by_datetime(t) for t in stamps], dtype=np.float32)
+    flat = time_features(np.asarray(stamps, dtype="datetime64[s]"), "t")
+    np.testing.assert_array_equal(flat, expected)
+    # A [windows, steps] batch of stamps gives each stamp the features it has alone.
+    batch = np.asarray(stamps[: 96 * 4], dtype="datetime64[s]").reshape(4, 96)
+    np.testing.assert_array_equal(time_features(batch, "t"), expected[: 96 * 4].reshape(4, 96, 5))
 
 
 def test_future_index_of_many_windows_at_once():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from datetime import datetime, timedelta
 
 import numpy as np
 import pytest
@@ -35,11 +36,16 @@ def test_load_unknown_name_lists_shipped():
 def test_prepare_scales_last_context_rows(forecaster):
     stamps, values = hourly_series(40)
     w = forecaster.prepare(stamps, values)
-    assert w.values.shape == (24, 7) and w.marks.shape == (24, 4)
+    assert w.values.shape == (24, 7)
     np.testing.assert_allclose(
         forecaster.scaler.inverse(w.values.astype(np.float64)), values[-24:], rtol=1e-5
     )
     assert format_timestamps(w.last_timestamp) == [stamps[-1]]
+    # The marks belong to the same last 24 rows: 2017-01-01 16:00 (a Sunday) to 01-02 15:00.
+    first = datetime(2017, 1, 1, 16)
+    expected = _hourly_marks([first + timedelta(hours=i) for i in range(24)])
+    np.testing.assert_allclose(w.marks, expected, atol=1e-7)
+    assert w.marks[0, 1] == 0.5 and w.marks[-1, 1] == -0.5  # Sunday, then Monday
 
 
 def _bad(kind):
@@ -107,7 +113,9 @@ def test_predict_unscales_model_output(forecaster):
     x = torch.from_numpy(w.values)[None]
     m = torch.from_numpy(w.marks)[None]
     f = forecaster
-    fut = torch.from_numpy(np.asarray(_future_marks(f, w)))[None]
+    # The 8 steps after 2017-01-01 23:00, worked out here rather than by the forecaster's helpers.
+    future = [datetime(2017, 1, 2) + timedelta(hours=i) for i in range(f.horizon)]
+    fut = torch.from_numpy(_hourly_marks(future))[None]
     xd = torch.cat([x[:, -f.label_len :], torch.zeros(1, f.horizon, 7)], dim=1)
     md = torch.cat([m[:, -f.label_len :], fut], dim=1)
     with torch.no_grad():
@@ -115,10 +123,19 @@ def test_predict_unscales_model_output(forecaster):
     np.testing.assert_allclose(got, f.scaler.inverse(raw), rtol=1e-5, atol=1e-5)
 
 
-def _future_marks(f, w):
-    from models.informer.timefeatures import future_index, time_features
-
-    return time_features(future_index(w.last_timestamp, f.horizon, f.freq), f.freq)
+def _hourly_marks(stamps: list[datetime]) -> np.ndarray:
+    """Hourly calendar features from Python's calendar, in Informer's ``timeF`` order and
+    [-0.5, 0.5] scaling: hour of day, day of week (Monday 0), day of month, day of year."""
+    rows = [
+        [
+            t.hour / 23.0 - 0.5,
+            t.weekday() / 6.0 - 0.5,
+            (t.day - 1) / 30.0 - 0.5,
+            (t.timetuple().tm_yday - 1) / 365.0 - 0.5,
+        ]
+        for t in stamps
+    ]
+    return np.asarray(rows, dtype=np.float32)
 
 
 @pytest.mark.parametrize("horizon", [0, 9, -1, 2.5, True])

@@ -11,7 +11,7 @@ from models.attention import BACKENDS
 from models.informer.config import preset
 from models.informer.model import Informer
 from models.informer.patching import fold_channels, unfold_channels
-from models.training.linear import LinearBaseline, sliding_windows
+from models.training.linear import DEFAULT_RIDGE, LinearBaseline, sliding_windows
 from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
 
 
@@ -42,13 +42,34 @@ def test_linear_fit_equals_direct_least_squares():
     np.testing.assert_allclose(fit.weight, expected, rtol=1e-6, atol=1e-8)
 
 
-def test_linear_fit_recovers_a_persistence_series_exactly():
-    """On a random walk's noise-free analogue (a constant per window) the best map predicts the
-    last value: zero error."""
-    steps = np.repeat(np.arange(50.0), 10)[:, None]  # piecewise-constant, so x - x_last = 0 often
-    fit = LinearBaseline.fit(steps, 8, 4)
-    hist = np.full((2, 1, 8), 3.5)
-    np.testing.assert_allclose(fit.predict(hist), np.full((2, 1, 4), 3.5))
+@pytest.mark.parametrize("ridge", [DEFAULT_RIDGE, 1.0])
+def test_linear_fit_on_straight_lines_has_a_closed_form(ridge):
+    """On straight lines the ridge solution is known on paper, so a wrong fit cannot hide.
+
+    Channel c is ``a_c·t + b_c``. Every last-value-subtracted window is then ``a_c·v`` with
+    ``v = [-(n-1), …, -1, 0]`` and its target ``a_c·u`` with ``u = [1, …, h]``, so with
+    ``S = windows·Σa_c²`` and ``λ = ridge·windows·channels`` the normal equations
+    ``(S·vvᵀ + λI) W = S·vuᵀ`` are solved by ``W = vuᵀ·S / (S·|v|² + λ)`` (Sherman–Morrison).
+    A line of slope ``s`` is then continued with its steps shrunk by ``S|v|² / (S|v|² + λ)``.
+    """
+    ctx, horizon, rows = 8, 5, 60  # ctx != horizon: a transposed map cannot fit
+    slopes, offsets = np.array([0.5, -1.25, 2.0]), np.array([3.0, -7.0, 0.25])
+    values = np.arange(rows)[:, None] * slopes + offsets
+    windows, channels = rows - ctx - horizon + 1, len(slopes)
+    v = np.arange(ctx) - (ctx - 1.0)
+    u = np.arange(1.0, horizon + 1)
+    s = windows * np.sum(slopes**2)
+    lam = ridge * windows * channels
+    expected = np.outer(v, u) * s / (s * (v @ v) + lam)
+
+    fit = LinearBaseline.fit(values, ctx, horizon, ridge)
+    np.testing.assert_allclose(fit.weight, expected, rtol=1e-10, atol=1e-13)
+
+    # A fresh line (slope 0.3 from 10.0) is continued from its last value.
+    history = 10.0 + 0.3 * np.arange(ctx)
+    shrink = s * (v @ v) / (s * (v @ v) + lam)
+    continued = history[-1] + 0.3 * u * shrink
+    np.testing.assert_allclose(fit.predict(history[None, None]), continued[None, None], rtol=1e-10)
 
 
 def test_linear_score_counts_every_window():
