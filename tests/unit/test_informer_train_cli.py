@@ -4,6 +4,7 @@ resume, and the refusals of bad data."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,15 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
     out = tmp / "site-h16"
     _train(csv, out, "--epochs", "2")
     return csv, out
+
+
+@pytest.fixture
+def evaluated(trained, tmp_path) -> Path:
+    """A copy of the trained folder for the tests that re-run ``evaluate``: it rewrites
+    quality.json in place, and the other tests must read what training wrote, whatever the
+    order the tests run in."""
+    _csv_path, out = trained
+    return Path(shutil.copytree(out, tmp_path / out.name))
 
 
 def test_train_writes_a_servable_checkpoint_folder(trained):
@@ -100,14 +110,14 @@ def test_resume_without_state_says_so(tmp_path):
         _train(csv, tmp_path / "none", "--resume")
 
 
-def test_evaluate_cli_rewrites_quality(trained, capsys):
-    _csv_path, out = trained
+def test_evaluate_cli_rewrites_quality(evaluated, capsys):
+    out = evaluated
     cli(["evaluate", str(out), "--backends", "flash"])
     assert "linear baseline MSE" in capsys.readouterr().out
 
 
-def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(trained):
-    _csv_path, out = trained
+def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(evaluated):
+    out = evaluated
     cli(["evaluate", str(out), "--backends", "nystrom", "--stride", "3"])
     q = json.loads((out / "quality.json").read_text())
     r, windows = q["backends"]["nystrom"], q["windows"]
@@ -118,8 +128,8 @@ def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(trai
     assert q["backends"]["flash"]["windows"] == windows  # scored before, without a stride
 
 
-def test_evaluate_scores_option_variants_and_only_them_when_no_backend_is_named(trained):
-    _csv_path, out = trained
+def test_evaluate_scores_option_variants_and_only_them_when_no_backend_is_named(evaluated):
+    out = evaluated
     before = json.loads((out / "quality.json").read_text())["backends"]
     spec = ["performer:num_features=8", "nystrom:num_landmarks=4,pinv_iterations=3"]
     cli(["evaluate", str(out), "--variants", *spec, "--stride", "2"])
@@ -146,8 +156,8 @@ def test_evaluate_scores_option_variants_and_only_them_when_no_backend_is_named(
         ("performer:features=16", "features"),  # no such option
     ],
 )
-def test_evaluate_refuses_a_bad_variant_before_scoring(trained, spec, match, capsys):
-    _csv_path, out = trained
+def test_evaluate_refuses_a_bad_variant_before_scoring(evaluated, spec, match, capsys):
+    out = evaluated
     before = (out / "quality.json").read_text()
     with pytest.raises(SystemExit):
         cli(["evaluate", str(out), "--variants", spec])
