@@ -3,7 +3,7 @@
     .venv/bin/python -m models.text.quality [--per-bin 120] [--output models/text/quality.json]
     attnserve evaluate path/to/text-model-folder [--per-bin 40] [--max-tokens 2048]
 
-Corpus: docstrings of this Python's standard library (:mod:`models.text.corpus`), up to
+Corpus: the standard-library docstrings shipped as a snapshot (:mod:`models.text.corpus`), up to
 ``--per-bin`` texts from each of five word-count bins, so lengths run from a few tokens to past
 256; for a model that takes longer texts, ``--per-bin`` more per doubling band up to its limit
 (or ``--max-tokens``), cut from the docstrings laid end to end. Texts over the limit are
@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import statistics
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ import torch.nn.functional as F
 
 from models.attention import BACKENDS, AttentionError, get_backend
 from models.text.card import QUALITY_FILE
-from models.text.corpus import length_spread, word_windows
+from models.text.corpus import length_spread, load_snapshot, word_windows
 from models.text.encoder import SentenceEncoder
 
 REFERENCE = "full"
@@ -155,7 +154,7 @@ def measure(encoder: SentenceEncoder, per_bin: int, max_tokens: int) -> dict[str
         "reference": reference,
         "metric": "cosine similarity of each text's embedding to the exact-attention embedding",
         "corpus": {
-            "source": f"Python {platform.python_version()} standard-library docstrings "
+            "source": f"Python {load_snapshot()['python']} standard-library docstrings "
             "(modules, classes, functions; tests/idlelib/lib2to3 excluded)",
             "texts": len(texts),
             "max_tokens": limit,
