@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+import re
 from array import array
 
 from fastapi.testclient import TestClient
@@ -21,7 +22,8 @@ def test_encode_returns_one_unit_vector_per_text(client: TestClient) -> None:
     assert len(body["embeddings"]) == 2 and len(body["embeddings"][0]) == 32
     for vector in body["embeddings"]:
         assert math.isclose(math.sqrt(sum(x * x for x in vector)), 1.0, rel_tol=1e-5)
-    assert body["usage"]["tokens"] > 4
+    # [CLS] first text [SEP] + [CLS] a second , longer text [SEP]: padding is not counted.
+    assert body["usage"]["tokens"] == 4 + 7
     for header in TIMING_HEADERS:
         assert header in r.headers
     assert r.headers["x-batch-size"] == "2"
@@ -41,8 +43,19 @@ def test_encode_single_string_backend_and_no_normalize(client: TestClient) -> No
     assert r.status_code == 200, r.text
     body = r.json()
     assert body["attention"] == "nystrom" and len(body["embeddings"]) == 1
-    norm = math.sqrt(sum(x * x for x in body["embeddings"][0]))
+    raw = body["embeddings"][0]
+    norm = math.sqrt(sum(x * x for x in raw))
     assert not math.isclose(norm, 1.0, rel_tol=1e-3)
+    # Not normalising changes the length only: the direction is the normalised answer's.
+    unit = client.post(
+        "/encode",
+        json={
+            "inputs": "just one",
+            "attention": "nystrom",
+            "attention_options": {"num_landmarks": 4},
+        },
+    ).json()["embeddings"][0]
+    assert max(abs(x / norm - u) for x, u in zip(raw, unit, strict=True)) < 1e-6
 
 
 def test_exact_backends_agree(client: TestClient) -> None:
@@ -68,7 +81,8 @@ def test_openai_embeddings_float_and_base64(client: TestClient) -> None:
     assert body["object"] == "list" and body["model"] == TINY_TEXT
     assert [d["index"] for d in body["data"]] == [0, 1]
     assert all(d["object"] == "embedding" for d in body["data"])
-    assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
+    # [CLS] hello there [SEP] + [CLS] general ken ##ob ##i [SEP]
+    assert body["usage"] == {"prompt_tokens": 4 + 6, "total_tokens": 4 + 6}
     encoded = client.post("/v1/embeddings", json={**request, "encoding_format": "base64"}).json()
     for f, b in zip(body["data"], encoded["data"], strict=True):
         decoded = array("f", base64.b64decode(b["embedding"]))
@@ -96,6 +110,16 @@ def test_forecast_returns_future_timestamps_and_cuts_horizon(client: TestClient)
     assert len(first["timestamps"]) == 5 and len(first["values"]) == 5
     assert all(len(row) == 7 and all(math.isfinite(v) for v in row) for row in first["values"])
     assert r.headers["x-batch-size"] == "2"
+    second = body["forecasts"][1]  # 24 rows from 2017-01-01 00:00
+    assert second["timestamps"] == [f"2017-01-02 0{h}:00:00" for h in range(5)]
+    # A shorter horizon cuts the model's forecast: the first 5 of the 8 steps it makes. Each
+    # alone, so both run the same batch (batched with another series, ProbSparse's top queries
+    # can change with float noise).
+    request = {"model": TINY_FORECAST, "series": [series]}
+    cut = client.post("/forecast", json={**request, "horizon": 5}).json()["forecasts"][0]
+    whole = client.post("/forecast", json=request).json()
+    assert whole["horizon"] == 8 and cut["values"] == whole["forecasts"][0]["values"][:5]
+    assert cut["timestamps"] == whole["forecasts"][0]["timestamps"][:5] == first["timestamps"]
 
 
 def test_forecast_columns_and_start_give_the_same_forecast_as_rows(client: TestClient) -> None:
@@ -156,13 +180,21 @@ def test_forecast_base64_columns_give_the_forecast_of_the_same_numbers(client: T
 
 
 def test_forecast_default_horizon_and_every_backend(client: TestClient) -> None:
+    values = {}
     for backend in ("full", "flash", "probsparse", "performer", "nystrom"):
         r = client.post(
             "/forecast",
             json={"model": TINY_FORECAST, "series": [hourly_series(24)], "attention": backend},
         )
         assert r.status_code == 200, (backend, r.text)
+        assert r.json()["attention"] == backend
         assert r.json()["horizon"] == 8 and len(r.json()["forecasts"][0]["values"]) == 8
+        values[backend] = [v for row in r.json()["forecasts"][0]["values"] for v in row]
+    # The two exact backends agree; each approximation is a forecast of its own (so the
+    # backend named is the one that ran).
+    assert max(abs(a - b) for a, b in zip(values["full"], values["flash"], strict=True)) < 1e-4
+    for backend in ("probsparse", "performer", "nystrom"):
+        assert values[backend] != values["full"], backend
 
 
 def test_models_lists_cards_with_limits_and_backends(client: TestClient) -> None:
@@ -198,4 +230,8 @@ def test_health_ready_docs_and_request_id(client: TestClient) -> None:
     r = client.get("/healthz", headers={"x-request-id": "abc-123"})
     assert r.headers["x-request-id"] == "abc-123"
     odd = client.get("/healthz", headers={"x-request-id": "bad id with spaces"})
-    assert odd.headers["x-request-id"] != "bad id with spaces"
+    other = client.get("/healthz", headers={"x-request-id": "bad id with spaces"})
+    # Refused, and replaced by a fresh id of the server's own per request.
+    new_ids = (odd.headers["x-request-id"], other.headers["x-request-id"])
+    assert all(re.fullmatch(r"[0-9a-f]{12}-[0-9a-f]{8}", i) for i in new_ids), new_ids
+    assert new_ids[0] != new_ids[1]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +22,7 @@ from tests.service.helpers import (
     hourly_series,
     make_app,
     text_servable,
+    wait_until,
 )
 
 
@@ -347,19 +349,33 @@ def test_every_500_is_logged_once_with_the_request_id_and_traceback(
 def test_bad_requests_do_not_harm_the_batch_beside_them(
     client: TestClient, text_double: Wrapped
 ) -> None:
-    # The first request finds the worker idle and runs at once (slowed down here); the others
-    # arrive while it runs and gather for the next batch.
-    text_double.delay_s = 0.2
-    good = {"inputs": ["a good text"]}
+    # A first request holds the worker (gated, not slowed: a busy machine cannot reorder this);
+    # the bad ones are refused while it runs, and the two good ones behind it share one batch.
+    worker = client.app.state.attnserve.batcher.workers[TINY_TEXT]  # type: ignore[attr-defined]
+    text_double.gate = threading.Event()
+    runs = len(text_double.batches)
+    goods = [{"inputs": ["a good text"]}, {"inputs": ["another good text, a little longer"]}]
     bad = [
         {"inputs": ["word " * 100]},
         {"inputs": ["x"], "attention": "nope"},
         {"inputs": []},
     ]
-    requests = [good, *bad, good, good]
-    with ThreadPoolExecutor(len(requests)) as pool:
-        responses = list(pool.map(lambda b: client.post("/encode", json=b), requests))
-    statuses = [r.status_code for r in responses]
-    assert statuses == [200, 422, 422, 422, 200, 200]
-    batched = [int(r.headers["x-batch-requests"]) for r in responses if r.status_code == 200]
-    assert max(batched) >= 2  # the good ones shared a batch while the bad ones were refused
+    with ThreadPoolExecutor(len(bad) + len(goods) + 1) as pool:
+        blocker = pool.submit(client.post, "/encode", json={"inputs": ["first"]})
+        wait_until(lambda: len(text_double.batches) == runs + 1)
+        refused = [pool.submit(client.post, "/encode", json=b) for b in bad]
+        answered = [pool.submit(client.post, "/encode", json=b) for b in goods]
+        statuses = [f.result(timeout=10).status_code for f in refused]  # before the gate opens
+        wait_until(lambda: worker.depth == len(goods))
+        text_double.gate.set()
+        responses = [f.result(timeout=10) for f in answered]
+    text_double.gate = None
+    assert blocker.result().status_code == 200
+    assert statuses == [422, 422, 422]
+    assert [r.status_code for r in responses] == [200, 200]
+    assert [r.headers["x-batch-requests"] for r in responses] == ["2", "2"]
+    assert text_double.batches[runs:] == [1, 2]  # the first, then both good ones together
+    for body, r in zip(goods, responses, strict=True):
+        alone = client.post("/encode", json=body).json()["embeddings"][0]
+        got = r.json()["embeddings"][0]
+        assert max(abs(a - b) for a, b in zip(got, alone, strict=True)) < 1e-5

@@ -41,17 +41,20 @@ def test_series_move_after_traffic(client: TestClient) -> None:
     assert metric(scrape, "attnserve_batch_size_rows_sum", model=TINY_FORECAST) == 2
     assert metric(scrape, "attnserve_batch_tokens_sum", model=TINY_FORECAST) == 2 * 24
     assert metric(scrape, "attnserve_batch_tokens_count", model=TINY_TEXT) == 3
-    assert "attnserve_queue_depth_requests" in scrape
+    # Every request was answered: both queues are back to empty (a series per model).
+    for model in (TINY_TEXT, TINY_FORECAST):
+        assert f'attnserve_queue_depth_requests{{model="{model}"}} 0.0' in scrape
     assert metric(scrape, "attnserve_process_resident_memory_bytes") > 1e6
-    assert "attnserve_device_memory_allocated_bytes" in scrape
+    assert "attnserve_device_memory_allocated_bytes 0.0" in scrape  # CPU: no device memory
     assert metric(scrape, "attnserve_models_loaded") == 2
     assert metric(scrape, "attnserve_ready") == 1
 
 
 def test_rejections_by_reason(text_double: object) -> None:
     with TestClient(make_app([text_double], api_key="k", max_body_bytes=1024)) as c:
-        c.post("/encode", json={"inputs": ["x"]})
-        c.post("/encode", json={"inputs": ["x" * 2000]}, headers={"Authorization": "Bearer k"})
+        assert c.post("/encode", json={"inputs": ["x"]}).status_code == 401
+        big = {"inputs": ["x" * 2000]}
+        assert c.post("/encode", json=big, headers={"Authorization": "Bearer k"}).status_code == 413
         scrape = c.get("/metrics").text
         assert metric(scrape, "attnserve_rejections_total", reason="unauthorized") == 1
         assert metric(scrape, "attnserve_rejections_total", reason="body_too_large") == 1
