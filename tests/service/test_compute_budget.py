@@ -102,7 +102,8 @@ def test_a_request_with_no_way_to_fit_says_to_send_shorter_texts(tiny_text: Any)
         worker = worker_of(client)
         pin_rates(worker, seconds_for_default=len(TEXTS) * 10 * BUDGET_S)  # one text: 10 s
         refused = post(client)
-        assert refused.status_code == 422
+        assert refused.status_code == 422, refused.text
+        assert refused.json()["error"]["type"] == "compute_budget_exceeded"
         message = refused.json()["error"]["message"]
         assert message.endswith("to fit: send shorter texts"), message
 
