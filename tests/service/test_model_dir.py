@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
 
 from models.informer import InformerForecaster
+from models.training.data import ETTH1_CHANNELS
 from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables, model_dir_checkpoints
 from service.engine.servables.forecast import ForecastServable
@@ -70,6 +71,10 @@ def test_every_folder_is_served_beside_the_shipped_model(good_dir: Path) -> None
             card = cards[name]
             assert {k: v for k, v in card.items() if k not in ("limits", "auto")} == expected
             assert card["task"] == "forecast" and card["context"] == 24 and card["horizon"] == 8
+            # What the folder holds, known without the card code: its name, the tiny
+            # checkpoint's ETTh1 channels, hourly steps and ProbSparse default.
+            assert card["name"] == name and card["channels"] == list(ETTH1_CHANNELS)
+            assert card["freq"] == "h" and card["default_attention"] == "probsparse"
             assert c.get(f"/models/{name}").json() == card
 
             r = c.post("/forecast", json={"model": name, "series": [hourly_series(30)]})
