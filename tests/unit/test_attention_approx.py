@@ -8,13 +8,14 @@ must also beat the trivial "mean of the values" answer on them.
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 
 from models.attention import attend
 from models.attention.performer import _feature_maps
-from tests.attention_inputs import relative_error, structured_qkv
+from tests.attention_inputs import reference_attention, relative_error, structured_qkv
 
 B, H, L, D = 2, 4, 512, 32
 
@@ -65,12 +66,17 @@ def test_probsparse_equals_full_when_every_query_is_active():
 
 
 def test_probsparse_lazy_causal_queries_get_the_running_mean():
-    """With factor 1 most queries are lazy; their output is the mean of v[:i+1]."""
+    """With factor 1 exactly u = ceil(ln 400) = 6 queries are active and get exact causal
+    softmax; every other query is lazy and gets the mean of v[:i+1]."""
     q, k, v = structured_qkv(1, 1, 400, 400, 16)
     out = attend(q, k, v, backend="probsparse", causal=True, factor=1)
     running_mean = v.cumsum(dim=2) / torch.arange(1, 401).view(1, 1, 400, 1)
+    exact = reference_attention(q, k, v, causal=True).float()
     lazy = torch.isclose(out, running_mean, atol=1e-5).all(dim=-1)
-    assert 390 <= int(lazy.sum()) < 400  # u = ceil(ln 400) = 6 active queries at most
+    active = torch.isclose(out, exact, atol=1e-5).all(dim=-1) & ~lazy
+    assert bool((lazy | active).all()), "a query is neither lazy nor exact"
+    assert int(active.sum()) == math.ceil(math.log(400)) == 6
+    assert int(lazy.sum()) == 400 - 6
 
 
 def test_nystrom_is_exact_for_short_rows_in_a_long_batch():

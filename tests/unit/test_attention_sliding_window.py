@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
@@ -13,6 +15,14 @@ from models.attention.sliding_window import (
     sliding_window_bytes,
     sliding_window_work,
 )
+
+
+@pytest.fixture(autouse=True)
+def own_rng() -> Iterator[None]:
+    """The seeds set here stay here: the global torch generator is restored after each test,
+    so later tests do not depend on which of these ran before them."""
+    with torch.random.fork_rng():
+        yield
 
 
 def _reference(q, k, v, key_padding_mask, window):

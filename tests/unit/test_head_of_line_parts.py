@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from service.engine.batching import execute
 from service.engine.batching.device import DeviceRuntime
 from service.engine.batching.execute import BatchRun
 from service.engine.batching.job import Job
@@ -97,17 +98,42 @@ def test_stepping_gives_what_running_it_at_once_gives(loop: asyncio.AbstractEven
     assert outcomes[0].value == at_once[0].value
 
 
+class FakeClock:
+    """Stands in for the ``time`` module of the runner: seconds pass only when a test says so,
+    so timings are exact on a busy machine."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 def test_inference_time_is_the_sum_of_the_parts_not_the_wait_between(
-    loop: asyncio.AbstractEventLoop,
+    loop: asyncio.AbstractEventLoop, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    run = BatchRun([job(loop, [5] * 6)], Model(delay_s=0.05), RUNTIME, "full", ROWS_OF_TWO)
-    started = time.perf_counter()
+    clock = FakeClock()
+    monkeypatch.setattr(execute, "time", clock)
+
+    class TimedModel(Model):
+        def __call__(self, rows: list[Any]) -> list[Any]:
+            clock.sleep(0.05 * len(rows))  # a part of two rows takes 0.1 s
+            return super().__call__(rows)
+
+    run = BatchRun([job(loop, [5] * 6)], TimedModel(), RUNTIME, "full", ROWS_OF_TWO)
+    steps = 1
     while (outcomes := run.step()) is None:
-        time.sleep(0.2)  # another batch's turn
-    between = time.perf_counter() - started
+        clock.sleep(7.0)  # another batch's turn
+        steps += 1
     stats = outcomes[0].stats
-    assert stats is not None
-    assert 3 * 0.05 <= stats.inference_s < between - 2 * 0.2
+    assert stats is not None and steps == 3
+    assert stats.inference_s == pytest.approx(3 * 0.1)
 
 
 def test_the_time_slice_sets_the_part_and_an_unmeasured_backend_keeps_the_old_one(

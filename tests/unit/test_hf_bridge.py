@@ -47,8 +47,11 @@ def test_masks_are_read_back_as_what_they_mean() -> None:
     assert padding.tolist() == [[True] * 6, [True] * 4 + [False] * 2]
     causal, padding, bias = _read_mask(masks["causal+padding"], 6, 6)
     assert causal and padding is not None and bias is None
+    assert padding.tolist() == [[True] * 6, [True] * 4 + [False] * 2]
     causal, padding, bias = _read_mask(masks["arbitrary"], 6, 6)
     assert not causal and padding is None and bias is not None
+    # Neither pattern: the mask itself, as 0 where a query attends and -inf where it may not.
+    assert torch.equal(bias, torch.where(masks["arbitrary"], 0.0, float("-inf")))
     # An additive float mask (transformers' eager form) reads the same as the bool one.
     additive = torch.zeros(masks["padding"].shape).masked_fill(~masks["padding"], -3.4e38)
     assert torch.equal(_read_mask(additive, 6, 6)[1], padding_of(masks["padding"]))

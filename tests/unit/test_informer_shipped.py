@@ -18,16 +18,18 @@ EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168, 336, 720)} | {
     f"informer-ettm1-h{h}-c2048" for h in (96, 288)
 }
 LONG_CONTEXT = 2048
-pytestmark = pytest.mark.skipif(not SHIPPED, reason="no Informer checkpoints under models/weights/")
+# The checkpoints ship in the repository: each test runs over the names that must be there, so a
+# missing one fails (a broken checkout), where parametrising over what was found would skip.
+NAMES = sorted(EXPECTED | set(SHIPPED))
 
 
 def test_all_horizons_shipped_within_size_budget():
-    assert EXPECTED.issubset(SHIPPED)
+    assert set(SHIPPED) >= EXPECTED, f"missing under models/weights/: {EXPECTED - set(SHIPPED)}"
     total = sum(p.stat().st_size for d in shipped_dirs().values() for p in d.iterdir())
     assert total < 40 * 2**20, f"shipped Informer weights take {total / 2**20:.1f} MiB"
 
 
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", NAMES)
 def test_checkpoint_is_safetensors_with_full_config(name):
     d = WEIGHTS_DIR / name
     assert not list(d.glob("*.pt")) and not list(d.glob("*.bin")) and not list(d.glob("*.pkl"))
@@ -41,7 +43,7 @@ def test_checkpoint_is_safetensors_with_full_config(name):
 
 
 @needs_data
-@pytest.mark.parametrize("name", SHIPPED)
+@pytest.mark.parametrize("name", NAMES)
 def test_checkpoint_beats_the_linear_baseline_and_reproduces_its_quality(name):
     """The recorded full-test MSE of the default backend is at or below the closed-form linear
     baseline at the same context; the exact backends and Nyström stay within 5 % of it; and the

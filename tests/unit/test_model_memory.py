@@ -40,6 +40,14 @@ def one_thread() -> Iterator[None]:
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def own_rng() -> Iterator[None]:
+    """The seeds set here stay here: the global torch generator is restored after each test,
+    so later tests do not depend on which of these ran before them."""
+    with torch.random.fork_rng():
+        yield
+
+
 def _within(backend: str, estimate: int, measured: int) -> None:
     low, high = FACTOR.get(backend, DEFAULT_FACTOR)
     assert low <= estimate / measured <= high, (
@@ -50,8 +58,9 @@ def _within(backend: str, estimate: int, measured: int) -> None:
 @pytest.fixture(scope="module")
 def long_informer() -> Informer:
     """The ``long`` preset (per-step tokens, d_model 64, 4 heads) at a 2048-step context."""
-    torch.manual_seed(0)
-    return Informer(preset("long", seq_len=2048, pred_len=96)).eval()
+    with torch.random.fork_rng():  # module set-up runs outside the per-test own_rng
+        torch.manual_seed(0)
+        return Informer(preset("long", seq_len=2048, pred_len=96)).eval()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -109,11 +118,12 @@ def test_forecaster_prices_a_compiled_batch_at_its_bucket(tmp_path: Path) -> Non
 @pytest.fixture(scope="module")
 def minilm_shaped() -> BertEncoder:
     """all-MiniLM-L6-v2's shape (6 layers, 12 heads of 32, FFN 1536) at random init."""
-    torch.manual_seed(0)
-    model = BertEncoder(BertConfig()).eval()
-    for module in model.modules():
-        if isinstance(module, torch.nn.Embedding):
-            torch.nn.init.normal_(module.weight, std=0.02)
+    with torch.random.fork_rng():  # module set-up runs outside the per-test own_rng
+        torch.manual_seed(0)
+        model = BertEncoder(BertConfig()).eval()
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding):
+                torch.nn.init.normal_(module.weight, std=0.02)
     return model
 
 
@@ -135,12 +145,13 @@ def test_text_encoder_estimate(minilm_shaped: BertEncoder, backend: str, mixed: 
 def _random_encoder(raw: dict) -> BertEncoder:
     from models.text.architectures import read_config
 
-    torch.manual_seed(0)
-    with torch.device("meta"):
-        model = BertEncoder(read_config(raw))
-    model = model.to_empty(device="cpu").eval()
-    for param in model.parameters():
-        torch.nn.init.normal_(param, std=0.02)
+    with torch.random.fork_rng():  # module set-up runs outside the per-test own_rng
+        torch.manual_seed(0)
+        with torch.device("meta"):
+            model = BertEncoder(read_config(raw))
+        model = model.to_empty(device="cpu").eval()
+        for param in model.parameters():
+            torch.nn.init.normal_(param, std=0.02)
     return model
 
 

@@ -8,6 +8,8 @@ sample exists for.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -16,6 +18,14 @@ from benchmarks.attention import informer2020_probsparse
 from models.attention import attend, probsparse
 from models.attention.probsparse import _count, _shared_positions, probsparse_attention
 from tests.attention_inputs import relative_error, structured_qkv
+
+
+@pytest.fixture(autouse=True)
+def own_rng() -> Iterator[None]:
+    """The seeds set here stay here: the global torch generator is restored after each test,
+    so later tests do not depend on which of these ran before them."""
+    with torch.random.fork_rng():
+        yield
 
 
 def _u(n: int, factor: int = 5) -> int:

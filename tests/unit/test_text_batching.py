@@ -28,6 +28,13 @@ def test_every_text_once_sorted_and_padded_to_own_longest(max_batch_tokens, pad_
         assert len(b.indices) <= 32
         if max_batch_tokens is not None and len(b.indices) > 1:
             assert b.padded_tokens <= max_batch_tokens
+    # Greedy: a sub-batch closes only when the next text would break a cap (fewest sub-batches).
+    for b in batches[:-1]:
+        full = len(b.indices) == 32
+        over = max_batch_tokens is not None and (len(b.indices) + 1) * b.padded_length > (
+            max_batch_tokens
+        )
+        assert full or over, (len(b.indices), b.padded_length)
 
 
 def test_batches_fill_up_to_the_size_cap():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -12,6 +14,14 @@ from models.text import fused_linear
 needs_onednn = pytest.mark.skipif(
     not fused_linear.ENABLED, reason="torch.ops.mkldnn._linear_pointwise unavailable here"
 )
+
+
+@pytest.fixture(autouse=True)
+def own_rng() -> Iterator[None]:
+    """The seeds set here stay here: the global torch generator is restored after each test,
+    so later tests do not depend on which of these ran before them."""
+    with torch.random.fork_rng():
+        yield
 
 
 @pytest.fixture
