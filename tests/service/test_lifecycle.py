@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
-from collections import Counter
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service.app import create_app
-from service.engine.batching.cost import CALIBRATION_RUNS
 from service.settings import Settings
-from tests.service.helpers import TINY_TEXT, Wrapped, make_app
+from tests.service.helpers import TINY_TEXT, Wrapped, make_app, wait_until
 
 
 def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
@@ -50,18 +50,24 @@ def test_ready_only_after_models_load_and_warm_up(text_double: Wrapped) -> None:
 
 
 def test_every_served_backend_is_warmed_up(text_double: Wrapped) -> None:
-    seen: list[str] = []
+    seen: list[tuple[str, int]] = []  # (backend, rows) of every forward pass
     original = text_double.run
 
     def spy(rows: list[Any], call: Any) -> list[Any]:
-        seen.append(call.backend)
+        seen.append((call.backend, len(rows)))
         return original(rows, call)
 
     text_double.run = spy  # type: ignore[method-assign]
     with TestClient(make_app([text_double])):
-        # one warm-up batch each, then the timed runs that measure its speed
-        runs = 1 + CALIBRATION_RUNS
-        assert Counter(seen) == {backend: runs for backend in text_double.backends()}
+        backends = text_double.backends()
+        assert {backend for backend, _ in seen} == set(backends)
+        for backend in backends:
+            runs = [rows for b, rows in seen if b == backend]
+            # Each backend's warm-up batches, then its calibration batch, timed at least once.
+            warm = [len(rows) for rows, _ in text_double.warmup_batches(backend)]
+            calibration = len(text_double.calibration_batch(backend)[0])
+            assert runs[: len(warm)] == warm, backend
+            assert runs[len(warm) :] and set(runs[len(warm) :]) == {calibration}, backend
 
 
 def test_draining_turns_readyz_and_model_routes_to_503(client: TestClient) -> None:
@@ -100,28 +106,42 @@ def test_start_up_failure_in_foreground_raises() -> None:
 
 
 def test_queued_requests_finish_during_lifespan_drain(text_double: Wrapped) -> None:
-    gate = threading.Event()
-    text_double.gate = gate
-    app = make_app([text_double], max_batch_size=1, max_wait_ms=0)
-    results: list[int] = []
+    """One request running and two queued when the lifespan's shutdown begins: the drain waits
+    for all three, so each gets its 200 (not a 503 or 504) while the server shuts down."""
+    gate = text_double.gate = threading.Event()  # holds the running batch until the drain began
+    app = make_app([text_double], max_batch_size=1, max_wait_ms=0, shutdown_grace_s=60)
+    state = app.state.attnserve
+    results: dict[int, int] = {}
+    seen_at_drain: dict[str, Any] = {}
+
+    def release_once_draining() -> None:
+        wait_until(lambda: state.lifecycle.draining, timeout=60)
+        worker = state.batcher.workers[TINY_TEXT]
+        seen_at_drain.update(depth=worker.depth, answered=dict(results))
+        late = c.post("/encode", json={"inputs": ["arrived during the drain"]})
+        seen_at_drain["late"] = late.status_code
+        gate.set()
+
     with TestClient(app) as c:
         text_double.recording = True
 
         def call(i: int) -> None:
-            results.append(c.post("/encode", json={"inputs": [f"t{i}"]}).status_code)
+            results[i] = c.post("/encode", json={"inputs": [f"t{i}"]}).status_code
 
         threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
         for t in threads:
             t.start()
-        worker = app.state.attnserve.batcher.workers[TINY_TEXT]
-        deadline = time.monotonic() + 5
-        while worker.depth < 2:
-            assert time.monotonic() < deadline
-            time.sleep(0.005)
-        threading.Timer(0.2, gate.set).start()
-        for t in threads:
-            t.join()
-    assert results == [200, 200, 200]
+        worker = state.batcher.workers[TINY_TEXT]
+        wait_until(lambda: text_double.batches == [1] and worker.depth == 2)
+        releaser = threading.Thread(target=release_once_draining)
+        releaser.start()
+    # Leaving the block ran the lifespan's shutdown, which returned only after the drain.
+    releaser.join(60)
+    for t in threads:
+        t.join(60)
+    assert seen_at_drain == {"depth": 2, "answered": {}, "late": 503}
+    assert results == {0: 200, 1: 200, 2: 200}
+    assert text_double.batches == [1, 1, 1]
 
 
 class TestApiKey:
@@ -155,10 +175,34 @@ class TestApiKey:
             assert secured.get(path).status_code == 200
 
 
-def test_start_up_objects_are_frozen_out_of_the_cyclic_gc(text_double: Wrapped) -> None:
+@pytest.fixture
+def nothing_frozen() -> Iterator[None]:
+    """No object in the GC's permanent generation: ``gc.freeze`` is process-wide and every app
+    an earlier test started froze its objects. Frozen again afterwards if it was before."""
+    was_frozen = gc.get_freeze_count() > 0
+    gc.unfreeze()
+    yield
+    gc.unfreeze()
+    if was_frozen:
+        gc.freeze()
+
+
+def is_frozen(obj: object) -> bool:
+    """Tracked by the cyclic GC, yet in none of its generations: in the permanent one."""
+    return gc.is_tracked(obj) and all(o is not obj for o in gc.get_objects())
+
+
+def test_start_up_objects_are_frozen_out_of_the_cyclic_gc(
+    text_double: Wrapped, nothing_frozen: None
+) -> None:
     # Full collections would otherwise walk everything torch and the models allocated, on the
     # event loop, whenever a large body creates enough new objects.
-    import gc
-
-    with TestClient(make_app([text_double])):
+    app = make_app([text_double])
+    assert gc.get_freeze_count() == 0
+    assert not is_frozen(text_double)
+    with TestClient(app):
+        state = app.state.attnserve
         assert gc.get_freeze_count() > 10_000
+        # The models and what start-up built around them are out of the collector's reach.
+        assert is_frozen(text_double)
+        assert is_frozen(state.batcher) and is_frozen(state.registry)

@@ -101,9 +101,14 @@ def test_a_killed_worker_is_replaced_and_serving_goes_on(server: ServerProcess) 
     victim = min(old)
     psutil.Process(victim).kill()
     wait_for_log(server, f"worker {victim} ended (status -9); starting another")
-    new = worker_pids(server) - old
-    assert len(new) == 1 and len(worker_pids(server)) == 2
-    wait_for_log(server, f"[{new.pop()}] attnserve: ready in")
+    # The line is logged just before the replacement is spawned: wait for its process.
+    deadline = time.monotonic() + 60
+    while len(pids := worker_pids(server)) != 2 or len(pids - old) != 1:
+        assert time.monotonic() < deadline, (old, pids)
+        time.sleep(0.1)
+    (replacement,) = pids - old
+    wait_for_log(server, f"[{replacement}] attnserve: ready in")
+    assert worker_pids(server) == (old - {victim}) | {replacement}
     responses = asyncio.run(forecasts(server.url, 16, connections=8))
     assert [r.status_code for r in responses] == [200] * 16
 

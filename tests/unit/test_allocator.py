@@ -10,11 +10,12 @@ import platform
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 
-from service.engine.batching import allocator
+from service.engine.batching import allocator, device
 from service.engine.batching.device import DeviceRuntime
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,11 +80,13 @@ def test_bounded_kernel_caches_keep_memory_flat_across_new_shapes() -> None:
 
 
 def test_the_environment_wins_over_the_default_bound(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Set first so that monkeypatch restores whatever the variable was, even if it was unset.
+    monkeypatch.setenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "0")
+    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY")
     monkeypatch.setenv("LRU_CACHE_CAPACITY", "7")
-    monkeypatch.delenv("ONEDNN_PRIMITIVE_CACHE_CAPACITY", raising=False)
-    allocator.bound_kernel_caches()
+    allocator.bound_kernel_caches(capacity=5)
     assert os.environ["LRU_CACHE_CAPACITY"] == "7"
-    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == str(allocator.KERNEL_CACHE_CAPACITY)
+    assert os.environ["ONEDNN_PRIMITIVE_CACHE_CAPACITY"] == "5"
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")
@@ -92,17 +95,37 @@ def test_trim_is_available_under_glibc_and_returns_freed_memory() -> None:
     assert isinstance(allocator.trim(), bool)
 
 
-def test_the_runtime_trims_at_most_once_per_interval() -> None:
+def test_the_runtime_trims_at_most_once_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The runtime's clock, set by hand at a minute after boot: ``time.monotonic`` counts from
+    # boot, so a runtime that took "never trimmed" for 0.0 would not trim until the machine
+    # had been up for a whole interval.
+    clock = [60.0]
+    monkeypatch.setattr(device, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    trims: list[float] = []  # the clock at each trim
+
+    def trim() -> bool:
+        trims.append(clock[0])
+        return True
+
+    monkeypatch.setattr(allocator, "trim", trim)
+
     off = DeviceRuntime(torch.device("cpu"), trim_interval_s=0)
     assert not off.after_batch()
+    assert trims == []
     runtime = DeviceRuntime(torch.device("cpu"), trim_interval_s=3600)
-    assert runtime.after_batch()  # the first batch: due
+    assert runtime.after_batch()  # the first batch: due at once, however long the host is up
+    clock[0] += 3599
     assert not runtime.after_batch()  # within the hour: not again
-    measuring = DeviceRuntime(torch.device("cpu"), trim_interval_s=1e-9)
+    clock[0] += 1
+    assert runtime.after_batch()  # an hour after the last trim: due again
+    assert trims == [60.0, 3660.0]
+
+    measuring = DeviceRuntime(torch.device("cpu"), trim_interval_s=3600)
     baseline = measuring.reset_peak()
     assert not measuring.after_batch()  # another batch is being measured: leave its pages
     measuring.peak_above(baseline)
     assert measuring.after_batch()
+    assert trims == [60.0, 3660.0, 3660.0]
 
 
 # Allocates and frees the same mid-sized tensors over and over, as consecutive forward passes

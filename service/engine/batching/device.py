@@ -20,6 +20,7 @@ on CUDA; available RAM on CPU, within the container's cgroup limit), shared by t
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -170,7 +171,9 @@ class DeviceRuntime:
     autocast: bool = True
     trim_interval_s: float = 0.0
     _measuring: int = field(default=0, init=False, repr=False)
-    _last_trim: float = field(default=0.0, init=False, repr=False)
+    # Never trimmed: the first trim is due at once. (Not 0.0: ``time.monotonic`` counts from
+    # boot, so 0.0 would put the first trim ``trim_interval_s`` after the host started.)
+    _last_trim: float = field(default=-math.inf, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
