@@ -342,7 +342,9 @@ def test_evaluate_measures_a_folder_so_auto_can_choose_on_it(tmp_path: Path) -> 
 # ------------------------------------------------------------------ long texts
 
 
-def test_long_texts_as_windows_through_both_routes(client: TestClient) -> None:
+def test_long_texts_as_windows_through_both_routes(
+    client: TestClient, folders: dict[str, Path]
+) -> None:
     long_text = " ".join(SAMPLE_TEXTS * 6)  # several hundred tokens; the models take 64
     refused = client.post("/encode", json={"model": "tiny-bert", "inputs": [long_text]})
     assert refused.status_code == 422 and "windows" in refused.json()["error"]["message"]
@@ -352,8 +354,17 @@ def test_long_texts_as_windows_through_both_routes(client: TestClient) -> None:
     assert np.allclose(np.linalg.norm(windowed, axis=1), 1.0, atol=1e-5)
     assert min_cosine(windowed[1:], truncated[1:]) >= EXACT_FLOOR  # short: unchanged
     assert min_cosine(windowed[:1], truncated[:1]) < 0.9999  # long: all of it counts
+    # Every window's tokens were read: the long text's N body tokens in windows of 62 (64 less
+    # [CLS] and [SEP]) that repeat a quarter (15 tokens) of the one before, each window with
+    # its two special tokens; then the short text, whole.
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(folders["bert"]))
+    n = len(tokenizer(long_text, add_special_tokens=False).input_ids)
+    k = 1 + -(-(n - 62) // 47)  # windows: starts 0, 47, 94, ... until one reaches the end
+    short = len(tokenizer("short").input_ids)
     usage = client.post("/encode", json=body).json()["usage"]["tokens"]
-    assert usage > 64  # every window's tokens were read
+    assert usage == n + 15 * (k - 1) + 2 * k + short
     openai = client.post(
         "/v1/embeddings",
         json={"model": "tiny-bert", "input": [long_text, "short"], "long_text": "windows"},
