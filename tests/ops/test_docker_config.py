@@ -291,3 +291,36 @@ def test_dockerignore_keeps_package_data_and_drops_the_rest() -> None:
     ]
     assert [p for p in kept if excluded(patterns, p)] == []
     assert [p for p in dropped if not excluded(patterns, p)] == []
+
+
+# Issue 37: the image builds on any Debian or Ubuntu base and with the classic builder.
+
+
+def test_dockerfile_uses_the_base_images_python3(dockerfile: list[Any]) -> None:
+    # A versioned package name (python3.12) exists on one base only; the venv made in the builder
+    # must run on the runtime stage's interpreter, so both install the base's python3.
+    text = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
+    assert not re.search(r"python3\.\d+", text)
+    for stage in {i.stage for i in dockerfile if i.keyword == "FROM"}:
+        runs = " ".join(i.args for i in dockerfile if i.stage == stage and i.keyword == "RUN")
+        assert re.search(r"apt-get install [^&]*(?<![\w.-])python3(?![\w.])", runs), stage
+    builder = " ".join(i.args for i in dockerfile if i.stage == 0 and i.keyword == "RUN")
+    assert next(i.args.split()[-1] for i in dockerfile if i.keyword == "FROM") == "builder"
+    assert "python3 -m venv /opt/venv" in builder
+
+
+def test_dockerfile_builds_with_the_classic_builder(dockerfile: list[Any]) -> None:
+    text = (DOCKER / "Dockerfile").read_text(encoding="utf-8")
+    # Parser directives (a frontend to pull, BuildKit only) stand in the file's leading comments.
+    assert not re.search(r"^#\s*syntax\s*=", text, re.MULTILINE | re.IGNORECASE)
+    # BuildKit-only flags: COPY/ADD --chmod and --link, RUN --mount, --network and --security.
+    for instruction in dockerfile:
+        for flag in ("--chmod", "--link", "--mount", "--network", "--security"):
+            assert flag not in instruction.args, f"{instruction.keyword} {instruction.args}"
+        assert not instruction.args.lstrip().startswith("<<"), "heredocs need BuildKit"
+
+
+def test_healthcheck_probe_is_made_executable_in_the_image(dockerfile: list[Any]) -> None:
+    final = max(i.stage for i in dockerfile)
+    runs = " ".join(i.args for i in dockerfile if i.stage == final and i.keyword == "RUN")
+    assert re.search(r"chmod 0?755 /usr/local/bin/attnserve-healthcheck", runs)
