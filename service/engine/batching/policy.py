@@ -15,14 +15,14 @@ LitServe's ``collate_requests``):
    ends the batch (strict FIFO within a key). The oldest request always runs, even alone over a limit: the worker runs it in
    parts of :func:`part_rows` (a request whose single row is over the memory budget never gets
    here: it is refused on arrival). The model never splits a batch itself.
-4. The batch runs now if it is full (no room for one more row, by count or by memory), the
-   queue is being flushed (shutdown), or its oldest request found the worker idle and the queue
-   empty (no wait when idle: a lone client pays no batching delay). Otherwise (it arrived while
-   a batch ran) it runs once it has waited ``max_wait_s`` *and* the worker has been free for
-   ``max_wait_s``: right after a batch, the clients it just answered send their next requests
-   within a few milliseconds, and this short pause lets them join instead of alternating with
-   the rest in half-full batches. Until then the worker sleeps (at most to the earliest
-   deadline).
+4. The batch runs now if it is full (no room for one more row, by count, padded tokens, memory
+   or compute), the queue is being flushed (shutdown), or its oldest request found the worker
+   idle and the queue empty (no wait when idle: a lone client pays no batching delay). Otherwise
+   (it arrived while a batch ran) it runs once it has waited ``max_wait_s`` *and* the worker
+   has been free for ``max_wait_s``: right after a batch, the clients it just answered send
+   their next requests within a few milliseconds, and this short pause lets them join instead
+   of alternating with the rest in half-full batches. Until then the worker sleeps (at most to
+   the earliest deadline).
 5. No forward pass holds the worker much past ``slice_seconds`` of estimated compute (the
    time slice): a batch grows no further, and a larger request runs in parts of about that
    much. Its parts are the worker's turns, one forward pass each; between two of them the
@@ -223,7 +223,13 @@ def next_batch(
         return needed is not None and needed > time_budget
 
     def no_room(rows: int, longest: int) -> bool:  # not even one more row of this length fits
-        return rows >= limits.max_batch_size or over_budget(rows + 1, longest)
+        # Any row joining pads to at least ``longest``, so ``rows + 1`` rows of ``longest`` is
+        # the least the next row can add: over the token cap, waiting cannot grow the batch.
+        return (
+            rows >= limits.max_batch_size
+            or padded_tokens(rows + 1, longest) > limits.max_batch_tokens
+            or over_budget(rows + 1, longest)
+        )
 
     batch = [live[0]]
     rows, longest = head.n_rows, head.longest
