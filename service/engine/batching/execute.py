@@ -8,17 +8,27 @@ requests before) runs in parts of as many rows as fit
 :class:`BatchRun` runs one part per :meth:`~BatchRun.step` (one call on the worker thread each),
 so the worker can run other requests' batches between them; :meth:`BatchRun.run_to_end` runs them all.
 
-A batch that runs out of device memory is split in two halves (by request) and each half is
-retried; a single request that still does not fit gets a clear ``out_of_memory`` error. Any other
-failure of a multi-request batch is bisected the same way, so the request that caused it fails
-alone and the requests batched beside it still get their answers.
+A failed batch of several requests is retried in smaller groups, one forward pass per
+:meth:`~BatchRun.step` (each a worker turn, like a part, so other batches run between them and
+no retry holds the worker past the time slice), by what the failure says (:meth:`BatchRun._recover`):
+
+* out of device memory: the batch's composition matters, so it is split in halves (by request)
+  and each half retried, down to a single request, which then gets a clear ``out_of_memory``
+  error;
+* any other error: halves are tried, and while exactly one half fails the fault looks like one
+  request's, so that half is bisected on (one bad request among ``n`` costs ``1 + 2*ceil(log2
+  n)`` passes and fails alone). When *both* halves fail, bisecting on would cost about two passes
+  per request (``2n - 1`` in all for a fault on every row), so a refusal of the input (a 422:
+  a row's content, and every request must get its own answer) tries the requests one at a time
+  (``n + 3`` passes at worst), and a server fault (a 500) fails every request of the batch at
+  once (3 passes), as TEI fails a batch its backend could not run (``core/src/infer.rs``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +76,8 @@ class BatchRun:
         on_split: called when a failed batch of several requests is split in two.
         memory: estimated peak bytes of (rows, longest) for this batch's key.
         seconds: estimated seconds of (rows, longest) for this batch's key (the time slice).
+        recover: retry a failed batch of several requests in smaller groups (see the module
+            docstring); False: every job gets the error (a group the recovery itself tries).
     """
 
     def __init__(
@@ -78,8 +90,13 @@ class BatchRun:
         on_split: Callable[[], None] = lambda: None,
         memory: RowsMemory | None = None,
         seconds: RowsSeconds | None = None,
+        recover: bool = True,
     ) -> None:
         self.jobs = jobs
+        self._recovers = recover
+        self.failure: Exception | None = None  # what the model raised, if it failed
+        # After a failure: the retries still to run, one forward pass per step.
+        self._recovery: Generator[None, None, list[Outcome]] | None = None
         self._run_rows, self._runtime, self._backend = run_rows, runtime, backend
         self._limits, self._on_split = limits, on_split
         self._memory, self._seconds = memory, seconds
@@ -111,7 +128,8 @@ class BatchRun:
             )
 
     def _of(self, jobs: list[Job]) -> BatchRun:
-        """A run of ``jobs`` with this run's model, device, limits and estimates."""
+        """A run of ``jobs`` with this run's model, device, limits and estimates, that reports
+        a failure (:attr:`failure`) for :meth:`_recover` to act on instead of retrying itself."""
         return BatchRun(
             jobs,
             self._run_rows,
@@ -121,6 +139,7 @@ class BatchRun:
             self._on_split,
             self._memory,
             self._seconds,
+            recover=False,
         )
 
     @property
@@ -135,9 +154,12 @@ class BatchRun:
 
     def step(self) -> list[Outcome] | None:
         """Run the next forward pass (blocking: call on the worker thread). None while parts
-        remain; else every job's outcome: after the last part, on a failure (a batch of several
-        requests is then split in halves and retried, see :meth:`BatchRun.run_to_end`), or, before a part
-        after the first, :class:`~service.errors.ClientDisconnected` when nobody waits."""
+        or retries remain (a failed batch of several requests is retried in smaller groups, one
+        pass per step, see :meth:`_recover`); else every job's outcome: after the last part, on
+        a failure, or, before a part after the first, :class:`~service.errors.ClientDisconnected`
+        when nobody waits."""
+        if self._recovery is not None:
+            return self._resume()
         if self.done and self.abandoned:
             log.info(
                 "request %s: stopped after %d of %d rows: nobody waits",
@@ -173,29 +195,84 @@ class BatchRun:
             pass
         return outcomes
 
-    def _failed(self, exc: Exception) -> list[Outcome]:
-        jobs, runtime = self.jobs, self._runtime
+    def _failed(self, exc: Exception) -> list[Outcome] | None:
+        self.failure = exc
+        if is_out_of_memory(exc):
+            self._runtime.after_out_of_memory()
+        if len(self.jobs) > 1 and self._recovers:
+            self._recovery = self._recover(self.jobs, exc)
+            return self._resume()  # the failed pass was this turn: retries start next turn
+        return self._errors(self.jobs, exc)
+
+    def _resume(self) -> list[Outcome] | None:
+        """Advance the recovery by one forward pass; its outcomes once it is done."""
+        assert self._recovery is not None
+        try:
+            next(self._recovery)
+        except StopIteration as done:
+            return done.value
+        return None
+
+    def _recover(self, jobs: list[Job], exc: Exception) -> Generator[None, None, list[Outcome]]:
+        """Every job's outcome after ``jobs`` failed together with ``exc``: a generator that
+        yields before each forward pass, so each pass is one :meth:`step` (a worker turn).
+
+        Group testing by halving (one bad request among ``n`` is found in ``2*ceil(log2 n)``
+        passes) while the evidence points at one request; see the module docstring for when
+        both halves fail."""
+        if len(jobs) == 1:
+            return self._errors(jobs, exc)
         oom = is_out_of_memory(exc)
         if oom:
-            runtime.after_out_of_memory()
-        if len(jobs) > 1:
-            if oom:
-                log.warning("out of memory on a batch of %d requests: splitting", len(jobs))
+            log.warning("out of memory on a batch of %d requests: splitting", len(jobs))
+        else:
+            log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
+        self._on_split()
+        half = len(jobs) // 2
+        tried = []
+        for group in (jobs[:half], jobs[half:]):
+            run = self._of(group)
+            outcomes = yield from self._attempt(run)
+            tried.append((group, outcomes, run.failure))
+        both_failed = all(failure is not None for _, _, failure in tried)
+        result: list[Outcome] = []
+        for group, outcomes, failure in tried:
+            if failure is None or len(group) == 1:
+                result += outcomes
+            elif is_out_of_memory(failure) or not both_failed:
+                result += yield from self._recover(group, failure)
+            elif from_model_error(failure).status < 500:  # each row's input: each gets its own
+                for job in group:
+                    result += yield from self._attempt(self._of([job]))
             else:
-                log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
-            self._on_split()
-            half = len(jobs) // 2
-            return self._of(jobs[:half]).run_to_end() + self._of(jobs[half:]).run_to_end()
-        if oom:
+                result += outcomes  # a server fault on both halves: all of them fail with it
+        return result
+
+    def _attempt(self, run: BatchRun) -> Generator[None, None, list[Outcome]]:
+        """Run ``run`` to its end, yielding before each forward pass; a group whose clients all
+        left is answered without one."""
+        if run.abandoned:
+            gone = ClientDisconnected("the client left or timed out before the answer")
+            return [Outcome(job, error=gone) for job in run.jobs]
+        while True:
+            yield
+            if (outcomes := run.step()) is not None:
+                return outcomes
+
+    def _errors(self, jobs: list[Job], exc: Exception) -> list[Outcome]:
+        """Every job of ``jobs``, failed together with ``exc``, gets the error a client sees."""
+        if is_out_of_memory(exc):
+            rows = sum(job.n_rows for job in jobs)
             error: Exception = OutOfDeviceMemory(
-                f"this request ({len(self.rows)} rows, longest {self.longest}) does not fit in "
+                f"this request ({rows} rows, longest {self.longest}) does not fit in "
                 "device memory even on its own; send fewer or shorter inputs"
             )
         else:
             error = from_model_error(exc)
             if error.status >= 500:  # ours, not the caller's: one line with the traceback
-                log.error("request %s failed in the model", jobs[0].request_id, exc_info=exc)
-        return [Outcome(jobs[0], error=error)]
+                ids = ", ".join(job.request_id for job in jobs)
+                log.error("request %s failed in the model", ids, exc_info=exc)
+        return [Outcome(job, error=error) for job in jobs]
 
     def _finish(self) -> list[Outcome]:
         totals = self._stats
