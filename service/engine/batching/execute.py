@@ -20,8 +20,8 @@ no retry holds the worker past the time slice), by what the failure says (:meth:
   n)`` passes and fails alone). When *both* halves fail, bisecting on would cost about two passes
   per request (``2n - 1`` in all for a fault on every row), so a refusal of the input (a 422:
   a row's content, and every request must get its own answer) tries the requests one at a time
-  (``n + 3`` passes at worst), and a server fault (a 500) fails every request of the batch at
-  once (3 passes), as TEI fails a batch its backend could not run (``core/src/infer.rs``).
+  (``n + 3`` passes when every row is refused), and a server fault (a 500) fails them all with it
+  (3 passes), as TEI fails a batch its backend could not run (``core/src/infer.rs``).
 """
 
 from __future__ import annotations
