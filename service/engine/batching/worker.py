@@ -77,6 +77,7 @@ class ModelWorker:
         self._busy = False
         self._free_since: float | None = None
         self._parted: BatchRun | None = None  # a batch between two of its parts
+        self._running: BatchRun | None = None  # the batch on the worker thread now
         self._parts_turn = False  # the last turn went to the others: its next part runs
         self._batch_seconds = 0.05  # running estimate, for Retry-After
         # CPU: the process's one torch thread (see device.torch_thread); CUDA: a thread of its own.
@@ -194,26 +195,37 @@ class ModelWorker:
     async def drain(self, grace_s: float) -> bool:
         """Stop taking requests, finish the queued ones within ``grace_s``, stop.
 
-        Returns True when everything queued was answered in time; requests still waiting after
-        the grace period get :class:`ShuttingDown`.
+        Returns True when everything queued was answered in time. When the grace period runs
+        out, every request not yet answered gets :class:`ShuttingDown` (a 503) at once: the
+        queued ones, the one between two of its parts, and those of the batch on the worker
+        thread, whose forward pass cannot be interrupted and whose answer nobody would collect
+        (the loop that would is cancelled), so an accepted request never waits for its timeout.
         """
         self._accepting = False
         self._wakeup.set()
         finished = True
+        in_flight: list[Job] = []
         if self._task is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(self._task), grace_s)
             except TimeoutError:
                 finished = False
+                if self._running is not None:  # read before the cancel unwinds _step
+                    in_flight = self._running.jobs
                 self._task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await self._task
-        left = self._pending + (self._parted.jobs if self._parted is not None else [])
-        for job in left:
+        parted = self._parted.jobs if self._parted is not None else []
+        for job in in_flight + parted + self._pending:
             if not job.future.done():
-                job.future.set_exception(ShuttingDown("the server shut down before this ran"))
+                job.future.set_exception(
+                    ShuttingDown(
+                        "the server shut down before this request was answered (its shutdown "
+                        "grace period ran out); retry on another replica"
+                    )
+                )
         self._pending.clear()
-        self._parted = None
+        self._parted = self._running = None
         self.metrics.queue_depth.labels(self.name).set(0)
         if self._own_executor:
             self._executor.shutdown(wait=False, cancel_futures=True)
@@ -295,7 +307,7 @@ class ModelWorker:
         # pass): never two batches in parts at once.
         step = run.step if parted or self._parted is None else run.run_to_end
         started = time.monotonic()
-        self._busy = True
+        self._busy, self._running = True, run
         loop = asyncio.get_running_loop()
         try:
             outcomes = await loop.run_in_executor(self._executor, step)
@@ -305,6 +317,7 @@ class ModelWorker:
         finally:
             self._busy = False
             self._free_since = time.monotonic()
+        self._running = None  # not when cancelled: drain answers its jobs
         elapsed = time.monotonic() - started
         self._batch_seconds = 0.8 * self._batch_seconds + 0.2 * elapsed
         if outcomes is None:  # parts remain: the others get the next turn
