@@ -29,8 +29,9 @@ from service.app import create_app
 from service.engine.servables.base import ServedModel
 from service.engine.servables.forecast import ForecastServable
 from service.engine.servables.text import TextServable
+from service.errors import STATUS
 from service.settings import Settings
-from tests.unit.test_informer_helpers import tiny_checkpoint
+from tests.utils.informer import tiny_checkpoint
 
 TINY_TEXT = "tiny-minilm"
 TINY_FORECAST = "informer-tiny"
@@ -211,3 +212,17 @@ def long_forecast_servable(directory: Path, context: int = 1024) -> ForecastServ
         scaler = StandardScaler(np.full(7, 3.0), np.ones(7))
         save_checkpoint(directory, Informer(config).eval(), scaler, list(ETTH1_CHANNELS))
     return ForecastServable(InformerForecaster.load(str(directory)))
+
+
+def assert_error(r: Any, status: int, type_: str, *needles: str) -> dict[str, Any]:
+    """``r`` is the one error body with ``status`` and ``type_`` (as the status table maps them),
+    its message names every needle and carries no traceback; returns the body."""
+    assert r.status_code == status, r.text
+    body = r.json()
+    assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}
+    assert body["error"]["type"] == type_ and STATUS[type_] == status
+    message = body["error"]["message"]
+    for needle in needles:
+        assert needle in message, message
+    assert "Traceback" not in message
+    return body

@@ -14,28 +14,16 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.errors import STATUS
 from tests.service.helpers import (
     TINY_FORECAST,
     TINY_TEXT,
     Wrapped,
+    assert_error,
     hourly_series,
     make_app,
     text_servable,
     wait_until,
 )
-
-
-def assert_error(r: Any, status: int, type_: str, *needles: str) -> dict[str, Any]:
-    assert r.status_code == status, r.text
-    body = r.json()
-    assert set(body) == {"error"} and set(body["error"]) == {"type", "message"}
-    assert body["error"]["type"] == type_ and STATUS[type_] == status
-    message = body["error"]["message"]
-    for needle in needles:
-        assert needle in message, message
-    assert "Traceback" not in message
-    return body
 
 
 def forecast_body(**overrides: Any) -> dict[str, Any]:

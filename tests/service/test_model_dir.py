@@ -24,7 +24,7 @@ from service.engine.registry import ModelLoadError, load_servables, model_dir_ch
 from service.engine.servables.forecast import ForecastServable
 from service.settings import Settings
 from tests.service.helpers import hourly_series
-from tests.unit.test_informer_helpers import tiny_checkpoint
+from tests.utils.informer import tiny_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = "informer-etth1-h24"

@@ -12,8 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from models.training.data import ETTH1_CHANNELS
-from tests.service.helpers import TINY_FORECAST, Wrapped, hourly_series, make_app
-from tests.service.test_errors import assert_error
+from tests.service.helpers import TINY_FORECAST, Wrapped, assert_error, hourly_series, make_app
 
 JSON = {"content-type": "application/json"}
 

@@ -13,7 +13,7 @@ from models.attention import BACKENDS, AttentionError
 from models.errors import ModelInputError
 from models.informer import InformerForecaster
 from models.informer.timefeatures import format_timestamps
-from tests.unit.test_informer_helpers import hourly_series, one_thread, tiny_checkpoint  # noqa: F401
+from tests.utils.informer import hourly_series, one_thread, tiny_checkpoint  # noqa: F401
 
 
 @pytest.fixture(scope="module")

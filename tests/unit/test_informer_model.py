@@ -12,7 +12,7 @@ from models.informer import model as model_module
 from models.informer.config import PRESETS, preset
 from models.informer.model import Informer, LayerChoice, attention_plan
 from models.training.data import decoder_input
-from tests.unit.test_informer_helpers import one_thread, random_batch  # noqa: F401
+from tests.utils.informer import one_thread, random_batch  # noqa: F401
 
 
 @torch.no_grad()

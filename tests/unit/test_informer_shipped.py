@@ -11,7 +11,7 @@ from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
 from models.informer.timefeatures import feature_names
 from models.training.informer_evaluate import slice_mse
 from models.training.source import source_of
-from tests.unit.test_informer_helpers import needs_data, one_thread  # noqa: F401
+from tests.utils.informer import needs_data, one_thread  # noqa: F401
 
 SHIPPED = shipped_models()
 EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168, 336, 720)} | {

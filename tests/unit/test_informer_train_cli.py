@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 from models.informer import InformerForecaster
 from models.training.informer_fit import STATE_FILE
 from service.cli import main as cli
-from tests.unit.test_informer_helpers import one_thread  # noqa: F401
+from tests.utils.informer import one_thread  # noqa: F401
 
 SMALL = ["--preset", "patch", "--set", "d_model=16", "n_heads=2", "d_ff=32"]
 WINDOW = ["--context", "48", "--horizon", "16", "--label-len", "16"]

@@ -26,7 +26,7 @@ from models.text.bert import BertEncoder, PackedBatch
 from models.text.config import BertConfig
 from models.text.memory import forward_bytes as bert_bytes
 from models.training.data import ETTH1_CHANNELS
-from tests.unit.test_informer_helpers import random_batch
+from tests.utils.informer import random_batch
 
 FACTOR = {"full": (0.8, 1.2)}
 DEFAULT_FACTOR = (0.6, 1.6)

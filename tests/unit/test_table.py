@@ -12,7 +12,7 @@ from models.training import data
 from models.training.csv_file import DataError
 from models.training.splits import SPLIT_PRESETS, make_splits, split_borders
 from models.training.table import load_series_csv
-from tests.unit.test_informer_helpers import needs_data
+from tests.utils.informer import needs_data
 
 HEADER = "date,a,b\n"
 

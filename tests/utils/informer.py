@@ -1,4 +1,4 @@
-"""Helpers for the Informer tests (no tests here): a tiny checkpoint, the data check."""
+"""Helpers for the Informer tests: a tiny checkpoint, the data check, one torch thread."""
 
 from __future__ import annotations
 
