@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 from pydantic import ValidationError
 
+from service.runtime.cpus import openmp_env
 from service.settings import Settings
 
 
@@ -87,6 +89,14 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
+def export_openmp_env(settings: Settings) -> None:
+    """Put the ``omp_wait_policy`` setting in the environment while torch is not yet imported:
+    its OpenMP runtime reads the variable once, when it loads, in this process (one server) or
+    in the worker processes and a local Ray cluster, which inherit the environment."""
+    explicit = "omp_wait_policy" in settings.model_fields_set
+    os.environ.update(openmp_env(settings.omp_wait_policy, os.environ, explicit))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in MODEL_TOOLS:
@@ -101,6 +111,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValidationError as exc:
         print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
+    export_openmp_env(settings)
     if settings.ray:
         from service.observability.logs import configure_logging
 

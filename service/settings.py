@@ -244,8 +244,21 @@ class Settings(BaseSettings):
         default=0,
         ge=0,
         description=(
-            "Intra-op CPU threads for torch per process (0: torch's default, one per core; with "
-            "several workers, cores / workers). 1 avoids thread spin-waits on a busy CPU."
+            "Intra-op CPU threads for torch per process. 0: the CPUs the process may use, the "
+            "least of the host's cores, its affinity mask (taskset, --cpuset-cpus) and its cgroup "
+            "CPU quota (docker --cpus, a Kubernetes CPU limit; rounded down, at least 1), and no "
+            "more than OMP_NUM_THREADS when set; with several workers, that / workers."
+        ),
+    )
+    omp_wait_policy: Literal["passive", "active", "default"] = Field(
+        default="passive",
+        description=(
+            "How torch's idle OpenMP threads wait for the next parallel region, exported as "
+            "OMP_WAIT_POLICY before torch loads (attnserve serve). passive: they sleep at once, "
+            "so a CPU shared with other busy processes (or a container's CPU quota) keeps its "
+            "throughput; active: they spin; default: OpenMP's own (spin a while, then sleep). "
+            "An OMP_WAIT_POLICY already in the environment wins over the default, not over this "
+            "setting given explicitly."
         ),
     )
     autocast: bool = Field(

@@ -45,6 +45,7 @@ from types import FrameType
 
 from service.observability.logs import configure_logging
 from service.observability.metrics import MULTIPROC_ENV
+from service.runtime.cpus import available_cpus
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -54,12 +55,13 @@ KILL_MARGIN_S = 15.0
 
 
 def worker_settings(settings: Settings, cpus: int | None = None) -> Settings:
-    """The settings each worker runs with: one process; torch's intra-op threads shared out
-    among the workers when left to torch (``torch_threads`` 0), so they do not oversubscribe;
+    """The settings each worker runs with: one process; when ``torch_threads`` is 0, the CPUs
+    the process may use (:func:`~service.runtime.cpus.available_cpus`) shared out among the
+    workers, so they do not oversubscribe;
     and no background load: a worker takes connections from the shared socket only once its
     models are warm, so one that starts late (or replaces a dead one) never answers 503 while
     its peers could serve."""
-    cpus = cpus or os.cpu_count() or 1
+    cpus = cpus or available_cpus()  # the quota and affinity mask too, not just the host's
     threads = settings.torch_threads or max(1, cpus // settings.workers)
     return settings.model_copy(
         update={"workers": 1, "torch_threads": threads, "background_load": False}

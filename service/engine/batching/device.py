@@ -20,6 +20,7 @@ on CUDA; available RAM on CPU, within the container's cgroup limit), shared by t
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import threading
 import time
@@ -33,6 +34,9 @@ import torch
 
 from models.attention import get_backend
 from service.engine.batching import allocator
+from service.runtime.cpus import detect_cpus, torch_threads_default
+
+log = logging.getLogger("attnserve")
 
 
 def select_device(setting: str) -> torch.device:
@@ -44,11 +48,15 @@ def select_device(setting: str) -> torch.device:
     return torch.device(setting)
 
 
-def configure_threads(n: int) -> None:
-    """Set torch's intra-op thread count (process-wide); 0 keeps torch's default. Call it on
-    :func:`torch_thread` on CPU: OpenMP keeps the count per thread."""
-    if n > 0:
-        torch.set_num_threads(n)
+def configure_threads(n: int) -> int:
+    """Set torch's intra-op thread count (process-wide) and return it: ``n``, or for 0 torch's
+    default capped by the CPUs this process may use (torch reads the affinity mask and
+    ``OMP_NUM_THREADS`` but not a container's CPU quota; see :mod:`service.runtime.cpus`). Call
+    it on :func:`torch_thread` on CPU: OpenMP keeps the count per thread."""
+    threads = n or torch_threads_default(torch.get_num_threads())
+    torch.set_num_threads(threads)
+    log.info("torch intra-op threads: %d (CPUs: %s)", threads, detect_cpus())
+    return threads
 
 
 _torch_thread: ThreadPoolExecutor | None = None
