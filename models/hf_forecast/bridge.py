@@ -10,7 +10,9 @@ flag, a key padding mask or, failing both, an additive bias for the exact backen
 
 A layer the chosen backend cannot run (``nystrom`` is not causal, say) falls back to exact
 attention (``flash`` where its fused kernel takes the shapes, else ``full``) and the scope
-records it, so a card can say which layers ran what.
+records it, so a card can say which layers ran what. :func:`layer_choice` is that rule and
+:func:`runs_causal` reads a layer's causality: the forecaster's plan, which prices every batch,
+asks the same two functions, so the plan priced is the plan run.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from torch import Tensor
 
 from models.attention import attend, get_backend
 from models.attention.base import InputSpec
+from models.informer.model import LayerChoice, exact_choice
 
 IMPLEMENTATION = "attnserve"
 
@@ -90,6 +93,25 @@ def name_layers(model: torch.nn.Module) -> None:
             module._attnserve_name = path
 
 
+def layer_choice(backend: str, options: Mapping[str, Any], spec: InputSpec) -> LayerChoice:
+    """What a layer of ``spec`` runs when ``backend`` (``options`` resolved) is asked for: the
+    backend, or exact attention with the reasons it cannot take the layer. The one rule, for
+    the bridge at run time and the forecaster's plan when it prices a batch."""
+    reasons = get_backend(backend).unsupported_reasons(spec, options)
+    if reasons:
+        return exact_choice(spec, "; ".join(reasons))
+    return LayerChoice(backend, dict(options))
+
+
+def runs_causal(module: torch.nn.Module, lq: int, is_causal: bool | None = None) -> bool:
+    """Whether a layer called without a mask attends causally: transformers' own SDPA rule
+    (``integrations/sdpa_attention.py``: ``Lq > 1`` and the call's ``is_causal``, else the
+    module's, default True). transformers skips a purely causal mask for SDPA, so the module's
+    flag decides; its Informer decoder's self-attention says False, and runs unmasked."""
+    flag = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    return bool(lq > 1 and flag)
+
+
 def _read_mask(mask: Tensor, lq: int, lk: int) -> tuple[bool, Tensor | None, Tensor | None]:
     """A transformers mask ``[b, 1|h, Lq, Lk]`` (bool: True attends; float: additive) as
     ``(causal, key_padding_mask [b, Lk], bias)``; the bias only when neither pattern fits."""
@@ -128,12 +150,11 @@ def attend_hf(
         raise RuntimeError("attnserve serves in eval mode: attention dropout must be off")
     scope = _SCOPE.get()
     lq, lk, d = query.shape[-2], key.shape[-2], query.shape[-1]
-    causal_flag = is_causal if is_causal is not None else getattr(module, "is_causal", True)
     causal, padding, bias = False, None, None
     if attention_mask is not None:
         causal, padding, bias = _read_mask(attention_mask, lq, lk)
     else:
-        causal = bool(lq > 1 and causal_flag)
+        causal = runs_causal(module, lq, is_causal)
         if causal and lk > lq:  # SDPA's top-left rule: the extra keys are never seen
             key, value, lk = key[:, :, :lq], value[:, :, :lq], lq
     if scaling is not None and not math.isclose(scaling, d**-0.5, rel_tol=1e-6):
@@ -150,15 +171,13 @@ def attend_hf(
         has_padding_mask=padding is not None,
         has_score_bias=bias is not None,
     )
-    reasons = get_backend(backend).unsupported_reasons(spec, options)
-    if reasons:
-        fused = not get_backend("flash").unsupported_reasons(spec)
-        backend, options = ("flash" if fused else "full"), {}
+    choice = layer_choice(backend, options, spec)
+    backend, options = choice.backend, choice.options
     if scope is not None:
         name = layer_name(module)
         scope.layers[name] = backend
-        if reasons:
-            scope.reasons[name] = "; ".join(reasons)
+        if choice.reason:
+            scope.reasons[name] = choice.reason
     out = attend(
         query,
         key,

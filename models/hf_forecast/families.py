@@ -24,6 +24,7 @@ from torch import Tensor
 
 from models.attention.memory import AttentionCall, attention_bytes
 from models.attention.work import MATMUL, attention_work
+from models.hf_forecast.bridge import runs_causal
 from models.informer.model import LayerChoice
 
 Plan = Mapping[str, LayerChoice]  # layer name -> what it runs
@@ -31,7 +32,8 @@ Plan = Mapping[str, LayerChoice]  # layer name -> what it runs
 
 @dataclass(frozen=True)
 class LayerShape:
-    """One attention layer's call: query and key lengths, causality."""
+    """One attention layer's call: query and key lengths, causality (as the bridge will read it
+    at run time, :func:`~models.hf_forecast.bridge.runs_causal`: the plan prices what runs)."""
 
     name: str
     lq: int
@@ -59,13 +61,16 @@ class PatchTSTFamily:
         self.static_real = 0
         patches = model.model.patchifier.num_patches + (1 if c.use_cls_token else 0)
         self.tokens = patches
+        encoder = model.model.encoder.layers
         self.layers = [
-            LayerShape(f"encoder.{i}.self", patches, patches) for i in range(c.num_hidden_layers)
+            LayerShape(f"encoder.{i}.self", patches, patches, runs_causal(layer.self_attn, patches))
+            for i, layer in enumerate(encoder)
         ]
-        if c.channel_attention:
+        if c.channel_attention:  # the same attention module, across the channels of a patch
+            n = self.channels
             self.layers += [
-                LayerShape(f"encoder.{i}.channel", self.channels, self.channels)
-                for i in range(c.num_hidden_layers)
+                LayerShape(f"encoder.{i}.channel", n, n, runs_causal(layer.self_attn, n))
+                for i, layer in enumerate(encoder)
             ]
 
     def forecast(self, values: Tensor) -> tuple[Tensor, Any]:
@@ -169,8 +174,9 @@ class Seq2SeqFamily:
         enc = self._encoder_lengths()
         t = self.horizon
         self.layers = [LayerShape(f"encoder.{i}.self", n, n) for i, n in enumerate(enc)]
-        for i in range(c.decoder_layers):
-            self.layers.append(LayerShape(f"decoder.{i}.self", t, t, causal=True))
+        for i, layer in enumerate(model.model.decoder.layers):
+            causal = runs_causal(layer.self_attn, t)  # not every class's decoder says True
+            self.layers.append(LayerShape(f"decoder.{i}.self", t, t, causal))
             self.layers.append(LayerShape(f"decoder.{i}.cross", t, enc[-1]))
 
     def _encoder_lengths(self) -> list[int]:

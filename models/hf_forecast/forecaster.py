@@ -28,7 +28,7 @@ import torch
 from models.attention import get_backend
 from models.attention.base import InputSpec
 from models.errors import ModelInputError
-from models.hf_forecast.bridge import backend_scope, name_layers, use_bridge
+from models.hf_forecast.bridge import backend_scope, layer_choice, name_layers, use_bridge
 from models.hf_forecast.card import describe
 from models.hf_forecast.families import PatchTSTFamily, Seq2SeqFamily
 from models.hf_forecast.folder import (
@@ -40,7 +40,7 @@ from models.hf_forecast.folder import (
 )
 from models.hf_forecast.inputs import SAMPLE_SEED, HFWindow, read_clock, read_features
 from models.informer.history import check_horizon, first_non_finite, read_history
-from models.informer.model import LayerChoice, exact_choice
+from models.informer.model import LayerChoice
 from models.informer.timefeatures import (
     format_timestamps,
 )
@@ -231,7 +231,7 @@ class HFForecaster:
         return self._plans[key]
 
     def _layer_plan(self, backend: str, options: dict | None) -> dict[str, LayerChoice]:
-        chosen = get_backend(backend)
+        # Options as predict() hands them to the bridge (None: derived inside attend()).
         resolved = {
             k: v for k, v in self.check_attention(backend, options).items() if v is not None
         }
@@ -246,12 +246,7 @@ class HFForecaster:
                 self.device.type,
                 causal=layer.causal,
             )
-            reasons = chosen.unsupported_reasons(spec, resolved)
-            out[layer.name] = (
-                exact_choice(spec, "; ".join(reasons))
-                if reasons
-                else LayerChoice(backend, resolved)
-            )
+            out[layer.name] = layer_choice(backend, resolved, spec)  # the bridge's own rule
         return out
 
     def memory_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> int:
