@@ -15,6 +15,7 @@ so the service serves both alike. Differences a user sees:
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -49,6 +50,11 @@ log = logging.getLogger("attnserve")
 
 # Autoformer's "attention" is auto-correlation (Wu et al., NeurIPS 2021): period-based
 # aggregation of time-delayed series found by FFT, not softmax(QKᵀ)V; no backend applies.
+# Plans kept (per backend and options; see HFForecaster.plan): options come from clients, so
+# the cache is bounded. The served set is small (a default per backend plus auto's variants);
+# this leaves room for many clients' own options, each plan a few entries per layer.
+PLAN_CACHE_SIZE = 128
+
 UNSUPPORTED = {
     "autoformer": "AutoformerForPrediction replaces attention with auto-correlation (Wu et al., "
     "NeurIPS 2021: series aggregated at FFT-found delays, not softmax(QK^T)V), so none of "
@@ -120,7 +126,8 @@ class HFForecaster:
         self.default_attention = "probsparse" if trained_prob else "flash"
         self.device = next(model.parameters()).device
         self.compiled_backends: frozenset[str] = frozenset()
-        self._plans: dict[tuple, dict[str, LayerChoice]] = {}
+        # Keyed by (backend, options): least recently used plans go first past the bound.
+        self._plans = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(self._layer_plan)
         quality_path = directory / "quality.json"
         self.quality: dict[str, Any] = (
             json.loads(quality_path.read_text()) if quality_path.is_file() else {}
@@ -223,17 +230,21 @@ class HFForecaster:
 
     def plan(self, backend: str, options: dict | None = None) -> dict[str, LayerChoice]:
         """What each attention layer runs when ``backend`` is asked for (as the bridge decides
-        at run time: an unsupported layer falls back to exact attention). Cached per call:
-        the batcher prices every batch with it."""
-        key = (backend, tuple(sorted((options or {}).items())))
-        if key not in self._plans:
-            self._plans[key] = self._layer_plan(backend, options)
-        return self._plans[key]
+        at run time: an unsupported layer falls back to exact attention). Cached per backend
+        and options, the :data:`PLAN_CACHE_SIZE` most recently used: the batcher prices every
+        batch with it."""
+        return self._plans(backend, tuple(sorted((options or {}).items())))
 
-    def _layer_plan(self, backend: str, options: dict | None) -> dict[str, LayerChoice]:
+    def plan_cache_info(self) -> Any:
+        """Hits, misses and size of the plan cache (``functools.lru_cache``'s ``cache_info``)."""
+        return self._plans.cache_info()
+
+    def _layer_plan(
+        self, backend: str, items: tuple[tuple[str, Any], ...]
+    ) -> dict[str, LayerChoice]:
         # Options as predict() hands them to the bridge (None: derived inside attend()).
         resolved = {
-            k: v for k, v in self.check_attention(backend, options).items() if v is not None
+            k: v for k, v in self.check_attention(backend, dict(items)).items() if v is not None
         }
         dtype = next(self.model.parameters()).dtype
         out = {}

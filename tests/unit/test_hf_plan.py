@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from models.hf_forecast import bridge
-from models.hf_forecast.forecaster import HFForecaster
+from models.hf_forecast.forecaster import PLAN_CACHE_SIZE, HFForecaster
 from tests.utils.tiny_forecasters import build, patchtst_config, seq2seq_config
 
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
@@ -59,3 +59,16 @@ def test_every_layer_runs_the_backend_its_plan_priced(
     plan = forecaster.plan(backend)
     for layer in forecaster.family.layers:  # the shapes the plan prices
         assert ran[(layer.lq, layer.lk)] == {plan[layer.name].backend}, layer
+
+
+def test_many_clients_options_do_not_grow_the_plan_cache_past_its_bound(
+    forecaster: HFForecaster,
+) -> None:
+    first = forecaster.plan("performer", {"num_features": 8})
+    assert forecaster.plan("performer", {"num_features": 8}) is first  # cached
+    for n in range(9, 9 + 3 * PLAN_CACHE_SIZE):  # each client's own option: a distinct key
+        forecaster.plan("performer", {"num_features": n})
+    # The oldest was evicted: the cache holds at most PLAN_CACHE_SIZE plans, not one per key.
+    again = forecaster.plan("performer", {"num_features": 8})
+    assert again is not first and again == first
+    assert forecaster.plan_cache_info().currsize <= PLAN_CACHE_SIZE
