@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import pytest
 
@@ -15,21 +15,14 @@ from service.engine.batching.policy import (
     rows_within,
 )
 from service.engine.servables.base import TextCall
+from tests.utils.batching import FakePending
 
 FLASH = BatchKey(TextCall("flash"), 16)
 FULL = BatchKey(TextCall("full"), 16)
 LIMITS = Limits(max_batch_size=8, max_batch_tokens=1024, max_wait_s=0.010)
 
 
-@dataclass
-class P:
-    key: BatchKey = FLASH
-    n_rows: int = 1
-    longest: int = 10
-    enqueued_at: float = 0.0
-    deadline: float = 100.0
-    cancelled: bool = False
-    arrived_idle: bool = False
+P = functools.partial(FakePending, key=FLASH)
 
 
 def test_empty_queue_sleeps_until_arrival() -> None:

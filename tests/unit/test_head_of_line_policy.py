@@ -3,7 +3,7 @@ between two parts of a large request the waiting requests get one batch (pure fu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 from service.engine.batching.policy import (
     BatchKey,
@@ -14,21 +14,14 @@ from service.engine.batching.policy import (
     part_rows,
 )
 from service.engine.servables.base import TextCall
+from tests.utils.batching import FakePending
 
 FULL = BatchKey(TextCall("full"), 256)
 FLASH = BatchKey(TextCall("flash"), 16)
 SLICE = Limits(max_batch_size=32, max_batch_tokens=10**9, max_wait_s=0.010, slice_seconds=0.25)
 
 
-@dataclass
-class P:
-    key: BatchKey = FLASH
-    n_rows: int = 1
-    longest: int = 10
-    enqueued_at: float = 0.0
-    deadline: float = 100.0
-    cancelled: bool = False
-    arrived_idle: bool = False
+P = functools.partial(FakePending, key=FLASH)
 
 
 def per_row(key: BatchKey, rows: int, longest: int) -> float:

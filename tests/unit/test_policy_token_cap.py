@@ -4,27 +4,20 @@ The batching decision is a pure function, tested here without HTTP, threads or t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import pytest
 
 from service.engine.batching.policy import BatchKey, Limits, next_batch
 from service.engine.servables.base import TextCall
+from tests.utils.batching import FakePending
 
 KEY = BatchKey(TextCall("flash"), 512)
 # Room for 32 rows by count, but only 1,024 padded tokens: two rows of 512.
 LIMITS = Limits(max_batch_size=32, max_batch_tokens=1024, max_wait_s=0.010)
 
 
-@dataclass
-class P:
-    key: BatchKey = KEY
-    n_rows: int = 1
-    longest: int = 512
-    enqueued_at: float = 1.0
-    deadline: float = 100.0
-    cancelled: bool = False
-    arrived_idle: bool = False
+P = functools.partial(FakePending, key=KEY, longest=512, enqueued_at=1.0)
 
 
 @pytest.mark.parametrize(
