@@ -3,12 +3,20 @@ read from a model's shipped quality figures: what ``attention: "auto"`` budgets 
 
 Pure arithmetic over the figures (no torch): a backend without a figure has no loss here, so it
 is never chosen on a guess.
+
+Precisions (:mod:`models.precision`): ``quality.json`` holds the float32 figures at its top level
+(files written before precisions existed hold only those, and read as float32), and the figures of
+each other precision under ``precisions`` → ``<name>``, in the same shape, measured against the
+same float32 exact reference. So a bfloat16 ``flash`` has a (small) loss of its own, and only
+float32's exact backends lose nothing by definition.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from models.names import DEFAULT_PRECISION
 
 EXACT = ("flash", "full")
 # The budget a request gets when it names none, per task: a forecast may be up to 5 % worse in
@@ -24,6 +32,21 @@ def variant_label(backend: str, options: Mapping[str, Any] | None = None) -> str
     return f"{backend}({','.join(f'{k}={v}' for k, v in sorted(options.items()))})"
 
 
+def precision_figures(quality: Mapping[str, Any], precision: str) -> Mapping[str, Any] | None:
+    """The figures measured in ``precision``: the file's top level for float32, its
+    ``precisions`` entry otherwise (None when that precision was not measured)."""
+    if precision == DEFAULT_PRECISION:
+        return quality
+    section = (quality.get("precisions") or {}).get(precision)
+    return section if isinstance(section, Mapping) else None
+
+
+def measured_precisions(quality: Mapping[str, Any]) -> list[str]:
+    """float32 (when the file has figures) and every precision under ``precisions``."""
+    out = [DEFAULT_PRECISION] if quality.get("backends") else []
+    return out + [p for p in quality.get("precisions") or {} if p != DEFAULT_PRECISION]
+
+
 def _relative(entry: Mapping[str, Any], overall: Any) -> float | None:
     """An entry's MSE over the linear baseline's on the windows it was scored on."""
     linear = entry.get("linear_mse", overall)
@@ -37,7 +60,9 @@ def _exact_reference(quality: Mapping[str, Any]) -> float | None:
     return next((_relative(backends[n], overall) for n in EXACT if n in backends), None)
 
 
-def forecast_losses(quality: Mapping[str, Any]) -> dict[str, float]:
+def forecast_losses(
+    quality: Mapping[str, Any], precision: str = DEFAULT_PRECISION
+) -> dict[str, float]:
     """Relative test-MSE increase of each backend at its default options over exact attention,
     from a checkpoint's ``quality.json`` (:mod:`models.training.informer_evaluate`); ``{}`` without an
     exact figure.
@@ -45,30 +70,36 @@ def forecast_losses(quality: Mapping[str, Any]) -> dict[str, float]:
     Backends may have been scored on different windows (the default backend on all of them,
     the others on every k-th, each beside the linear baseline's MSE on its own windows), so each
     MSE is first divided by that linear MSE: ``loss = (mse_b / lin_b) / (mse_exact / lin_exact) - 1``.
-    On the same windows this is ``mse_b / mse_exact - 1``.
+    On the same windows this is ``mse_b / mse_exact - 1``. In another ``precision`` every backend,
+    exact ones included, is measured against float32's exact reference.
     """
     reference = _exact_reference(quality)
-    if not reference:
+    figures = precision_figures(quality, precision)
+    if not reference or figures is None:
         return {}
     overall = (quality.get("linear_baseline") or {}).get("mse")
+    exact = EXACT if precision == DEFAULT_PRECISION else ()
     losses = {}
-    for name, entry in (quality.get("backends") or {}).items():
+    for name, entry in (figures.get("backends") or {}).items():
         ratio = _relative(entry, overall)
         if ratio is not None:
-            losses[name] = 0.0 if name in EXACT else ratio / reference - 1.0
+            losses[name] = 0.0 if name in exact else ratio / reference - 1.0
     return losses
 
 
-def forecast_variant_losses(quality: Mapping[str, Any]) -> list[tuple[str, dict[str, Any], float]]:
+def forecast_variant_losses(
+    quality: Mapping[str, Any], precision: str = DEFAULT_PRECISION
+) -> list[tuple[str, dict[str, Any], float]]:
     """``(backend, options, loss)`` for each backend scored at options other than its defaults
     (``quality.json`` → ``variants``, written by ``attnserve evaluate --variants``), the loss
     worked out as in :func:`forecast_losses`; ``[]`` without an exact figure."""
     reference = _exact_reference(quality)
-    if not reference:
+    figures = precision_figures(quality, precision)
+    if not reference or figures is None:
         return []
     overall = (quality.get("linear_baseline") or {}).get("mse")
     out = []
-    for entry in quality.get("variants") or []:
+    for entry in figures.get("variants") or []:
         ratio = _relative(entry, overall)
         if ratio is not None:
             out.append((str(entry["backend"]), dict(entry["options"]), ratio / reference - 1.0))
@@ -76,14 +107,19 @@ def forecast_variant_losses(quality: Mapping[str, Any]) -> list[tuple[str, dict[
 
 
 def embedding_losses(
-    quality: Mapping[str, Any], length: int
+    quality: Mapping[str, Any], length: int, precision: str = DEFAULT_PRECISION
 ) -> dict[str, tuple[float, dict[str, Any]]]:
-    """``1 - mean cosine`` to the exact embedding per backend, over the measured texts whose
-    token count falls in the same band as ``length`` (``models/text/quality.json``), with the
-    options the figure was measured at. ``{}`` when no band covers ``length``."""
+    """``1 - mean cosine`` to the exact float32 embedding per backend in ``precision``, over the
+    measured texts whose token count falls in the same band as ``length``
+    (``models/text/quality.json``), with the options the figure was measured at. ``{}`` when no
+    band covers ``length`` or the precision was not measured."""
     losses: dict[str, tuple[float, dict[str, Any]]] = {}
-    reference = quality.get("reference")
-    for name, entry in (quality.get("backends") or {}).items():
+    figures = precision_figures(quality, precision)
+    if figures is None:
+        return losses
+    # The reference backend is exact by definition in float32 only.
+    reference = quality.get("reference") if precision == DEFAULT_PRECISION else None
+    for name, entry in (figures.get("backends") or {}).items():
         for band, figures in (entry.get("by_tokens") or {}).items():
             low, _, high = str(band).partition("-")
             if int(low) <= length <= int(high):

@@ -14,7 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Names only: this module stays free of torch, so the supervisor of several workers is light.
 from models.names import BACKEND_NAMES as BACKENDS
-from models.names import DEFAULT_BATCH_BUCKETS, TEXT_MODEL
+from models.names import DEFAULT_BATCH_BUCKETS, DEFAULT_PRECISION, PRECISION_NAMES, TEXT_MODEL
 
 DEFAULT_MODELS = (
     TEXT_MODEL,
@@ -57,6 +57,17 @@ class Settings(BaseSettings):
             "sentence-transformers folders (SentenceTransformer.save), transformers encoder "
             "folders (save_pretrained + tokenizer) and Informer checkpoints (attnserve train); "
             "hidden entries and plain files in it are skipped. Unset: no extra models."
+        ),
+    )
+    precisions: Annotated[tuple[str, ...], NoDecode] = Field(
+        default=(DEFAULT_PRECISION,),
+        min_length=1,
+        description=(
+            "Precisions every model is loaded in, comma-separated, the default first: float32 "
+            "(the weights as trained; every exactness contract holds), bfloat16 (CPUs with "
+            "AVX-512 BF16 or AMX, refused at start-up elsewhere; CUDA), int8 (dynamic "
+            "quantization of the linear layers, CPU), float16 (CUDA only). A request picks one "
+            "in its precision field; each costs one more copy of the weights."
         ),
     )
     max_batch_size: int = Field(
@@ -298,7 +309,7 @@ class Settings(BaseSettings):
         default="info", description="Log level of the server and uvicorn."
     )
 
-    @field_validator("models", "compile_backends", "batch_buckets", mode="before")
+    @field_validator("models", "compile_backends", "batch_buckets", "precisions", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         # Env vars and flags give "a,b,c"; Python callers may pass a list.
@@ -333,6 +344,18 @@ class Settings(BaseSettings):
                 f"unknown backend(s) in compile_backends: {', '.join(unknown)}; "
                 f"valid: {', '.join(BACKENDS)}"
             )
+        return value
+
+    @field_validator("precisions")
+    @classmethod
+    def _known_precisions(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [p for p in value if p not in PRECISION_NAMES]
+        if unknown:
+            raise ValueError(
+                f"unknown precision(s): {', '.join(unknown)}; valid: {', '.join(PRECISION_NAMES)}"
+            )
+        if len(set(value)) != len(value):
+            raise ValueError(f"precisions lists a name twice: {', '.join(value)}")
         return value
 
     @field_validator("batch_buckets")

@@ -7,6 +7,7 @@ with a readable reason for anything it cannot take), batches the resulting windo
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ from models.informer.timefeatures import (
     regular_stamps,
     time_features,
 )
-from models.names import DEFAULT_BATCH_BUCKETS
+from models.names import DEFAULT_BATCH_BUCKETS, DEFAULT_PRECISION, PRECISION_NAMES
 
 # A scaled value further than this from the training mean (in training standard deviations) is
 # taken as a unit or data error, not a reading: ETTh1's whole history stays within ~10.
@@ -88,6 +89,7 @@ class InformerForecaster:
         # The backend the checkpoint was trained with (older checkpoints: ProbSparse).
         self.default_attention: str = model.config.default_attention
         self.device = next(model.parameters()).device
+        self.precision = str(model.compute_dtype).removeprefix("torch.")
         self.compiled_backends: frozenset[str] = frozenset()
         self.batch_buckets: tuple[int, ...] = ()
         self._compiled: Any = None
@@ -108,6 +110,28 @@ class InformerForecaster:
             )
         model, meta = load_checkpoint(directory, device)
         return cls(directory.name, model, meta, directory)
+
+    def with_precision(self, precision: str) -> InformerForecaster:
+        """This forecaster in ``precision`` (:mod:`models.precision`): a new forecaster over a
+        converted copy of the network (float32: this one), sharing scaler, calendar and quality
+        figures. RevIN and the linear path stay float32 (:meth:`Informer.to_precision`).
+
+        Raises:
+            ValueError: this forecaster is not float32, or an unknown precision.
+        """
+        if precision == self.precision:
+            return self
+        if self.precision != DEFAULT_PRECISION:
+            raise ValueError(f"convert from the float32 forecaster, not from {self.precision}")
+        if precision not in PRECISION_NAMES:
+            raise ValueError(
+                f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}"
+            )
+        twin = copy.copy(self)
+        twin.model = self.model.to_precision(precision)
+        twin.precision = precision
+        twin._compiled, twin.compiled_backends = None, frozenset()
+        return twin
 
     # ------------------------------------------------------------------ input validation
 
@@ -220,7 +244,7 @@ class InformerForecaster:
         return {k: v.backend for k, v in self._plan(backend).items()}
 
     def _plan(self, backend: str, options: dict | None = None) -> dict:
-        dtype = next(self.model.parameters()).dtype
+        dtype = self.model.compute_dtype
         return attention_plan(self.model.config, backend, options, None, dtype, self.device.type)
 
     def memory_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> int:
@@ -230,7 +254,7 @@ class InformerForecaster:
         padded to its bucket first, so it is priced at the bucket."""
         if backend in self.compiled_backends:
             rows = bucket_for(rows, self.batch_buckets) or rows
-        itemsize = next(self.model.parameters()).element_size()
+        itemsize = self.model.compute_dtype.itemsize
         plan = self._plan(backend, options)
         return forward_bytes(self.model.config, plan, rows, itemsize, self.device.type)
 

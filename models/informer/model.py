@@ -186,6 +186,23 @@ class Informer(nn.Module):
             nn.init.zeros_(self.projection.weight)
             nn.init.zeros_(self.projection.bias)
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the network's activations take (its decoder norm's; int8 keeps float32)."""
+        return self.decoder_norm.weight.dtype
+
+    def to_precision(self, precision: str, keep_float: tuple[str, ...] = ()) -> Informer:
+        """A copy in ``precision`` (:mod:`models.precision`; float32: this model), RevIN and the
+        linear path kept float32 (see :meth:`forward`)."""
+        from models.precision import convert
+
+        copy = convert(self, precision, keep_float)
+        if copy is not self:
+            for keep in (copy.revin, copy.linear):
+                if keep is not None:
+                    keep.float()
+        return copy  # type: ignore[return-value]
+
     def forward(
         self,
         x_enc: Tensor,  # [b, seq_len, c] scaled history
@@ -197,7 +214,8 @@ class Informer(nn.Module):
     ) -> Tensor:  # [b, pred_len, c_out]
         c = self.config
         pred_len = x_dec.shape[1] - c.label_len
-        plan = attention_plan(c, backend, options, x_enc.shape[1], x_enc.dtype, x_enc.device.type)
+        dtype = self.compute_dtype
+        plan = attention_plan(c, backend, options, x_enc.shape[1], dtype, x_enc.device.type)
         if self.revin is not None:
             mean, std = self.revin.stats(x_enc)
             x_enc = self.revin.normalize(x_enc, mean, std)
@@ -205,6 +223,10 @@ class Informer(nn.Module):
             x_dec = torch.cat([start, torch.zeros_like(x_dec[:, c.label_len :])], dim=1)
         base = self.linear(x_enc, pred_len) if self.linear is not None else None  # [b, h, c]
         channels = x_enc.shape[2]
+        # RevIN and the linear path above stay in float32 whatever the network's precision
+        # (Informer.to_precision): they carry most of the forecast's level, where bfloat16's 7
+        # mantissa bits would show in the test MSE; the network adds a correction.
+        x_enc, mark_enc, x_dec, mark_dec = (t.to(dtype) for t in (x_enc, mark_enc, x_dec, mark_dec))
         if c.channel_independent:  # [b, n, c] -> [b·c, n, 1]
             x_enc, x_dec = fold_channels(x_enc), fold_channels(x_dec)
             mark_enc = mark_enc.repeat_interleave(channels, dim=0)
@@ -226,7 +248,7 @@ class Informer(nn.Module):
             y = layer(y, memory, (s.backend, s.options), (x.backend, x.options))
         out = self.projection(self.decoder_norm(y))  # [b, t, patch_len·c_out]
         out = out.reshape(out.shape[0], -1, out.shape[2] // max(c.patch_len, 1))  # [b, steps, c]
-        out = out[:, c.label_len : c.label_len + pred_len]  # [b, h, c_out]
+        out = out[:, c.label_len : c.label_len + pred_len].float()  # [b, h, c_out]
         if c.channel_independent:
             out = unfold_channels(out, channels)
         if base is not None:

@@ -281,4 +281,6 @@ class BertEncoder(nn.Module):
         """One vector per text, ``[b, c * modes]``, pooled as the model's ``pooling`` says
         (:mod:`models.text.pooling`); ``skip`` leading tokens per text stay out of it."""
         x = self(batch, backend, options)
-        return pool(x, batch.rows, batch.positions, batch.lengths, self.pooling, skip)
+        # Pooled in float32 whatever the weights' precision: a mean over hundreds of tokens
+        # summed in bfloat16 (7 mantissa bits) would add rounding the layers did not make.
+        return pool(x.float(), batch.rows, batch.positions, batch.lengths, self.pooling, skip)

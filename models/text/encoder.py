@@ -10,6 +10,7 @@ sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the ex
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from models.attention import BACKENDS, AttentionError, InputSpec, check, get_bac
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
+from models.precision import DEFAULT_PRECISION, DTYPES, PRECISION_NAMES, convert
 from models.text import windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
@@ -31,6 +33,9 @@ from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_network, model_dir
 
+# int8 (models.precision.quantize_int8): linear layers left in float32, as regular expressions
+# over the module names. Chosen by measurement (benchmarks/precision.py).
+INT8_KEEP_FLOAT: tuple[str, ...] = ()
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
@@ -90,6 +95,35 @@ class SentenceEncoder:
         self._prompt_skip: dict[str, int] = {}
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
+        self.precision = DEFAULT_PRECISION if self.dtype == torch.float32 else str(self.dtype)
+        self.precision = self.precision.removeprefix("torch.")
+
+    def with_precision(
+        self, precision: str, keep_float: tuple[str, ...] = INT8_KEEP_FLOAT
+    ) -> SentenceEncoder:
+        """This encoder in ``precision`` (:mod:`models.precision`): a new encoder over a
+        converted copy of the network (float32: this one), sharing the tokenizer, prompts and
+        quality figures. ``keep_float``: int8 only, linear layers left in float32.
+
+        Raises:
+            ValueError: this encoder is not float32 (convert from the float32 weights), or an
+                unknown precision.
+        """
+        if precision == self.precision:
+            return self
+        if self.precision != DEFAULT_PRECISION:
+            raise ValueError(f"convert from the float32 encoder, not from {self.precision}")
+        if precision not in PRECISION_NAMES:
+            raise ValueError(
+                f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}"
+            )
+        twin = copy.copy(self)
+        twin.model = convert(self.model, precision, keep_float)  # type: ignore[assignment]
+        twin.dtype = DTYPES[precision]
+        twin.precision = precision
+        twin._compiled, twin.compiled_backends = None, frozenset()
+        twin._prompt_skip = self._prompt_skip  # same tokenizer, same prompts
+        return twin
 
     @classmethod
     def load(

@@ -14,6 +14,10 @@ and a batch of a few short texts is where a server spends its day (eager vs fuse
 ``python -m benchmarks.fused_linear``). Results agree with eager to float rounding (~1e-6
 relative).
 
+A layer that is not a plain ``nn.Linear`` (an int8 dynamically quantized one, see
+:mod:`models.precision`) runs as its own module: its weight is packed for its own kernel, and
+GELU or the residual add follow it as separate ops.
+
 Legend: ``t`` rows (tokens), ``i`` input features, ``o`` output features.
 """
 
@@ -59,26 +63,32 @@ def _fused(x: Tensor) -> bool:
     )
 
 
-def linear(x: Tensor, layer: nn.Linear) -> Tensor:
+def linear(x: Tensor, layer: nn.Module) -> Tensor:
     """``layer(x)``: ``[t, i] -> [t, o]``."""
+    if not isinstance(layer, nn.Linear):
+        return layer(x)
     if _fused(x):
         return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
     return F.linear(x, layer.weight, layer.bias)
 
 
-def linear_gelu(x: Tensor, layer: nn.Linear) -> Tensor:
+def linear_gelu(x: Tensor, layer: nn.Module) -> Tensor:
     """``gelu(layer(x))`` with the exact (erf) GELU: ``[t, i] -> [t, o]``."""
+    if not isinstance(layer, nn.Linear):
+        return F.gelu(layer(x))
     if _fused(x):
         return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "gelu", [], "none")
     return F.gelu(F.linear(x, layer.weight, layer.bias))
 
 
-def residual_linear(x: Tensor, a: Tensor, layer: nn.Linear) -> Tensor:
+def residual_linear(x: Tensor, a: Tensor, layer: nn.Module) -> Tensor:
     """``x + layer(a)``: ``[t, o], [t, i] -> [t, o]``. May overwrite ``x``; use the result.
 
     Eager path: ``x += bias`` then one GEMM with beta = 1 (``addmm_``), which saves ``addmm``'s
     bias copy and a separate residual add. Fused path: oneDNN's binary-add post-op.
     """
+    if not isinstance(layer, nn.Linear):
+        return x.add_(layer(a))
     if _fused(a):
         return torch.ops.mkldnn._linear_pointwise.binary(a, x, layer.weight, layer.bias, "add")
     if layer.bias is not None:

@@ -15,7 +15,12 @@ Two ingredients, both measured, none assumed:
   (:mod:`service.engine.batching.cost`).
 
 The choice is the cheapest candidate within the budget that also fits the batch memory budget;
-a budget of 0 leaves only exact backends.
+a budget of 0 leaves only exact backends in float32.
+
+Precision is a second axis (:mod:`models.precision`): every loaded precision's calls are
+candidates too, each with its measured loss against exact float32 attention (a bfloat16 ``flash``
+is not exact) and its own measured rate, so ``auto`` picks across backend x precision. A request
+that names a precision is chosen for within it.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from models.names import DEFAULT_PRECISION
 from models.quality_loss import EXACT as EXACT_BACKENDS
 from models.quality_loss import variant_label
 from service.engine.batching.policy import BatchKey
@@ -52,9 +58,20 @@ class Candidate:
         return self.call.backend
 
     @property
+    def precision(self) -> str:
+        return getattr(self.call, "precision", DEFAULT_PRECISION)
+
+    @property
+    def exact(self) -> bool:
+        """Exact attention in float32: the reference every loss is measured against."""
+        return self.backend in EXACT_BACKENDS and self.precision == DEFAULT_PRECISION
+
+    @property
     def label(self) -> str:
-        """``performer`` at the defaults, ``performer(num_features=16)`` for a variant."""
-        return variant_label(self.backend, dict(self.changed))
+        """``performer`` at the defaults, ``performer(num_features=16)`` for a variant,
+        ``flash@bfloat16`` in another precision."""
+        label = variant_label(self.backend, dict(self.changed))
+        return label if self.precision == DEFAULT_PRECISION else f"{label}@{self.precision}"
 
 
 @dataclass(frozen=True)
@@ -74,6 +91,10 @@ class Choice:
         """The picked options, spelled out, as a request's ``attention_options``."""
         return self.picked.call.options_dict
 
+    @property
+    def precision(self) -> str:
+        return self.picked.precision
+
     def header(self) -> str:
         """e.g. ``performer(num_features=16); loss -0.0002 <= 0.05; est 41 ms vs flash 126 ms``."""
         picked = self.picked
@@ -81,28 +102,39 @@ class Choice:
         if picked.seconds is not None:
             text += f"; est {picked.seconds * 1000:.0f} ms"
             ref = self.reference
-            if ref is not None and ref.backend != picked.backend and ref.seconds is not None:
-                text += f" vs {ref.backend} {ref.seconds * 1000:.0f} ms"
+            if ref is not None and ref.call != picked.call and ref.seconds is not None:
+                text += f" vs {ref.label} {ref.seconds * 1000:.0f} ms"
         return text
 
 
-def candidates(model: ServedModel, worker: ModelWorker, rows: int, length: int) -> list[Candidate]:
-    """Every backend this model serves, at each set of options with a measured loss at
-    ``length`` (exact backends at their defaults, loss 0), priced for ``rows`` rows of
-    ``length`` on this device."""
+def candidates(
+    model: ServedModel,
+    worker: ModelWorker,
+    rows: int,
+    length: int,
+    precision: str | None = None,
+) -> list[Candidate]:
+    """Every backend this model serves, in every loaded precision (or only ``precision``), at
+    each set of options with a measured loss at ``length`` (exact backends in float32 at their
+    defaults, loss 0), priced for ``rows`` rows of ``length`` on this device."""
     backends = model.backends()
-    measured: dict[Call, float] = {
-        model.default_call(b): 0.0 for b in EXACT_BACKENDS if b in backends
-    }
+    loaded = model.precisions() if precision is None else [precision]
+    measured: dict[Call, float] = {}
+    if DEFAULT_PRECISION in loaded:
+        for b in EXACT_BACKENDS:
+            if b in backends:
+                measured[model.default_call(b, DEFAULT_PRECISION)] = 0.0
     for call, loss in model.quality_losses(length).items():
-        if call.backend in backends and call.backend not in EXACT_BACKENDS:
+        p = getattr(call, "precision", DEFAULT_PRECISION)
+        exact = call.backend in EXACT_BACKENDS and p == DEFAULT_PRECISION
+        if call.backend in backends and p in loaded and not exact:
             measured[call] = loss
     budget = worker.limits.max_batch_memory
     out = []
     for call, loss in measured.items():
         key = BatchKey(call)
         fits = budget is None or worker.memory_estimate(key, 1, length) <= budget
-        defaults = dict(model.default_call(call.backend).options)
+        defaults = dict(model.default_call(call.backend, DEFAULT_PRECISION).options)
         changed = tuple((k, v) for k, v in call.options if defaults.get(k) != v)
         seconds = worker.seconds_estimate(key, rows, length)
         out.append(Candidate(call, loss, seconds, fits, changed))
@@ -116,29 +148,37 @@ def choose(options: list[Candidate], budget: float) -> Choice:
     test windows, within their noise) is not exact, so it is not taken then."""
     exact_only = budget <= 0.0
     allowed = [
-        c
-        for c in options
-        if c.loss <= budget and c.fits_memory and (c.backend in EXACT_BACKENDS or not exact_only)
+        c for c in options if c.loss <= budget and c.fits_memory and (c.exact or not exact_only)
     ]
     if not allowed:  # no measured loss fits: exact attention always does
-        allowed = [c for c in options if c.backend in EXACT_BACKENDS] or options
+        allowed = [c for c in options if c.exact] or options
     if not allowed:
         raise ValueError("no attention backend to choose from")
     best = min(allowed, key=lambda c: (c.seconds is None, c.seconds or 0.0, c.loss))
-    defaults = {c.backend: c for c in options if not c.changed}
-    reference = defaults.get("flash") or defaults.get("full")
+    # The comparison in the header: exact float32 attention, else the picked precision's.
+    defaults = {(c.backend, c.precision): c for c in options if not c.changed}
+    reference = next(
+        (
+            defaults[(b, p)]
+            for p in (DEFAULT_PRECISION, best.precision)
+            for b in ("flash", "full")
+            if (b, p) in defaults
+        ),
+        None,
+    )
     return Choice(best, budget, reference)
 
 
 def quality_table(model: ServedModel, worker: ModelWorker, length: int) -> list[dict[str, object]]:
-    """What ``GET /models`` shows under ``auto``: per candidate (backend, and the options that
-    differ from its defaults) its measured loss and estimated milliseconds for one row of
-    ``length`` on this device, cheapest first."""
+    """What ``GET /models`` shows under ``auto``: per candidate (backend, precision, and the
+    options that differ from its defaults) its measured loss and estimated milliseconds for one
+    row of ``length`` on this device, cheapest first."""
     rows = []
     for c in candidates(model, worker, 1, length):
         rows.append(
             {
                 "backend": c.backend,
+                "precision": c.precision,
                 "options": dict(c.changed),
                 "quality_loss": round(c.loss, 6),
                 "estimated_ms_per_row": None if c.seconds is None else round(c.seconds * 1000, 2),

@@ -23,7 +23,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from models.names import BACKEND_NAMES
+from models.names import BACKEND_NAMES, DEFAULT_PRECISION
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 from service.engine.auto_attention import (
     AUTO,
@@ -79,6 +79,7 @@ class Answer:
     tokens: int = 0
     horizon: int = 0
     choice: str | None = None  # attention "auto": what ran and why (x-attention-choice)
+    precision: str = DEFAULT_PRECISION  # which loaded copy of the weights ran
 
 
 class Engine:
@@ -123,9 +124,17 @@ class Engine:
             if budget is None:
                 budget = DEFAULT_MAX_QUALITY_LOSS[task]
             worker = self.batcher.workers[model.name]
-            choice = choose(candidates(model, worker, len(work.rows), max(work.lengths)), budget)
+            # A precision the request names is kept (checked above); otherwise every loaded one
+            # is a candidate.
+            found = candidates(model, worker, len(work.rows), max(work.lengths), request.precision)
+            choice = choose(found, budget)
             checked = model.check(
-                replace(request, attention=choice.backend, attention_options=choice.options)
+                replace(
+                    request,
+                    attention=choice.backend,
+                    attention_options=choice.options,
+                    precision=choice.precision,
+                )
             )
             self.batcher.metrics.auto_choices.labels(model.name, choice.backend).inc()
         labels["attention"] = checked.call.backend
@@ -141,7 +150,14 @@ class Engine:
         horizon = int(checked.detail.get("horizon", 0))
         reason = choice.header() if choice is not None else None
         return Answer(
-            model.name, checked.call.backend, result.value, result, work.tokens, horizon, reason
+            model.name,
+            checked.call.backend,
+            result.value,
+            result,
+            work.tokens,
+            horizon,
+            reason,
+            checked.call.precision,
         )
 
     def cards(self) -> list[dict[str, Any]]:

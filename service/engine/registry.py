@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from models.names import TEXT_ALIASES, TEXT_MODEL
+from models.names import DEFAULT_PRECISION, TEXT_ALIASES, TEXT_MODEL
 from service.engine.servables.base import ServedModel
 from service.errors import ModelNotFound
 from service.settings import Settings
@@ -135,6 +135,24 @@ def _is_text_folder(folder: Path) -> bool:
     return is_text_folder(folder)
 
 
+def _check_precisions(precisions: tuple[str, ...], device: str) -> None:
+    """Refuse, before any weights load, a precision this device would serve badly (float16 on
+    a CPU, bfloat16 on a CPU without native bfloat16: :func:`models.precision.check_precisions`)."""
+    if precisions == (DEFAULT_PRECISION,):
+        return  # float32 runs everywhere; no torch import just to say so
+    from models.precision import PrecisionError, check_precisions, native_bf16
+
+    try:
+        check_precisions(precisions, device)
+    except PrecisionError as exc:
+        raise ModelLoadError(str(exc)) from None
+    if "bfloat16" in precisions and device == "cpu" and native_bf16() is None:
+        log.warning(
+            "precision bfloat16: cannot tell whether this CPU has native bfloat16 arithmetic "
+            "(no /proc/cpuinfo); compare its speed with float32 (benchmarks/precision.py)"
+        )
+
+
 def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
@@ -157,6 +175,8 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     from service.engine.servables.forecast import ForecastServable
     from service.engine.servables.text import TextServable
 
+    _check_precisions(settings.precisions, device)
+    precisions = settings.precisions
     folders = model_dir_checkpoints(settings.model_dir) if settings.model_dir else {}
     if settings.model_dir and not folders:
         log.warning("model_dir %s holds no checkpoint folders", settings.model_dir)
@@ -167,21 +187,23 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
         log.info("loading %s on %s", name, device)
         if name in (TEXT_MODEL, *TEXT_ALIASES):
             encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
-            servables.append(TextServable(encoder, TEXT_ALIASES))
+            servables.append(TextServable(encoder, TEXT_ALIASES, precisions))
         elif name in PACKAGED:
             try:
                 folder = packaged_folder(name)
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"{name}: {exc}") from exc
-            servables.append(TextServable(_load_encoder(folder, device)))
+            servables.append(TextServable(_load_encoder(folder, device), (), precisions))
         elif Path(name).is_dir() and _is_text_folder(Path(name)):
-            servables.append(TextServable(_load_encoder(Path(name), device)))
+            servables.append(TextServable(_load_encoder(Path(name), device), (), precisions))
         elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
-            servables.append(ForecastServable(_load_hf_forecaster(Path(name), device)))
+            hf = _load_hf_forecaster(Path(name), device)
+            servables.append(ForecastServable(hf, precisions))
         elif name in shipped_hf:
-            servables.append(ForecastServable(_load_hf_forecaster(shipped_hf[name], device)))
+            hf = _load_hf_forecaster(shipped_hf[name], device)
+            servables.append(ForecastServable(hf, precisions))
         elif name.startswith("informer-") or Path(name).is_dir():
-            servables.append(ForecastServable(_load_forecaster(name, device)))
+            servables.append(ForecastServable(_load_forecaster(name, device), precisions))
         else:
             raise ModelLoadError(
                 f"unknown model {name!r} in models: use {TEXT_MODEL}, "
@@ -193,11 +215,12 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     for name, folder in folders.items():
         log.info("loading %s from %s on %s", name, folder, device)
         if _is_text_folder(folder):
-            servables.append(TextServable(_load_encoder(folder, device)))
+            servables.append(TextServable(_load_encoder(folder, device), (), precisions))
         elif _is_hf_forecast_folder(folder):
-            servables.append(ForecastServable(_load_hf_forecaster(folder, device)))
+            hf = _load_hf_forecaster(folder, device)
+            servables.append(ForecastServable(hf, precisions))
         else:
-            servables.append(ForecastServable(_load_forecaster(str(folder), device)))
+            servables.append(ForecastServable(_load_forecaster(str(folder), device), precisions))
     return servables
 
 

@@ -20,6 +20,9 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from models.errors import ModelInputError
+from models.names import DEFAULT_PRECISION
+
 OptionItems = tuple[tuple[str, Hashable], ...]
 
 
@@ -32,10 +35,14 @@ class Call:
         backend: attention backend name.
         options: canonical backend options (defaults filled, derived ones left out) as sorted
             ``(name, value)`` pairs, so ``{}`` and the spelled-out defaults batch together.
+        precision: which loaded copy of the weights runs (``float32``, ``bfloat16``, ``int8``,
+            ``float16``; :mod:`models.precision`): part of the batch key, so rows of different
+            precisions never share a forward pass.
     """
 
     backend: str
     options: OptionItems = ()
+    precision: str = field(default=DEFAULT_PRECISION, kw_only=True)
 
     @property
     def options_dict(self) -> dict[str, Any]:
@@ -63,6 +70,7 @@ class TextInput:
     dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
+    precision: str | None = None  # one of the loaded precisions (None: the first loaded)
 
 
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-
@@ -83,6 +91,7 @@ class ForecastInput:
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
     quantiles: tuple[float, ...] = ()  # probabilistic models: quantiles beside the mean
     seed: int = 0  # probabilistic models: series i samples with seed + i
+    precision: str | None = None  # one of the loaded precisions (None: the first loaded)
 
 
 @dataclass(frozen=True)
@@ -159,8 +168,13 @@ class ServedModel(Protocol):
         """Backends this model serves on its device (warmed up at start-up)."""
         ...
 
-    def default_call(self, backend: str) -> Call:
-        """The call ``backend`` makes with its default options."""
+    def default_call(self, backend: str, precision: str | None = None) -> Call:
+        """The call ``backend`` makes with its default options, in ``precision`` (None: the
+        model's default precision, the first loaded)."""
+        ...
+
+    def precisions(self) -> list[str]:
+        """The precisions this model is loaded in, the default first."""
         ...
 
     def memory_estimate(self, call: Any, rows: int, length: int) -> int:
@@ -206,3 +220,20 @@ class ServedModel(Protocol):
 def option_items(options: Mapping[str, Any]) -> OptionItems:
     """Resolved options without the ``None`` ones ("derive from the input"), sorted."""
     return tuple((k, v) for k, v in sorted(options.items()) if v is not None)
+
+
+def check_precision(requested: str | None, loaded: Sequence[str], model: str) -> str:
+    """The precision a request runs in: ``requested``, or the first loaded when None.
+
+    Raises:
+        ModelInputError: ``requested`` is not loaded for this model (the message names the
+            loaded ones and the setting that loads more).
+    """
+    if requested is None:
+        return loaded[0]
+    if requested not in loaded:
+        raise ModelInputError(
+            f"precision {requested!r} is not loaded for {model}; loaded: {', '.join(loaded)} "
+            "(the server's precisions setting, ATTNSERVE_PRECISIONS, lists what loads)"
+        )
+    return requested

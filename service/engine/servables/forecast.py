@@ -8,6 +8,7 @@ into a window, predict a batch of windows with a backend and describe themselves
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from models.errors import ModelInputError
+from models.names import DEFAULT_PRECISION
 from models.quality_loss import forecast_losses, forecast_variant_losses
 from service.engine.servables.backends import accepted_backends, served_card
 from service.engine.servables.base import (
@@ -23,8 +25,11 @@ from service.engine.servables.base import (
     Checked,
     ForecastInput,
     Work,
+    check_precision,
     option_items,
 )
+
+log = logging.getLogger("attnserve")
 
 # Requests of up to this many history rows are prepared on the event loop, larger ones in a
 # thread. The schema has already turned the numbers into arrays and the checks, timestamps and
@@ -54,14 +59,39 @@ def _cut(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> li
     return out
 
 
+def in_precisions(forecaster: Any, precisions: Sequence[str]) -> dict[str, Any]:
+    """``forecaster`` (float32) converted to each of ``precisions`` it can run
+    (``with_precision``); one it cannot is left out with a warning, so its requests get a 422
+    naming the loaded ones."""
+    out = {}
+    for p in precisions:
+        try:
+            if p == DEFAULT_PRECISION:
+                out[p] = forecaster
+            elif not hasattr(forecaster, "with_precision"):
+                raise ValueError(f"{type(forecaster).__name__} runs in float32 only")
+            else:
+                out[p] = forecaster.with_precision(p)
+        except ValueError as exc:
+            log.warning("%s: not served in %s: %s", forecaster.name, p, exc)
+    if not out:
+        raise ValueError(
+            f"{forecaster.name} runs in none of the precisions {', '.join(precisions)}; "
+            "add float32 to precisions"
+        )
+    return out
+
+
 class ForecastServable:
     """Wraps a forecaster: an :class:`~models.informer.InformerForecaster` or an
-    :class:`~models.hf_forecast.HFForecaster`."""
+    :class:`~models.hf_forecast.HFForecaster`, in each precision it can run of ``precisions``
+    (the default first)."""
 
     task = "forecast"
 
-    def __init__(self, forecaster: Any) -> None:
-        self.forecaster = forecaster
+    def __init__(self, forecaster: Any, precisions: Sequence[str] = (DEFAULT_PRECISION,)) -> None:
+        self.forecasters = in_precisions(forecaster, precisions)
+        self.forecaster = next(iter(self.forecasters.values()))
         self.name = forecaster.name
         self.aliases: tuple[str, ...] = ()
         self.default_attention = forecaster.default_attention
@@ -70,24 +100,25 @@ class ForecastServable:
         self._backends = accepted_backends(self.forecaster.check_attention)
         # The shipped figures do not change while serving: read once, asked per auto request.
         quality = self.forecaster.quality
-        self._losses: dict[Call, float] = {
-            self.default_call(b): loss
-            for b, loss in forecast_losses(quality).items()
-            if b in self._backends
-        }
-        for b, options, loss in forecast_variant_losses(quality):
-            if b in self._backends:  # a variant equal to the defaults keeps the default's figure
-                call = Call(b, option_items(self.forecaster.check_attention(b, options)))
-                self._losses.setdefault(call, loss)
+        self._losses: dict[Call, float] = {}
+        for p in self.forecasters:
+            for b, loss in forecast_losses(quality, p).items():
+                if b in self._backends:
+                    self._losses[self.default_call(b, p)] = loss
+            for b, options, loss in forecast_variant_losses(quality, p):
+                if b in self._backends:  # a variant equal to the defaults keeps its figure
+                    items = option_items(self.forecaster.check_attention(b, options))
+                    self._losses.setdefault(Call(b, items, precision=p), loss)
 
     # ------------------------------------------------------------------ per request
 
     def check(self, request: ForecastInput) -> Checked:
         """Horizon, backend and options; the histories are checked as they are prepared."""
+        precision = check_precision(request.precision, list(self.forecasters), self.name)
         horizon = self.forecaster.check_horizon(request.horizon)
         backend = request.attention or self.default_attention
         options = self.forecaster.check_attention(backend, dict(request.attention_options))
-        call = Call(backend, option_items(options))
+        call = Call(backend, option_items(options), precision=precision)
         if request.quantiles and not self.forecaster.probabilistic:
             raise ModelInputError(
                 f"{self.name} gives point forecasts (no distribution head): leave out quantiles"
@@ -124,30 +155,43 @@ class ForecastServable:
         return windows
 
     def run(self, rows: list[Any], call: Call) -> list[Any]:
-        return self.forecaster.predict(rows, call.backend, call.options_dict, validated=True)
+        forecaster = self.forecasters[call.precision]
+        return forecaster.predict(rows, call.backend, call.options_dict, validated=True)
 
     def card(self) -> dict[str, Any]:
-        return served_card(self.forecaster.card(), self.aliases, self.backends())
+        card = served_card(self.forecaster.card(), self.aliases, self.backends())
+        card["precisions"] = self.precisions()
+        card["default_precision"] = self.precisions()[0]
+        return card
 
     # ------------------------------------------------------------------ operations
 
     def backends(self) -> list[str]:
         return list(self._backends)
 
-    def default_call(self, backend: str) -> Call:
-        return Call(backend, option_items(self.forecaster.check_attention(backend, None)))
+    def precisions(self) -> list[str]:
+        return list(self.forecasters)
+
+    def default_call(self, backend: str, precision: str | None = None) -> Call:
+        options = option_items(self.forecaster.check_attention(backend, None))
+        return Call(backend, options, precision=precision or self.precisions()[0])
 
     def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         # Every window is cut to the model's context: ``length`` is always the context.
-        return self.forecaster.memory_estimate(call.backend, call.options_dict, rows)
+        forecaster = self.forecasters[call.precision]
+        return forecaster.memory_estimate(call.backend, call.options_dict, rows)
 
     def quality_losses(self, length: int) -> dict[Call, float]:
         # Every window is cut to the model's context: the figures hold at any history length.
         return self._losses
 
     def measured_variants(self, backend: str) -> list[Call]:
+        # Every other loaded precision at the defaults (its own kernels, priced on its own), and
+        # every measured option variant.
         default = self.default_call(backend)
-        return [c for c in self._losses if c.backend == backend and c != default]
+        calls = [self.default_call(backend, p) for p in self.precisions()[1:]]
+        calls += [c for c in self._losses if c.backend == backend]
+        return [c for i, c in enumerate(calls) if c != default and c not in calls[:i]]
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
         return self.forecaster.work_estimate(call.backend, call.options_dict, rows)
@@ -170,4 +214,7 @@ class ForecastServable:
     ) -> None:
         served = [b for b in backends if b in self._backends]
         if served:
-            self.forecaster.compile(served, batch_buckets, mode, compiler)
+            # int8's dynamically quantized layers run eager (see TextServable.compile).
+            for precision, forecaster in self.forecasters.items():
+                if precision != "int8":
+                    forecaster.compile(served, batch_buckets, mode, compiler)

@@ -9,7 +9,8 @@ from typing import Any
 import torch
 
 from models.errors import ModelInputError
-from models.quality_loss import embedding_losses
+from models.names import DEFAULT_PRECISION
+from models.quality_loss import embedding_losses, precision_figures
 from models.text import SentenceEncoder, windows
 from models.text.encoder import DEFAULT_ATTENTION
 from service.engine.batching.policy import length_bucket
@@ -20,6 +21,7 @@ from service.engine.servables.base import (
     TextCall,
     TextInput,
     Work,
+    check_precision,
     option_items,
 )
 
@@ -30,23 +32,34 @@ CALIBRATION_TOKENS = 128
 
 
 class TextServable:
-    """Wraps a :class:`~models.text.SentenceEncoder`.
+    """Wraps a :class:`~models.text.SentenceEncoder`, in one or more precisions.
 
     Args:
-        encoder: the loaded encoder.
+        encoder: the loaded encoder (float32 when ``precisions`` lists more than its own).
         aliases: other names clients may use for it (e.g. the sentence-transformers hub id).
+        precisions: the precisions to serve, the default first (:mod:`models.precision`); each
+            is a converted copy of ``encoder``'s weights, sharing its tokenizer.
     """
 
     task = "encode"
 
-    def __init__(self, encoder: SentenceEncoder, aliases: tuple[str, ...] = ()) -> None:
-        self.encoder = encoder
+    def __init__(
+        self,
+        encoder: SentenceEncoder,
+        aliases: tuple[str, ...] = (),
+        precisions: tuple[str, ...] = (DEFAULT_PRECISION,),
+    ) -> None:
+        self.encoders = {p: encoder.with_precision(p) for p in precisions}
+        self.encoder = self.encoders[precisions[0]]  # tokenizer, prompts, checks
         self.name = encoder.name
         self.aliases = aliases
         self.default_attention = DEFAULT_ATTENTION
         self.dim = encoder.dim
         self.max_tokens = encoder.max_tokens
-        self._backends = accepted_backends(self.encoder.check_attention)
+        # A backend is served when every loaded precision can run it, so warm-up and "auto"
+        # never meet a backend that one copy of the weights refuses.
+        accepted = [accepted_backends(e.check_attention) for e in self.encoders.values()]
+        self._backends = [b for b in accepted[0] if all(b in a for a in accepted)]
         self._quality = encoder.quality()
         self._losses: dict[int, dict[Call, float]] = {}
 
@@ -63,13 +76,14 @@ class TextServable:
         for i, text in enumerate(request.texts):
             if not text.strip():
                 raise ModelInputError(f"input {i} is empty; every input needs some text")
+        precision = check_precision(request.precision, list(self.encoders), self.name)
         backend = request.attention or self.default_attention
-        options = self.encoder.check_attention(backend, request.attention_options)
+        options = self.encoders[precision].check_attention(backend, request.attention_options)
         skip = self.encoder.pool_skip(request.prompt_name)  # also refuses an unknown prompt
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
         # Windows are pooled unnormalised and normalised once merged (in prepare's finish).
         row_normalize = normalize and request.long_text != "windows"
-        call = TextCall(backend, option_items(options), row_normalize, skip)
+        call = TextCall(backend, option_items(options), row_normalize, skip, precision=precision)
         inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
         return Checked(call, request, inline)
 
@@ -96,7 +110,7 @@ class TextServable:
         return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
     def run(self, rows: list[Any], call: TextCall) -> list[Any]:
-        vectors = self.encoder.embed(
+        vectors = self.encoders[call.precision].embed(
             rows,
             call.backend,
             call.options_dict,
@@ -109,19 +123,26 @@ class TextServable:
         return vectors.tolist()
 
     def card(self) -> dict[str, Any]:
-        return served_card(self.encoder.card(), self.aliases, self.backends())
+        card = served_card(self.encoder.card(), self.aliases, self.backends())
+        card["precisions"] = self.precisions()
+        card["default_precision"] = self.precisions()[0]
+        return card
 
     # ------------------------------------------------------------------ operations
 
     def backends(self) -> list[str]:
         return list(self._backends)
 
-    def default_call(self, backend: str) -> TextCall:
+    def precisions(self) -> list[str]:
+        return list(self.encoders)
+
+    def default_call(self, backend: str, precision: str | None = None) -> TextCall:
         options = option_items(self.encoder.check_attention(backend, None))
-        return TextCall(backend, options, self.encoder.normalize)
+        precision = precision or self.precisions()[0]
+        return TextCall(backend, options, self.encoder.normalize, precision=precision)
 
     def memory_estimate(self, call: TextCall, rows: int, length: int) -> int:
-        return self.encoder.memory_estimate(
+        return self.encoders[call.precision].memory_estimate(
             call.backend, call.options_dict, rows, length, None, max_batch_size=rows
         )
 
@@ -134,26 +155,40 @@ class TextServable:
         losses = self._losses.get(length)
         if losses is None:
             losses = self._losses[length] = {
-                self._measured_call(backend, options): loss
-                for backend, (loss, options) in embedding_losses(self._quality, length).items()
+                self._measured_call(backend, options, precision): loss
+                for precision in self.encoders
+                for backend, (loss, options) in embedding_losses(
+                    self._quality, length, precision
+                ).items()
                 if backend in self._backends
             }
         return losses
 
     def measured_variants(self, backend: str) -> list[Call]:
-        # One figure per backend (models/text/quality.json), measured at the options it names.
-        entry = (self._quality.get("backends") or {}).get(backend)
-        if entry is None or backend not in self._backends:
+        # Every loaded precision but the default at the backend's defaults (warmed up and priced
+        # on its own: bfloat16 and int8 run other kernels), and per precision the options its
+        # figure was measured at (models/text/quality.json) when they differ.
+        if backend not in self._backends:
             return []
-        call = self._measured_call(backend, dict(entry.get("options") or {}))
-        return [] if call == self.default_call(backend) else [call]
+        calls = [self.default_call(backend, p) for p in self.precisions()[1:]]
+        for precision in self.encoders:
+            figures = precision_figures(self._quality, precision) or {}
+            entry = (figures.get("backends") or {}).get(backend)
+            if entry is not None:
+                calls.append(
+                    self._measured_call(backend, dict(entry.get("options") or {}), precision)
+                )
+        default = self.default_call(backend)
+        return [c for i, c in enumerate(calls) if c != default and c not in calls[:i]]
 
-    def _measured_call(self, backend: str, options: dict[str, Any]) -> TextCall:
+    def _measured_call(
+        self, backend: str, options: dict[str, Any], precision: str = DEFAULT_PRECISION
+    ) -> TextCall:
         """The call a figure was measured with (options resolved as a request's would be; a
         ``None`` option was derived from the input, as the default is)."""
         given = {k: v for k, v in options.items() if v is not None}
         items = option_items(self.encoder.check_attention(backend, given))
-        return TextCall(backend, items, self.encoder.normalize)
+        return TextCall(backend, items, self.encoder.normalize, precision=precision)
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], TextCall, int]:
         # Four texts of 128 tokens: long enough that fixed overhead does not dominate, short
@@ -181,4 +216,9 @@ class TextServable:
     ) -> None:
         served = [b for b in backends if b in self._backends]
         if served:
-            self.encoder.compile(served, mode, compiler)
+            # int8's dynamically quantized linear layers run eager: their packed-weight ops are
+            # not what Inductor's CPU fusions target, and eager already calls fbgemm once per
+            # layer.
+            for precision, encoder in self.encoders.items():
+                if precision != "int8":
+                    encoder.compile(served, mode, compiler)

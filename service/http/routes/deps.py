@@ -62,12 +62,13 @@ def client_of(request: Request) -> Client:
 
 def set_timing_headers(response: Response, answer: Answer) -> None:
     """``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows in the forward pass),
-    ``x-batch-requests`` (requests merged into it) and, for ``attention: "auto"``,
-    ``x-attention-choice`` (what ran and why)."""
+    ``x-batch-requests`` (requests merged into it), ``x-precision`` (the precision that ran)
+    and, for ``attention: "auto"``, ``x-attention-choice`` (what ran and why)."""
     result = answer.result
     response.headers["x-queue-time-ms"] = f"{result.queue_s * 1000:.2f}"
     response.headers["x-inference-time-ms"] = f"{result.batch.inference_s * 1000:.2f}"
     response.headers["x-batch-size"] = str(result.batch.rows)
     response.headers["x-batch-requests"] = str(result.batch.requests)
+    response.headers["x-precision"] = answer.precision
     if answer.choice is not None:
         response.headers["x-attention-choice"] = answer.choice

@@ -45,6 +45,7 @@ async def embeddings(
         max_quality_loss=body.max_quality_loss,
         prompt_name=body.prompt_name,
         long_text=body.long_text,
+        precision=body.precision,
     )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)

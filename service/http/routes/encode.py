@@ -27,12 +27,14 @@ async def encode(
         long_text=body.long_text_rule,
         max_quality_loss=body.max_quality_loss,
         prompt_name=body.prompt_name,
+        precision=body.precision,
     )
     answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     return EncodeResponse(
         model=answer.model,
         attention=answer.attention,
+        precision=answer.precision,
         embeddings=answer.value,
         usage=Usage(tokens=answer.tokens),
     )

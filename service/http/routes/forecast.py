@@ -30,12 +30,15 @@ async def forecast(body: ForecastRequest, request: Request, engine: EngineDep) -
         max_quality_loss=body.max_quality_loss,
         quantiles=tuple(body.quantiles or ()),
         seed=body.seed,
+        precision=body.precision,
     )
     answer = await engine.forecast(body.model, job, client_of(request))
     # Rendered here rather than validated against ForecastResponse and serialised by FastAPI
     # (which would walk every number twice more); ``response_model`` still documents it.
     response = Response(
-        forecast_json(answer.model, answer.attention, answer.horizon, answer.value),
+        forecast_json(
+            answer.model, answer.attention, answer.horizon, answer.value, answer.precision
+        ),
         media_type="application/json",
     )
     set_timing_headers(response, answer)

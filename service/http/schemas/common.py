@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from models.names import DEFAULT_PRECISION
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 
 Options = dict[str, Any]
@@ -53,6 +54,25 @@ def quality_budget(metric: str, task: str) -> Any:
         description="With attention 'auto': the most quality loss against exact attention the "
         f"server may trade for speed ({metric}; default {default}). Only with 'auto'.",
     )
+
+
+def precision_field() -> Any:
+    """The ``precision`` request field. A plain string, not an enum: the model checks it against
+    the precisions it has loaded, and its 422 names those (an enum would name every precision,
+    loaded or not)."""
+    return Field(
+        None,
+        max_length=16,
+        description="Which loaded copy of the weights runs: float32, bfloat16, int8 or float16, "
+        "among those the server loads (GET /models: precisions); default: the first loaded "
+        "(float32 unless the operator lists another first). With attention 'auto' and no "
+        "precision, auto chooses across the loaded precisions too.",
+    )
+
+
+def precision_out() -> Any:
+    """The ``precision`` response field: which precision ran."""
+    return Field(DEFAULT_PRECISION, description="The precision that ran (see precision).")
 
 
 # ----------------------------------------------------------------------------- models, health

@@ -8,8 +8,15 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field, StrictInt
 from pydantic_core import to_json
 
+from models.names import DEFAULT_PRECISION
 from service.http.schemas.arrays import FloatColumn, FloatRows, array_or_list
-from service.http.schemas.common import Options, StrictRequest, quality_budget
+from service.http.schemas.common import (
+    Options,
+    StrictRequest,
+    precision_field,
+    precision_out,
+    quality_budget,
+)
 
 
 class Series(StrictRequest):
@@ -77,6 +84,7 @@ class ForecastRequest(StrictRequest):
     )
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget("relative test-MSE increase", "forecast")
+    precision: str | None = precision_field()
     quantiles: list[Annotated[float, Field(gt=0, lt=1)]] | None = Field(
         None,
         max_length=99,
@@ -114,18 +122,29 @@ class ForecastOut(BaseModel):
 class ForecastResponse(BaseModel):
     model: str
     attention: str
+    precision: str = precision_out()
     horizon: int
     forecasts: list[ForecastOut]
 
 
 def forecast_json(
-    model: str, attention: str, horizon: int, forecasts: list[dict[str, Any]]
+    model: str,
+    attention: str,
+    horizon: int,
+    forecasts: list[dict[str, Any]],
+    precision: str = DEFAULT_PRECISION,
 ) -> bytes:
     """A :class:`ForecastResponse` body, rendered straight from the forecasts (dicts of
     ``timestamps``: strings and ``values``: rows of floats, which the forecaster builds) without
     validating them into models first: the bytes FastAPI would write for the model (compact,
     UTF-8, non-finite numbers as ``null``)."""
     return to_json(
-        {"model": model, "attention": attention, "horizon": horizon, "forecasts": forecasts},
+        {
+            "model": model,
+            "attention": attention,
+            "precision": precision,
+            "horizon": horizon,
+            "forecasts": forecasts,
+        },
         inf_nan_mode="null",
     )

@@ -6,7 +6,13 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, StrictBool, model_validator
 
-from service.http.schemas.common import Options, StrictRequest, quality_budget
+from service.http.schemas.common import (
+    Options,
+    StrictRequest,
+    precision_field,
+    precision_out,
+    quality_budget,
+)
 
 # ----------------------------------------------------------------------------- encode
 
@@ -35,6 +41,7 @@ class EncodeRequest(StrictRequest):
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"
     )
+    precision: str | None = precision_field()
     normalize: StrictBool | None = Field(
         None,
         description="Scale each embedding to unit length; default: as the model does (its "
@@ -75,6 +82,7 @@ class Usage(BaseModel):
 class EncodeResponse(BaseModel):
     model: str
     attention: str
+    precision: str = precision_out()
     embeddings: list[list[float]]
     usage: Usage
 
@@ -99,6 +107,7 @@ class EmbeddingsRequest(StrictRequest):
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"
     )
+    precision: str | None = precision_field()
     prompt_name: str | None = Field(
         None, description="One of the model's named prompts, prepended to every text (extension)."
     )

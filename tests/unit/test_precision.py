@@ -1,0 +1,96 @@
+"""Precision pieces without a server: int8 quantization (per-channel weights, layers kept in
+float), the fused linear helpers on a quantized layer, quality figures per precision (old files
+without precisions read as float32) and the cost model's rates per precision."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from models.precision import quantize_int8
+from models.quality_loss import embedding_losses, forecast_losses, measured_precisions
+from models.text import fused_linear
+from service.engine.batching.cost import CostModel
+
+OLD_FORECAST = {  # a quality.json written before precisions existed
+    "linear_baseline": {"mse": 0.5},
+    "backends": {"flash": {"mse": 0.40}, "performer": {"mse": 0.42}},
+}
+NEW_FORECAST = {
+    **OLD_FORECAST,
+    "precisions": {"bfloat16": {"backends": {"flash": {"mse": 0.402}}}},
+}
+TEXT = {
+    "reference": "full",
+    "backends": {
+        "full": {"options": {}, "by_tokens": {"1-64": {"mean_cosine": 1.0}}},
+        "performer": {"options": {}, "by_tokens": {"1-64": {"mean_cosine": 0.9}}},
+    },
+    "precisions": {
+        "int8": {
+            "backends": {
+                "full": {"options": {}, "by_tokens": {"1-64": {"mean_cosine": 0.99}}},
+            }
+        }
+    },
+}
+
+
+def test_old_quality_files_read_as_float32_only() -> None:
+    assert forecast_losses(OLD_FORECAST) == {"flash": 0.0, "performer": 0.42 / 0.40 - 1}
+    assert forecast_losses(OLD_FORECAST, "bfloat16") == {}
+    assert measured_precisions(OLD_FORECAST) == ["float32"]
+
+
+def test_other_precisions_lose_against_the_float32_exact_reference() -> None:
+    # bfloat16's flash is not exact: 0.402 / 0.400 - 1.
+    assert forecast_losses(NEW_FORECAST, "bfloat16") == {"flash": 0.402 / 0.400 - 1}
+    assert forecast_losses(NEW_FORECAST)["flash"] == 0.0
+    assert measured_precisions(NEW_FORECAST) == ["float32", "bfloat16"]
+    losses = embedding_losses(TEXT, 32, "int8")
+    assert set(losses) == {"full"}  # the reference is exact in float32 only
+    assert abs(losses["full"][0] - 0.01) < 1e-12
+    assert embedding_losses(TEXT, 32)["full"] == (0.0, {})
+
+
+def _net() -> nn.Sequential:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 8)).eval()
+
+
+def test_int8_quantizes_linear_layers_per_channel_and_keeps_the_named_ones() -> None:
+    net = _net()
+    quantized: Any = quantize_int8(net, keep_float=(r"^2$",))
+    assert type(quantized[2]) is nn.Linear  # kept in float32
+    assert type(net[0]) is nn.Linear  # the original is untouched
+    layer = quantized[0]
+    assert type(layer).__module__.startswith("torch.ao.nn.quantized.dynamic")
+    assert layer.weight().qscheme() == torch.per_channel_affine  # one scale per output row
+    x = torch.randn(64, 16)
+    cos = nn.functional.cosine_similarity(quantized(x), net(x), dim=-1)
+    assert cos.min() > 0.99
+
+
+def test_fused_helpers_run_a_quantized_layer_as_its_own_module() -> None:
+    quantized: Any = quantize_int8(_net())
+    layer = quantized[0]
+    x, r = torch.randn(8, 16), torch.randn(8, 32)
+    with torch.inference_mode():
+        assert torch.equal(fused_linear.linear(x, layer), layer(x))
+        assert torch.equal(fused_linear.linear_gelu(x, layer), nn.functional.gelu(layer(x)))
+        assert torch.equal(fused_linear.residual_linear(r.clone(), x, layer), r + layer(x))
+
+
+def test_cost_model_keeps_a_rate_per_precision() -> None:
+    cost = CostModel()
+    cost.calibrate("flash", 100.0, lambda: None)
+    cost.calibrate("flash", 100.0, lambda: None, precision="bfloat16")
+    cost.precision_rates[("flash", "bfloat16")] = 400.0
+    cost.rates["flash"] = 100.0
+    assert cost.seconds("flash", 100.0) == 1.0
+    assert cost.seconds("flash", 100.0, (), "bfloat16") == 0.25
+    assert cost.seconds("flash", 100.0, (), "int8") is None  # never measured: never guessed
+    cost.precision_option_rates[("flash", (("x", 1),), "bfloat16")] = 50.0
+    assert cost.seconds("flash", 100.0, (("x", 1),), "bfloat16") == 2.0
