@@ -13,6 +13,12 @@ to the exact one (``full``; ``flash`` past 512 tokens, the same numbers without 
 matrix), overall and per token-length band, writes them to ``quality.json`` (the shipped MiniLM's
 in ``models/text/``, a folder's inside the folder; ``attention: "auto"`` and the model card read
 it) and prints a markdown table.
+
+``--precisions bfloat16 int8`` also measures the encoder in those precisions (:mod:`models.precision`):
+every backend, the reference included, against the float32 exact embedding, under
+``precisions`` → ``<name>`` → ``backends`` in the same shape (:mod:`models.quality_loss` reads
+it; files without it read as float32 only). Precisions measured before and not named again are
+kept.
 """
 
 from __future__ import annotations
@@ -105,7 +111,10 @@ def markdown(result: dict[str, Any]) -> str:
         + " |"
     )
     lines.append("|---" * (4 + len(bands)) + "|")
-    for name, row in result["backends"].items():
+    rows = list(result["backends"].items())
+    for precision, section in (result.get("precisions") or {}).items():
+        rows += [(f"{name}@{precision}", row) for name, row in section["backends"].items()]
+    for name, row in rows:
         options = row["options"].items()
         shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
         by_band = [
@@ -132,8 +141,11 @@ def long_texts(encoder: SentenceEncoder, per_band: int, max_tokens: int) -> list
     return texts
 
 
-def measure(encoder: SentenceEncoder, per_bin: int, max_tokens: int) -> dict[str, Any]:
-    """Every accepted backend's cosine to the exact embedding on the corpus (see module doc)."""
+def measure(
+    encoder: SentenceEncoder, per_bin: int, max_tokens: int, precisions: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """Every accepted backend's cosine to the exact embedding on the corpus, and in each of
+    ``precisions`` every backend's cosine to the float32 exact embedding (see module doc)."""
     limit = min(encoder.max_tokens, max_tokens)
     bands = bands_for(limit)
     texts = length_spread(per_bin) + long_texts(encoder, per_bin, limit)
@@ -150,7 +162,26 @@ def measure(encoder: SentenceEncoder, per_bin: int, max_tokens: int) -> dict[str
         if name != reference:
             backends.append(name)
     cosines = cosines_to_reference(encoder, token_ids, backends, reference)
-    return {
+    exact = encoder.embed(token_ids, backend=reference)
+    by_precision: dict[str, Any] = {}
+    for precision in precisions:
+        if precision == encoder.precision:
+            continue
+        twin = encoder.with_precision(precision)
+        by_precision[precision] = {
+            "backends": {
+                name: {
+                    "options": get_backend(name).resolve_options(None),
+                    **summarise(
+                        F.cosine_similarity(twin.embed(token_ids, backend=name), exact, dim=-1),
+                        lengths,
+                        bands,
+                    ),
+                }
+                for name in [reference, *backends]
+            }
+        }
+    result = {
         "reference": reference,
         "metric": "cosine similarity of each text's embedding to the exact-attention embedding",
         "corpus": {
@@ -171,6 +202,9 @@ def measure(encoder: SentenceEncoder, per_bin: int, max_tokens: int) -> dict[str
             for name in backends
         },
     }
+    if by_precision:
+        result["precisions"] = by_precision
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -190,6 +224,13 @@ def main(argv: list[str] | None = None) -> None:
         "--output", type=Path, default=None, help="default: quality.json of the model"
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=["bfloat16", "int8", "float16"],
+        help="also measure these precisions against the float32 exact embedding",
+    )
     parser.add_argument("--show", action="store_true", help="print the table of --output and stop")
     args = parser.parse_args(argv)
     if args.threads:
@@ -200,7 +241,14 @@ def main(argv: list[str] | None = None) -> None:
         print(markdown(json.loads(output.read_text(encoding="utf-8"))))
         return
     start = time.perf_counter()
-    result = measure(encoder, args.per_bin, args.max_tokens or encoder.max_tokens)
+    result = measure(
+        encoder, args.per_bin, args.max_tokens or encoder.max_tokens, tuple(args.precisions)
+    )
+    # Precisions measured before and not now are kept (the float32 reference is the same).
+    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
+    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in args.precisions}
+    if kept:
+        result["precisions"] = {**kept, **result.get("precisions", {})}
     elapsed = time.perf_counter() - start
     output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"{elapsed:.0f} s\n")

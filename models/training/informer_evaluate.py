@@ -22,6 +22,12 @@ over ten thousand windows costs hours on a CPU and neighbouring windows overlap 
 its defaults (recorded under ``variants``): the figures ``attention: "auto"`` needs before it may
 pick those options (:mod:`service.engine.auto_attention`). With ``--variants`` and no ``--backends``,
 only the variants are scored.
+
+``--precisions bfloat16 int8`` also scores the listed backends with the network in those
+precisions (:mod:`models.precision`; RevIN and the linear path stay float32), recorded under
+``precisions`` → ``<name>`` → ``backends`` in the shape of ``backends``: ``attention: "auto"``
+then weighs each precision's loss against float32's exact attention. Precisions scored before
+and not named again are kept; files without ``precisions`` read as float32 only.
 """
 
 from __future__ import annotations
@@ -106,6 +112,7 @@ def evaluate_checkpoint(
     data: Path | None = None,
     stride: int = 1,
     variants: list[tuple[str, dict[str, Any]]] | None = None,
+    precisions: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Test metrics per backend and the linear baseline, written to ``quality.json`` (merged
     with the backends and variants scored before).
@@ -150,9 +157,15 @@ def evaluate_checkpoint(
     results: dict[str, Any] = dict(f.quality.get("backends", {}))
     slice_res: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
 
-    def score(backend: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def score(
+        backend: str, options: dict[str, Any] | None = None, model: Any = None, tag: str = ""
+    ) -> dict[str, Any]:
         t0 = time.time()
-        mse, mae = evaluate_loader(f.model, loader, backend, options)
+        if model is None:
+            mse, mae = evaluate_loader(f.model, loader, backend, options)
+        else:  # a converted copy: no gradients wanted (bfloat16 autograd would only cost)
+            with torch.inference_mode():
+                mse, mae = evaluate_loader(model, loader, backend, options)
         entry = {
             "mse": round(mse, 6),
             "mae": round(mae, 6),
@@ -164,7 +177,7 @@ def evaluate_checkpoint(
         if stride > 1:  # the baseline on these same windows, so the ratio compares like for like
             entry["linear_mse"] = round(lin_scored, 6)
         print(
-            f"{f.name} {variant_label(backend, options):10s} MSE {mse:.4f} MAE {mae:.4f} "
+            f"{f.name} {variant_label(backend, options) + tag:10s} MSE {mse:.4f} MAE {mae:.4f} "
             f"({mse / lin_scored - 1:+.1%} vs linear, {len(scored)} windows, "
             f"{time.time() - t0:.0f}s)",
             flush=True,
@@ -180,6 +193,16 @@ def evaluate_checkpoint(
             v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
         ]
         scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
+    by_precision: dict[str, Any] = dict(f.quality.get("precisions") or {})
+    for precision in precisions:
+        if precision == "float32":
+            continue
+        model = f.with_precision(precision).model
+        section = dict(by_precision.get(precision) or {})
+        scored = dict(section.get("backends") or {})
+        for backend in backends or [f.default_attention]:
+            scored[backend] = score(backend, None, model, f"@{precision}")
+        by_precision[precision] = {**section, "backends": scored}
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER_ETTH1.get(cfg.pred_len)
@@ -204,6 +227,7 @@ def evaluate_checkpoint(
         "paper": {"mse": paper[0], "mae": paper[1]} if paper else None,
         "backends": results,
         "variants": scored_variants,
+        **({"precisions": by_precision} if by_precision else {}),
         "slice": {
             "indices": indices,
             "mse": slice_res,
@@ -352,6 +376,14 @@ def main(argv: list[str] | None = None) -> None:
         metavar="BACKEND:OPTION=VALUE[,...]",
         help="also score these backends at these options (e.g. performer:num_features=16)",
     )
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=["bfloat16", "int8", "float16"],
+        help="also score the backends in these precisions (default backend when only "
+        "--variants are scored)",
+    )
     p.add_argument("--data", type=Path, default=None, help="the CSV, if it moved since training")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument(
@@ -370,7 +402,9 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     for name in args.checkpoints or list(shipped_dirs()):
         try:
-            evaluate_checkpoint(name, args.backends, args.data, args.stride, variants)
+            evaluate_checkpoint(
+                name, args.backends, args.data, args.stride, variants, tuple(args.precisions)
+            )
         except AttentionError as err:  # a variant's options, refused before any scoring
             p.error(str(err))
     if not args.checkpoints:

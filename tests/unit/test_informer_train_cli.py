@@ -230,3 +230,27 @@ def test_the_learning_rate_decay_is_applied_per_epoch_and_recorded(tmp_path):
     state = torch.load(out / STATE_FILE, weights_only=True)
     # Adam's param group holds the last epoch's rate: lr0 * decay^(epochs-1).
     assert state["optimizer"]["param_groups"][0]["lr"] == pytest.approx(1e-3 * 0.25)
+
+
+def test_evaluate_scores_precisions_against_float32_exact_attention(evaluated):
+    """``--precisions``: each backend scored with the network in bfloat16 and int8, recorded
+    under ``precisions`` and read by the servable as each precision's loss against float32's
+    exact attention; a later run without ``--precisions`` keeps them (#37)."""
+    from models.quality_loss import forecast_losses
+    from service.engine.servables.forecast import ForecastServable
+
+    out = evaluated
+    cli(["evaluate", str(out), "--backends", "flash", "--precisions", "bfloat16", "int8"])
+    q = json.loads((out / "quality.json").read_text())
+    assert set(q["precisions"]) == {"bfloat16", "int8"}
+    float32 = q["backends"]["flash"]["mse"]
+    for precision in ("bfloat16", "int8"):
+        mse = q["precisions"][precision]["backends"]["flash"]["mse"]
+        assert mse == pytest.approx(float32, rel=0.05)  # (this net is near its linear start)
+        loss = forecast_losses(q, precision)["flash"]
+        assert loss == pytest.approx(mse / float32 - 1, abs=1e-4)
+    served = ForecastServable(InformerForecaster.load(str(out)), ("float32", "bfloat16", "int8"))
+    losses = {(c.backend, c.precision): v for c, v in served.quality_losses(48).items()}
+    assert losses[("flash", "bfloat16")] == forecast_losses(q, "bfloat16")["flash"]
+    cli(["evaluate", str(out), "--backends", "flash"])
+    assert json.loads((out / "quality.json").read_text())["precisions"] == q["precisions"]

@@ -94,3 +94,23 @@ def test_cost_model_keeps_a_rate_per_precision() -> None:
     assert cost.seconds("flash", 100.0, (), "int8") is None  # never measured: never guessed
     cost.precision_option_rates[("flash", (("x", 1),), "bfloat16")] = 50.0
     assert cost.seconds("flash", 100.0, (("x", 1),), "bfloat16") == 2.0
+
+
+def test_text_quality_measures_each_precision_against_float32_exact() -> None:
+    """``attnserve evaluate --precisions`` for a text model: every backend in bfloat16 and int8,
+    the reference included, against the float32 exact embedding, read back per precision."""
+    from models.text.quality import measure
+    from tests.service.helpers import tiny_encoder
+
+    encoder = tiny_encoder()
+    result = measure(encoder, 2, 64, ("bfloat16", "int8"))
+    assert set(result["precisions"]) == {"bfloat16", "int8"}
+    for precision, section in result["precisions"].items():
+        backends = section["backends"]
+        assert result["reference"] in backends  # not exact outside float32
+        assert set(backends) == {result["reference"], *result["backends"]}
+        full = backends["full"]
+        assert 0.99 < full["min_cosine"] < 1.0 or precision == "int8"
+        assert 0.9 < full["min_cosine"] < 1.0
+        loss, _ = embedding_losses(result, 32, precision)["full"]
+        assert loss == max(0.0, 1.0 - full["by_tokens"]["1-64"]["mean_cosine"]) > 0
