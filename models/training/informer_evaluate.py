@@ -199,10 +199,10 @@ def evaluate_checkpoint(
             continue
         model = f.with_precision(precision).model
         section = dict(by_precision.get(precision) or {})
-        scored = dict(section.get("backends") or {})
+        entries = dict(section.get("backends") or {})
         for backend in backends or [f.default_attention]:
-            scored[backend] = score(backend, None, model, f"@{precision}")
-        by_precision[precision] = {**section, "backends": scored}
+            entries[backend] = score(backend, None, model, f"@{precision}")
+        by_precision[precision] = {**section, "backends": entries}
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER_ETTH1.get(cfg.pred_len)

@@ -245,7 +245,9 @@ def test_evaluate_scores_precisions_against_float32_exact_attention(evaluated):
     assert set(q["precisions"]) == {"bfloat16", "int8"}
     float32 = q["backends"]["flash"]["mse"]
     for precision in ("bfloat16", "int8"):
-        mse = q["precisions"][precision]["backends"]["flash"]["mse"]
+        entry = q["precisions"][precision]["backends"]["flash"]
+        assert entry["windows"] == q["windows"]  # every test window, as float32's
+        mse = entry["mse"]
         assert mse == pytest.approx(float32, rel=0.05)  # (this net is near its linear start)
         loss = forecast_losses(q, precision)["flash"]
         assert loss == pytest.approx(mse / float32 - 1, abs=1e-4)
