@@ -85,12 +85,18 @@ train-ettm1: install
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention
 
-# The peer servers (LitServe, infinity-emb) get their own virtualenv: infinity-emb pins numpy<2,
-# transformers<5 and sentence-transformers<4, which the project's .venv does not admit. torch
-# (the CPU build) goes in first, so no requirement below pulls another build.
+# The peer servers get virtualenvs of their own: infinity-emb pins numpy<2, transformers<5 and
+# sentence-transformers<4, which neither the project's .venv nor the other peers' newest releases
+# admit.
 PEERS_VENV ?= .venv-peers
 PEERS_BIN := $(PEERS_VENV)/bin
+INFINITY_VENV ?= .venv-peers-infinity
+INFINITY_BIN := $(INFINITY_VENV)/bin
 
+# Two peer virtualenvs, so that no peer runs at versions pinned for another: LitServe, the naive
+# server and the ONNX Runtime row at their newest releases (requirements.txt); infinity-emb with
+# its own pins (requirements-infinity.txt: numpy<2, transformers<5). torch goes in first, so pip
+# never pulls a CUDA build.
 $(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
 	$(PY) -m venv $(PEERS_VENV)
 	$(PEERS_BIN)/pip install --upgrade pip setuptools wheel
@@ -98,12 +104,20 @@ $(PEERS_VENV)/.installed: benchmarks/peers/requirements.txt
 	$(PEERS_BIN)/pip install -r benchmarks/peers/requirements.txt
 	touch $@
 
-peers-venv: $(PEERS_VENV)/.installed
+$(INFINITY_VENV)/.installed: benchmarks/peers/requirements-infinity.txt
+	$(PY) -m venv $(INFINITY_VENV)
+	$(INFINITY_BIN)/pip install --upgrade pip setuptools wheel
+	$(INFINITY_BIN)/python -c "import torch" 2>/dev/null || $(INFINITY_BIN)/pip install "torch==$(TORCH_VERSION)"
+	$(INFINITY_BIN)/pip install -r benchmarks/peers/requirements-infinity.txt
+	touch $@
 
-# attnserve beside LitServe, infinity-emb and a naive server, same weights and driver
+peers-venv: $(PEERS_VENV)/.installed $(INFINITY_VENV)/.installed
+
+# attnserve beside LitServe, infinity-emb and a naive server, same weights and driver, plus the
+# in-process reference rows (ONNX Runtime among them)
 # (make bench-peers ARGS="--seconds 3 --rounds 1" for a short check)
 bench-peers: install peers-venv
-	$(BIN)/python -m benchmarks.peers.run --peers-python $(PEERS_BIN)/python $(or $(ARGS),--seconds 10 --rounds 2)
+	$(BIN)/python -m benchmarks.peers.run --peers-python $(PEERS_BIN)/python --infinity-python $(INFINITY_BIN)/python $(or $(ARGS),--seconds 10 --rounds 2)
 
 # make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
 loadtest: install-load

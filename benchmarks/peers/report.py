@@ -2,7 +2,8 @@
 
 Throughput is the median over rounds of each round's req/s; latency percentiles pool every
 round's answers (nearest rank); CPU per request sums CPU seconds and requests over rounds.
-Ratios compare with LitServe at the same client count.
+Ratios compare with LitServe at the same client count; in-process rows compare with attnserve's
+encoder at the same batch size.
 """
 
 from __future__ import annotations
@@ -92,8 +93,18 @@ def baseline_of(summaries: list[Summary], clients: int) -> Summary | None:
     return next((s for s in summaries if s.server == BASELINE and s.clients == clients), None)
 
 
-def checks(summaries: list[Summary]) -> list[tuple[str, float, bool]]:
-    """The targets: (what, measured ratio, met) for those whose servers ran."""
+def _vs_attnserve(ceilings: list[dict[str, Any]], row: dict[str, Any]) -> float:
+    ours = next(
+        (c for c in ceilings if c["impl"] == "attnserve" and c["batch"] == row["batch"]), None
+    )
+    return _ratio(row["texts_per_s"], ours["texts_per_s"]) if ours else float("nan")
+
+
+def checks(
+    summaries: list[Summary], ceilings: list[dict[str, Any]] | None = None
+) -> list[tuple[str, float, bool]]:
+    """The targets of issue 37 (items 4 and 3): (what, measured ratio, met) for those whose
+    rows ran."""
     by = {(s.server, s.clients): s for s in summaries}
     out = []
     busy = max((s.clients for s in summaries), default=0)
@@ -103,15 +114,49 @@ def checks(summaries: list[Summary]) -> list[tuple[str, float, bool]]:
         out.append((f"attnserve req/s >= 1.5x LitServe's at {busy} clients", ratio, ratio >= 1.5))
         ratio = _ratio(a.p99_ms, lit.p99_ms)
         out.append((f"attnserve p99 <= LitServe's at {busy} clients", ratio, ratio <= 1.0))
+    if ("attnserve", 1) in by and (BASELINE, 1) in by:
+        ratio = _ratio(by[("attnserve", 1)].p50_ms, by[(BASELINE, 1)].p50_ms)
+        out.append(("attnserve p50 <= 0.5x LitServe's at 1 client", ratio, ratio <= 0.5))
     if ("attnserve", 1) in by and ("naive", 1) in by:
         ratio = _ratio(by[("attnserve", 1)].p50_ms, by[("naive", 1)].p50_ms)
         out.append(("attnserve p50 <= the naive server's at 1 client", ratio, ratio <= 1.0))
+    for batch, floor in ((1, 0.8), (32, 1.0)):
+        ort = next(
+            (c for c in ceilings or [] if c["impl"] == "onnxruntime" and c["batch"] == batch),
+            None,
+        )
+        if ort is not None:
+            ratio = 1.0 / _vs_attnserve(ceilings or [], ort)
+            out.append(
+                (f"in-process batch {batch}: attnserve >= {floor}x ONNX Runtime", ratio,
+                 ratio >= floor)
+            )  # fmt: skip
     return out
 
 
-def markdown(meta: dict[str, Any], summaries: list[Summary], ceilings: list[dict[str, Any]]) -> str:
-    """The results page: machine and versions, the server table, the in-process ceilings, the
-    targets."""
+def _loads(pairs: list[tuple[str, str]]) -> str:
+    """The 1-minute load average before -> after each round's run."""
+    return " / ".join(f"{a.split()[0]}→{b.split()[0]}" for a, b in pairs)
+
+
+def _stops(stops: list[dict[str, Any]]) -> str:
+    out = []
+    for s in stops:
+        text = f"{s['signal']} {s['seconds']:.1f} s"
+        if s["outlived_term"]:
+            text += " (outlived SIGTERM: " + "; ".join(s["outlived_term"]) + ")"
+        out.append(text)
+    return " / ".join(out)
+
+
+def markdown(
+    meta: dict[str, Any],
+    summaries: list[Summary],
+    ceilings: list[dict[str, Any]],
+    loads: dict[tuple[str, int], list[tuple[str, str]]] | None = None,
+) -> str:
+    """The results page: machine and versions, the server table, the in-process reference
+    rows, the targets."""
     lines = [
         "# attnserve beside its peers: one short text per request (CPU)",
         "",
@@ -127,23 +172,30 @@ def markdown(meta: dict[str, Any], summaries: list[Summary], ceilings: list[dict
         f"{meta['texts']} distinct texts), closed-loop keep-alive clients, {meta['warmup_s']} s "
         f"warm-up then {meta['seconds']} s measured per run, {meta['rounds']} round(s), servers "
         f"alternating within each round ({', '.join(meta['servers'])}), one at a time",
-        f"- load average before / after: {meta['load_before']} / {meta['load_after']}",
+        f"- load average (1, 5, 15 min) before / after the whole run: {meta['load_before']} / "
+        f"{meta['load_after']}; per run in the table below (the machine is shared: other load "
+        "skews a row)",
+        "- each server stopped before the next started: SIGTERM to its process group, SIGKILL "
+        "to whatever outlived a grace, then psutil found none of its processes left (the last "
+        "column: the signal that ended it and how long it took, per round)",
         "",
-        "| server | configuration | versions | start-up s | cosine to attnserve |",
-        "|---|---|---|---:|---:|",
+        "| server | configuration | virtualenv: versions | start-up s | cosine to attnserve "
+        "| stopped by, per round |",
+        "|---|---|---|---:|---:|---|",
     ]
     for name, info in meta["server_info"].items():
         packages = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
         startup = "/".join(f"{s:.0f}" for s in info["startup_s"])
         lines.append(
-            f"| {name} | {info['config']} | {packages} | {startup} | {min(info['cosine']):.6f} |"
+            f"| {name} | {info['config']} | {info.get('venv', '-')}: {packages} | {startup} | "
+            f"{min(info['cosine']):.6f} | {_stops(info.get('stops', []))} |"
         )
     lines += [
         "",
         "| server | clients | req/s per round | req/s (median) | vs LitServe | p50 / p95 / p99 ms "
         "| p50, p99 vs LitServe | errors | server CPU ms/req | driver CPU ms/req "
-        "| other load, cores |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| other load, cores | load 1 min before→after |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for s in summaries:
         base = baseline_of(summaries, s.clients)
@@ -160,24 +212,41 @@ def markdown(meta: dict[str, Any], summaries: list[Summary], ceilings: list[dict
             f"| {s.server} | {s.clients} | {' / '.join(f'{r:.1f}' for r in s.rps_rounds)} | "
             f"{s.rps:.1f} | {rps_x} | {s.p50_ms:.1f} / {s.p95_ms:.1f} / {s.p99_ms:.1f} | "
             f"{lat_x} | {errors} | {s.server_cpu_ms_per_request:.2f} | "
-            f"{s.driver_cpu_ms_per_request:.2f} | {s.other_cores:.2f} |"
+            f"{s.driver_cpu_ms_per_request:.2f} | {s.other_cores:.2f} | "
+            f"{_loads((loads or {}).get((s.server, s.clients), []))} |"
         )
     if ceilings:
         lines += [
             "",
-            "Reference rows, no server: the model in one process on batches of 32 texts "
-            "(tokenization included), same texts and threads, best of "
-            f"{ceilings[0]['repeats']} passes.",
+            "Reference rows, no server: the model in one process on batches of 32 and of 1 "
+            f"text ({ceilings[0]['texts']} texts, tokenization included), same texts and "
+            f"threads, best of {ceilings[0]['repeats']} passes; each in its own process, one "
+            "after the other.",
             "",
-            "| in-process, batch 32 | texts/s | CPU ms/text | torch threads |",
-            "|---|---:|---:|---:|",
+            "| in-process | batch | texts/s | vs attnserve | CPU ms/text | threads "
+            "| cosine to attnserve |",
+            "|---|---:|---:|---:|---:|---:|---:|",
         ]
         for c in ceilings:
             lines.append(
-                f"| {c['label']} | {c['texts_per_s']:.1f} | {c['cpu_ms_per_text']:.2f} | "
-                f"{c['torch_threads']} |"
+                f"| {c['label']} | {c['batch']} | {c['texts_per_s']:.1f} | "
+                f"{_x(_vs_attnserve(ceilings, c))} | {c['cpu_ms_per_text']:.2f} | "
+                f"{c['threads']} | {c['cosine']:.6f} |"
             )
-    targets = checks(summaries)
+        ort = next((c for c in ceilings if c["impl"] == "onnxruntime"), None)
+        if ort is not None:
+            fused = ", ".join(f"{k} {v}" for k, v in ort["fused"].items())
+            versions = ", ".join(f"{k} {v}" for k, v in ort["versions"].items())
+            lines += [
+                "",
+                "ONNX Runtime: `torch.onnx.export` (TorchScript exporter, opset "
+                f"{ort['opset']}, eager attention, mean pooling and normalisation in the graph), "
+                "then `onnxruntime.transformers.optimizer.optimize_model(model_type='bert')`; "
+                f"fused: {fused}; float32, CPU provider, intra_op_num_threads {ort['threads']}, "
+                f"one inter-op thread, the folder's fast tokenizer ({versions}; "
+                "`benchmarks/peers/onnx_reference.py`).",
+            ]
+    targets = checks(summaries, ceilings)
     if targets:
         lines += ["", "| target | measured | met |", "|---|---:|---|"]
         for what, ratio, met in targets:
@@ -190,6 +259,7 @@ def record(
     summaries: list[Summary],
     ceilings: list[dict[str, Any]],
     rounds: dict[tuple[str, int], list[LoadResult]],
+    loads: dict[tuple[str, int], list[tuple[str, str]]] | None = None,
 ) -> dict[str, Any]:
     """Everything in the page, plus each round's own percentiles, as JSON-ready data."""
     rows = []
@@ -221,8 +291,14 @@ def record(
                         "errors": dict(r.errors),
                         "cpu_s": r.cpu_s,
                         "other_cores": other_cores(r),
+                        "load_before_after": list(load),
                     }
-                    for r in rounds[(s.server, s.clients)]
+                    for r, load in zip(
+                        rounds[(s.server, s.clients)],
+                        (loads or {}).get((s.server, s.clients))
+                        or [("", "")] * len(rounds[(s.server, s.clients)]),
+                        strict=True,
+                    )
                 ],
             }
         )
@@ -230,7 +306,7 @@ def record(
         **meta,
         "rows": rows,
         "in_process": ceilings,
-        "targets": [{"target": w, "ratio": r, "met": m} for w, r, m in checks(summaries)],
+        "targets": [{"target": w, "ratio": r, "met": m} for w, r, m in checks(summaries, ceilings)],
     }
 
 

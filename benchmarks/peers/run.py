@@ -1,27 +1,33 @@
 """attnserve beside LitServe, infinity-emb and a naive FastAPI server, same weights, same driver.
 
-    make bench-peers                   # installs .venv-peers, then the full run below
+    make bench-peers                   # installs both peer virtualenvs, then the full run below
     .venv/bin/python -m benchmarks.peers.run [--seconds 10] [--rounds 2] [--clients 1 32]
-        [--threads 2] [--servers attnserve litserve infinity naive]
+        [--threads 2] [--servers attnserve litserve infinity naive] [--batches 32 1]
 
 1. Builds the sentence-transformers folder every peer loads (:mod:`.model_folder`).
-2. In-process ceilings, one after the other: attnserve's encoder and sentence-transformers'
-   ``encode`` on batches of 32 (:mod:`.inprocess`); their embeddings must agree (cosine at least
-   0.9999) or the run stops: the peers would not be serving the same model.
+2. In-process reference rows, one process after the other, at each of ``--batches``:
+   attnserve's encoder, sentence-transformers' ``encode`` and ONNX Runtime on the same weights,
+   exported and optimized (:mod:`.inprocess`, :mod:`.onnx_reference`); their embeddings must
+   agree with attnserve's (cosine at least 0.9999) or the run stops.
 3. ``--rounds`` rounds; in each, every server in turn (in ``--servers`` order, so drift over the
    run hits all alike): start it on a free port, wait until it answers a real request (whose
    embedding must match attnserve's, cosine at least 0.9999), then for each ``--clients`` count
-   ``--warmup`` s of load and ``--seconds`` s measured (:mod:`.driver`), then stop it.
+   ``--warmup`` s of load and ``--seconds`` s measured (:mod:`.driver`), then stop it: SIGTERM,
+   SIGKILL for what outlives a grace, and psutil must find none of its processes left before
+   the next server starts (:meth:`.servers.ServerProcess.stop`; how each ended is recorded).
 4. Writes ``<out-dir>/<name>.md`` and ``.json`` (:mod:`.report`).
 
-attnserve runs from this interpreter's environment (the project's ``.venv``); the peers from
-``--peers-python`` (``.venv-peers``, made by ``make peers-venv``), because infinity-emb's pins
-(numpy<2, transformers<5) do not fit the project's.
+attnserve runs from this interpreter's environment (the project's ``.venv``); LitServe, the
+naive server and the reference rows other than attnserve's from ``--peers-python``
+(``.venv-peers``: the newest releases); infinity-emb from ``--infinity-python``
+(``.venv-peers-infinity``: its own pins, numpy<2, transformers<5). No peer runs at versions
+pinned for another.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -30,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -44,6 +51,8 @@ from benchmarks.peers.servers import (
     ROOT,
     Launch,
     ServerProcess,
+    Stopped,
+    default_infinity_python,
     default_peers_python,
     free_port,
     server_env,
@@ -72,7 +81,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 def in_process(
     impl: str, python: Path, texts_file: Path, args: argparse.Namespace, folder: Path | None
 ) -> dict[str, Any]:
-    """One :mod:`.inprocess` measurement in its own process, alone on the machine."""
+    """One :mod:`.inprocess` measurement (every batch size) in its own process."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         command = [
@@ -81,6 +90,7 @@ def in_process(
             "--out", str(out),
             "--threads", str(args.threads),
             "--repeats", str(args.repeats),
+            "--batches", *map(str, args.batches),
         ]  # fmt: skip
         if folder is not None:
             command += ["--folder", str(folder)]
@@ -88,41 +98,72 @@ def in_process(
         return dict(json.loads(out.read_text()))
 
 
+# The in-process rows after attnserve's: (implementation, label); both run with the peers'
+# interpreter, the one LitServe and the naive server use.
+REFERENCES = (
+    ("sentence-transformers", "sentence-transformers encode"),
+    ("onnxruntime", "ONNX Runtime, optimized graph, float32"),
+)
+
+
 def measure_ceilings(
     texts: list[str], args: argparse.Namespace, folder: Path
 ) -> tuple[list[dict[str, Any]], list[float]]:
-    """The in-process rows and attnserve's embedding of ``texts[0]`` (the reference every
-    server's answer is checked against).
+    """The in-process rows (one per implementation and batch size) and attnserve's embedding
+    of ``texts[0]`` (the reference every server's answer is checked against).
 
     Raises:
-        SystemExit: sentence-transformers' embeddings from ``folder`` differ from attnserve's.
+        SystemExit: another implementation's embeddings from ``folder`` differ from attnserve's.
     """
+    results = []
     with tempfile.TemporaryDirectory() as tmp:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts[:256]))
         ours = in_process("attnserve", Path(sys.executable), texts_file, args, None)
-        rows = [{**ours, "label": "attnserve SentenceEncoder.encode (flash)"}]
-        print(f"  in-process attnserve: {ours['texts_per_s']:.1f} texts/s", flush=True)
+        results.append(({**ours, "cosine": 1.0}, "attnserve SentenceEncoder.encode (flash)"))
+        print(f"  in-process attnserve: {ours['rows']}", flush=True)
         if args.peers_python.is_file():
-            st = in_process("sentence-transformers", args.peers_python, texts_file, args, folder)
-            worst = min(cosine(a, b) for a, b in zip(ours["guard"], st["guard"], strict=True))
-            print(
-                f"  in-process sentence-transformers: {st['texts_per_s']:.1f} texts/s; "
-                f"cosine to attnserve >= {worst:.6f}",
-                flush=True,
-            )
-            if worst < MIN_COSINE:
-                raise SystemExit(
-                    f"sentence-transformers from {folder} and attnserve disagree (cosine "
-                    f"{worst:.6f} < {MIN_COSINE}): the peers would not serve the same model"
+            for impl, label in REFERENCES:
+                other = in_process(impl, args.peers_python, texts_file, args, folder)
+                worst = min(
+                    cosine(a, b) for a, b in zip(ours["guard"], other["guard"], strict=True)
                 )
-            rows.append({**st, "label": "sentence-transformers encode", "cosine": worst})
-    for row in rows:
-        row["repeats"] = args.repeats
-    reference = ours["guard"][0]
-    for row in rows:
-        del row["guard"]
-    return rows, reference
+                print(f"  in-process {impl}: {other['rows']}; cosine >= {worst:.6f}", flush=True)
+                if worst < MIN_COSINE:
+                    raise SystemExit(
+                        f"{impl} from {folder} and attnserve disagree (cosine {worst:.6f} < "
+                        f"{MIN_COSINE}): it would not be the same model"
+                    )
+                results.append(({**other, "cosine": worst}, label))
+    rows = []
+    for batch in args.batches:  # batch-major: each batch's rows side by side
+        for result, label in results:
+            row = next(r for r in result["rows"] if r["batch"] == batch)
+            extra = {k: result[k] for k in ("fused", "opset", "versions") if k in result}
+            rows.append(
+                {
+                    **row,
+                    **extra,
+                    "impl": result["impl"],
+                    "label": label,
+                    "threads": result["threads"],
+                    "cosine": result["cosine"],
+                    "texts": result["texts"],
+                    "repeats": args.repeats,
+                }
+            )
+    return rows, ours["guard"][0]
+
+
+@dataclass(frozen=True)
+class Served:
+    """One server's turn in a round."""
+
+    startup_s: float  # from start to its first right answer
+    cosine: float  # of that answer's embedding to attnserve's
+    results: dict[int, LoadResult]  # by client count
+    loads: dict[int, tuple[str, str]]  # load averages before / after each client count's run
+    stopped: Stopped  # how its process tree ended
 
 
 def serve_and_drive(
@@ -133,14 +174,22 @@ def serve_and_drive(
     reference: list[float],
     log_dir: Path,
     tag: str,
-) -> tuple[float, float, dict[int, LoadResult]]:
-    """Start server ``name``, check its answer, drive it at each client count, stop it.
-    Returns its start-up seconds, its answer's cosine to attnserve's, and the results."""
+) -> Served:
+    """Start server ``name``, check its answer, drive it at each client count, stop it and
+    check that none of its processes is left."""
     peer = PEERS[name]
-    launch = Launch(free_port(), args.threads, folder, Path(sys.executable), args.peers_python)
+    launch = Launch(
+        free_port(),
+        args.threads,
+        folder,
+        Path(sys.executable),
+        args.peers_python,
+        args.infinity_python,
+    )
     started = time.monotonic()
     server = ServerProcess(peer, launch, log_dir / f"{name}-{tag}.log")
     results: dict[int, LoadResult] = {}
+    loads: dict[int, tuple[str, str]] = {}
     try:
         embedding = server.wait_answering(texts[0])
         startup = time.monotonic() - started
@@ -149,11 +198,13 @@ def serve_and_drive(
             raise SystemExit(f"{name} answers a different embedding (cosine {similarity:.6f})")
         requests = [server.request(t) for t in texts]
         for clients in args.clients:
+            load = load_average()
             probes = {"server": server.cpu_seconds, "machine": machine_cpu_seconds}
             result = run_load(
                 HOST, launch.port, requests, clients, args.seconds, args.warmup, probes
             )
             results[clients] = result
+            loads[clients] = (load, load_average())
             errors = f"  errors {dict(result.errors)}" if result.errors else ""
             print(
                 f"  {tag} {name:>9} x{clients:<3} {result.throughput:7.1f} req/s  "
@@ -161,8 +212,19 @@ def serve_and_drive(
                 flush=True,
             )
     finally:
-        server.stop()
-    return startup, similarity, results
+        stopped = server.stop()
+        outlived = f"; outlived SIGTERM: {stopped.outlived_term}" if stopped.outlived_term else ""
+        print(
+            f"  {tag} {name:>9} stopped: {stopped.processes} process(es), gone after "
+            f"{stopped.signal} in {stopped.seconds:.1f} s{outlived}",
+            flush=True,
+        )
+    return Served(startup, similarity, results, loads, stopped)
+
+
+def _venv(python: Path) -> str:
+    """The name of ``python``'s virtualenv."""
+    return python.parent.parent.name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -177,18 +239,33 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--servers", nargs="+", default=list(PEERS), choices=list(PEERS))
     parser.add_argument("--repeats", type=int, default=3, help="in-process passes (best kept)")
     parser.add_argument(
+        "--batches", type=int, nargs="+", default=[32, 1], help="in-process batch sizes"
+    )
+    parser.add_argument(
         "--peers-python",
         type=Path,
         default=default_peers_python(),
-        help="the interpreter of the peers' virtualenv (make peers-venv)",
+        help="LitServe's and the naive server's interpreter (make peers-venv)",
+    )
+    parser.add_argument(
+        "--infinity-python",
+        type=Path,
+        default=default_infinity_python(),
+        help="infinity-emb's interpreter (make peers-venv)",
     )
     parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--name", default="peers-cpu", help="results file name, no suffix")
     parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args(argv)
-    needs_peers = any(PEERS[s].interpreter == "peers" for s in args.servers)
-    if needs_peers and not args.peers_python.is_file():
-        parser.error(f"{args.peers_python} is missing: make peers-venv (or --servers attnserve)")
+    pythons = {
+        "attnserve": Path(sys.executable),
+        "peers": args.peers_python,
+        "infinity": args.infinity_python,
+    }
+    for name in args.servers:
+        python = pythons[PEERS[name].interpreter]
+        if not python.is_file():
+            parser.error(f"{python} is missing ({name}): make peers-venv")
     command = "python -m benchmarks.peers.run " + shlex.join(sys.argv[1:] if argv is None else argv)
 
     from benchmarks.service import short_texts
@@ -197,24 +274,27 @@ def main(argv: list[str] | None = None) -> None:
     print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
     folder = peer_folder()
     texts = short_texts(TEXTS)
-    print("in-process ceilings (batch 32) ...", flush=True)
+    print(f"in-process reference rows (batches {args.batches}) ...", flush=True)
     ceilings, reference = measure_ceilings(texts, args, folder)
 
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
     startup: dict[str, list[float]] = {name: [] for name in args.servers}
     similarity: dict[str, list[float]] = {name: [] for name in args.servers}
+    stops: dict[str, list[Stopped]] = {name: [] for name in args.servers}
+    loads: dict[tuple[str, int], list[tuple[str, str]]] = {}
     for k in range(args.rounds):
         print(f"round {k + 1} of {args.rounds} ...", flush=True)
         for name in args.servers:
-            seconds, sim, results = serve_and_drive(
+            served = serve_and_drive(
                 name, args, folder, texts, reference, args.log_dir, f"peers-r{k + 1}"
             )
-            startup[name].append(seconds)
-            similarity[name].append(sim)
-            for clients, result in results.items():
+            startup[name].append(served.startup_s)
+            similarity[name].append(served.cosine)
+            stops[name].append(served.stopped)
+            for clients, result in served.results.items():
                 rounds.setdefault((name, clients), []).append(result)
+                loads.setdefault((name, clients), []).append(served.loads[clients])
 
-    pythons = {"attnserve": Path(sys.executable), "peers": args.peers_python}
     meta: dict[str, Any] = {
         "command": command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
@@ -237,6 +317,8 @@ def main(argv: list[str] | None = None) -> None:
                 "versions": versions(pythons[PEERS[name].interpreter], PEERS[name].packages),
                 "startup_s": startup[name],
                 "cosine": similarity[name],
+                "venv": _venv(pythons[PEERS[name].interpreter]),
+                "stops": [dataclasses.asdict(s) for s in stops[name]],
             }
             for name in args.servers
         },
@@ -246,11 +328,11 @@ def main(argv: list[str] | None = None) -> None:
         for clients in args.clients
         for name in args.servers
     ]
-    page = report.markdown(meta, summaries, ceilings)
+    page = report.markdown(meta, summaries, ceilings, loads)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / f"{args.name}.md").write_text(page)
     (args.out_dir / f"{args.name}.json").write_text(
-        json.dumps(report.record(meta, summaries, ceilings, rounds), indent=2) + "\n"
+        json.dumps(report.record(meta, summaries, ceilings, rounds, loads), indent=2) + "\n"
     )
     print()
     print(page)

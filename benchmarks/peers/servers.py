@@ -10,6 +10,7 @@ infinity-emb has no thread option and goes by the environment). No server may re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -38,7 +39,8 @@ class Launch:
     threads: int
     folder: Path  # the sentence-transformers folder the peers load
     python: Path  # attnserve's interpreter (the project's .venv)
-    peers_python: Path  # the peers' interpreter (.venv-peers)
+    peers_python: Path  # LitServe's and the naive server's interpreter (.venv-peers)
+    infinity_python: Path  # infinity-emb's interpreter (.venv-peers-infinity)
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class Peer:
         body: the JSON body for one text.
         embedding: the embedding in a decoded 2xx answer.
         command: the command line that starts it.
-        interpreter: which interpreter runs it (``attnserve`` or ``peers``), for versions.
+        interpreter: which interpreter runs it (``attnserve``, ``peers`` or ``infinity``).
         packages: distributions whose versions go with its results.
         config: its batching and threading configuration, in words.
     """
@@ -93,7 +95,7 @@ def _litserve(launch: Launch) -> list[str]:
 
 def _infinity(launch: Launch) -> list[str]:
     return [
-        str(launch.peers_python.parent / "infinity_emb"), "v2",
+        str(launch.infinity_python.parent / "infinity_emb"), "v2",
         "--model-id", str(launch.folder),
         "--served-model-name", MODEL,
         "--engine", "torch",
@@ -136,7 +138,8 @@ PEERS: dict[str, Peer] = {
         _litserve,
         "peers",
         ("litserve", *_ST, "fastapi", "uvicorn"),
-        f"LitAPI max_batch_size={BATCH}, batch_timeout=0.01, one worker, accelerator cpu",
+        f"LitAPI max_batch_size={BATCH}, batch_timeout=0.01, one worker, accelerator cpu, "
+        "fast_queue off (its default)",
     ),
     "infinity": Peer(
         "infinity",
@@ -144,7 +147,7 @@ PEERS: dict[str, Peer] = {
         lambda text: {"input": [text], "model": MODEL},
         lambda answer: answer["data"][0]["embedding"],
         _infinity,
-        "peers",
+        "infinity",
         ("infinity-emb", *_ST, "fastapi", "uvicorn"),
         f"infinity_emb v2 --engine torch --device cpu --batch-size {BATCH}, no disk cache",
     ),
@@ -180,6 +183,25 @@ def server_env(threads: int) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "INFINITY_ANONYMOUS_USAGE_STATS": "0",
     }
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """How a server's process tree ended, recorded with the results.
+
+    Attributes:
+        processes: its live processes when it was stopped (tree, group and session).
+        signal: the last signal needed: ``SIGTERM``, or ``SIGKILL`` when a process outlived the
+            grace after SIGTERM.
+        seconds: from SIGTERM until psutil found none of its processes left.
+        outlived_term: each process still alive ``grace`` s after SIGTERM, with the CPU seconds
+            it burned in that time (one that spins shows about ``grace`` CPU s per core).
+    """
+
+    processes: int
+    signal: str
+    seconds: float
+    outlived_term: list[str]
 
 
 class ServerProcess:
@@ -248,24 +270,103 @@ class ServerProcess:
             total += times.user + times.system
         return total
 
-    def stop(self, grace: float = 20.0) -> None:
-        """SIGTERM to the server, then to what is left of its process group, then SIGKILL: no
-        process of it may keep a core busy while the next server is measured."""
-        pgid = self.proc.pid  # start_new_session: the server leads its own group
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+    def _members(self) -> dict[int, Any]:
+        """The server's live processes: its descendants, and anything else in its process group
+        or session (a child whose parent died leaves the tree but keeps its group). Zombies are
+        gone: they hold no CPU, and init reaps them."""
+        import psutil
+
+        pgid = self.proc.pid  # start_new_session: the server leads its own group and session
+        found: dict[int, psutil.Process] = {}
+        try:
+            root = psutil.Process(pgid)
+            found = {p.pid: p for p in [root, *root.children(recursive=True)]}
+        except psutil.NoSuchProcess:
+            pass
+        for proc in psutil.process_iter():
             try:
-                self.proc.wait(grace)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        for sig in (signal.SIGTERM, signal.SIGKILL):
+                if pgid in (os.getpgid(proc.pid), os.getsid(proc.pid)):
+                    found.setdefault(proc.pid, proc)
+            except (OSError, psutil.Error):
+                continue
+        alive = {}
+        for pid, proc in found.items():
             try:
-                os.killpg(pgid, sig)
-            except ProcessLookupError:
-                break  # the group is empty
-            time.sleep(2.0 if sig == signal.SIGTERM else 0.5)
+                if proc.status() != psutil.STATUS_ZOMBIE:
+                    alive[pid] = proc
+            except psutil.NoSuchProcess:
+                continue
+        return alive
+
+    def stop(self, grace: float = 5.0) -> Stopped:
+        """End the server's whole process tree and prove it is gone, so that none of it takes
+        CPU from the next server measured: SIGTERM to its process group; whatever is still
+        alive ``grace`` s later gets SIGKILL (LitServe's main process keeps spinning a core
+        after SIGTERM, issue 37); then psutil must find no process of it left.
+
+        Raises:
+            RuntimeError: a process of the server survived SIGKILL (named in the message).
+        """
+        import psutil
+
+        pgid = self.proc.pid
+        started = time.monotonic()
+        members = self._members()
+        cpu_at_term = {pid: _cpu(p) for pid, p in members.items()}
+        for proc in members.values():  # the group, and any member that left it
+            with contextlib.suppress(psutil.Error):
+                proc.terminate()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = started + grace
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(grace)  # reaps the leader, our child
+        others = [p for pid, p in members.items() if pid != pgid]
+        psutil.wait_procs(others, timeout=max(0.0, deadline - time.monotonic()))
+        survivors = self._members()
+        outlived = [
+            f"{_name(p)} (pid {pid}, {_cpu(p) - cpu_at_term.get(pid, 0.0):.1f} CPU s "
+            f"in the {grace:g} s after SIGTERM)"
+            for pid, p in survivors.items()
+        ]
+        last = "SIGTERM"
+        if survivors:
+            last = "SIGKILL"
+            for proc in survivors.values():
+                with contextlib.suppress(psutil.Error):
+                    proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(5.0)
+            psutil.wait_procs(list(survivors.values()), timeout=5.0)
         self._log.close()
+        left = self._members()
+        if left:
+            names = ", ".join(f"{_name(p)} (pid {pid})" for pid, p in left.items())
+            raise RuntimeError(f"{self.peer.name}: still running after SIGKILL: {names}")
+        return Stopped(len(members), last, time.monotonic() - started, outlived)
+
+
+def _cpu(proc: Any) -> float:
+    """User + system CPU seconds of one psutil process so far (0 once it is gone)."""
+    import psutil
+
+    try:
+        times = proc.cpu_times()
+    except psutil.Error:
+        return 0.0
+    return float(times.user + times.system)
+
+
+def _name(proc: Any) -> str:
+    """A process's command line, short, for the record."""
+    import psutil
+
+    try:
+        return " ".join(proc.cmdline()[:3])[:80] or proc.name()
+    except psutil.Error:
+        return "?"
 
 
 def versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
@@ -288,6 +389,10 @@ def default_peers_python() -> Path:
     return ROOT / ".venv-peers" / "bin" / "python"
 
 
+def default_infinity_python() -> Path:
+    return ROOT / ".venv-peers-infinity" / "bin" / "python"
+
+
 def default_python() -> Path:
     return Path(sys.executable)
 
@@ -298,6 +403,8 @@ __all__ = [
     "Launch",
     "Peer",
     "ServerProcess",
+    "Stopped",
+    "default_infinity_python",
     "default_peers_python",
     "default_python",
     "free_port",
