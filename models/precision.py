@@ -9,9 +9,11 @@
   activation tensor quantized at run time with its own scale; Jacob et al., CVPR 2018, "Quantization
   and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference"), via
   ``torch.ao.quantization.quantize_dynamic`` with ``per_channel_dynamic_qconfig`` (fbgemm/x86
-  kernels). The activation scale is taken over the whole packed batch, so an int8 row depends a
-  little on its batch neighbours (bounded: ``tests/service/test_precision.py``). Layers named in
-  ``keep_float`` stay float32.
+  kernels, oneDNN's where the CPU has 8-bit dot products). The activation scale is taken over
+  the whole packed batch, so an int8 row depends a little on its batch neighbours (bounded:
+  ``tests/service/test_precision.py``). Where calibration inputs are given, each layer's input
+  channels are first smoothed (SmoothQuant) so outlier channels do not take the whole 8-bit
+  range. Layers named in ``keep_float`` stay float32.
 - ``float16``: weights and activations in float16, CUDA only (CPU matmuls in float16 are
   emulated).
 
@@ -24,8 +26,9 @@ import copy
 import platform
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -38,6 +41,7 @@ __all__ = [
     "PRECISION_NAMES",
     "PrecisionError",
     "check_precisions",
+    "input_ranges",
     "native_bf16",
     "quantize_int8",
 ]
@@ -128,37 +132,148 @@ def matches(name: str, patterns: Iterable[str]) -> bool:
     return any(re.search(p, name) for p in patterns)
 
 
-def quantize_int8(model: nn.Module, keep_float: Iterable[str] = ()) -> nn.Module:
+# SmoothQuant's migration strength (Xiao et al., ICML 2023, "SmoothQuant", section 4.2): how
+# much of an input channel's range moves into the weights. Measured on all-MiniLM-L6-v2 over 0.5
+# to 0.95 (benchmarks/results/precision-cpu.md): 0.85 gave the best min cosine to float32.
+SMOOTH_ALPHA = 0.85
+# CPU flags of 8-bit dot-product instructions: there oneDNN's int8 GEMM (AVX-512 VNNI, AMX) beats
+# fbgemm's; without them the default engine stays.
+_INT8_DOT_FLAGS = frozenset({"avx512_vnni", "avx_vnni", "amx_int8"})
+
+
+class SmoothedLinear(nn.Module):
+    """``linear(x / s)`` with ``s`` folded into ``linear``'s weights (``W diag(s)``): the same
+    map, but outlier input channels shrunk before the activation is quantized per tensor, so the
+    other channels keep their resolution (SmoothQuant, Xiao et al., ICML 2023, section 4)."""
+
+    def __init__(self, linear: nn.Module, inv_scale: torch.Tensor) -> None:
+        super().__init__()
+        self.linear = linear
+        self.inv_scale: torch.Tensor
+        self.register_buffer("inv_scale", inv_scale)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear(x * self.inv_scale)
+
+
+class _Probe(nn.Module):
+    """Records the largest ``|x|`` per input channel seen by a linear layer."""
+
+    def __init__(self, linear: nn.Linear, seen: dict[str, torch.Tensor], name: str) -> None:
+        super().__init__()
+        self.linear, self.seen, self.name = linear, seen, name
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        peak = x.detach().abs().reshape(-1, x.shape[-1]).amax(0).float()
+        before = self.seen.get(self.name)
+        self.seen[self.name] = peak if before is None else torch.maximum(before, peak)
+        return self.linear(x)
+
+
+def _linear_children(model: nn.Module) -> list[tuple[nn.Module, str, str]]:
+    """(parent, attribute, dotted name) of every plain ``nn.Linear`` in ``model``."""
+    return [
+        (parent, child, f"{name}.{child}" if name else child)
+        for name, parent in model.named_modules()
+        for child, module in parent.named_children()
+        if type(module) is nn.Linear
+    ]
+
+
+def input_ranges(model: nn.Module, run: Callable[[nn.Module], object]) -> dict[str, torch.Tensor]:
+    """Per linear layer (by dotted name), the largest ``|input|`` per input channel while
+    ``run(copy)`` runs a copy of ``model`` on calibration data. The copy's linear layers are
+    wrapped, so code that reads ``nn.Linear`` weights directly (fused kernels) calls the wrapper
+    as a module instead."""
+    seen: dict[str, torch.Tensor] = {}
+    probed = copy.deepcopy(model)
+    for parent, child, name in _linear_children(probed):
+        setattr(parent, child, _Probe(getattr(parent, child), seen, name))
+    run(probed)
+    return seen
+
+
+def int8_engine() -> str:
+    """The quantized engine whose packed weights run fastest here: ``onednn`` on CPUs with 8-bit
+    dot products (VNNI, AMX), measured faster than fbgemm there; torch's default elsewhere."""
+    flags = _cpu_flags(Path("/proc/cpuinfo")) or set()
+    if "onednn" in torch.backends.quantized.supported_engines and flags & _INT8_DOT_FLAGS:
+        return "onednn"
+    return str(torch.backends.quantized.engine)
+
+
+def quantize_int8(
+    model: nn.Module,
+    keep_float: Iterable[str] = (),
+    input_absmax: Mapping[str, torch.Tensor] | None = None,
+    alpha: float = SMOOTH_ALPHA,
+) -> nn.Module:
     """A copy of ``model`` (float32) with its ``nn.Linear`` layers dynamically quantized to int8,
     weights per output channel; layers whose dotted name matches a pattern in ``keep_float``
     stay float32. The original is not modified.
 
     Per-channel weight scales: one scale per output row keeps small rows from being rounded to a
     few levels by the largest row's range (Krishnamoorthi 2018, "Quantizing deep convolutional
-    networks for efficient inference", section 3.1); measured on all-MiniLM-L6-v2 it lifts the
-    min cosine to float32 (benchmarks/results/precision-cpu.md).
+    networks for efficient inference", section 3.1). With ``input_absmax`` (from
+    :func:`input_ranges`), each layer named there is smoothed first (:class:`SmoothedLinear`,
+    ``s_j = max|x_j|^alpha / max|W_j|^(1 - alpha)``).
     """
     from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
 
     keep = tuple(keep_float)
-    spec = {
-        name: per_channel_dynamic_qconfig
-        for name, module in model.named_modules()
-        if type(module) is nn.Linear and not matches(name, keep)
-    }
-    with warnings.catch_warnings():
-        # torch.ao.quantization's eager API warns that it moves to torchao; it is still
-        # torch's shipped dynamic quantization, and torchao is not a dependency.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.simplefilter("ignore", UserWarning)
-        quantized = quantize_dynamic(copy.deepcopy(model), spec, dtype=torch.qint8)
+    quantized = copy.deepcopy(model)
+    engine = torch.backends.quantized.engine
+    torch.backends.quantized.engine = int8_engine()  # the weights are packed for it
+    try:
+        with warnings.catch_warnings():
+            # torch.ao.quantization's eager API warns that it moves to torchao; it is still
+            # torch's shipped dynamic quantization, and torchao is not a dependency.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            for parent, child, name in _linear_children(quantized):
+                if matches(name, keep):
+                    continue
+                layer: nn.Linear = getattr(parent, child)
+                peak = (input_absmax or {}).get(name)
+                if peak is None:
+                    plain = _dynamic(
+                        nn.Sequential(layer), quantize_dynamic, per_channel_dynamic_qconfig
+                    )
+                    setattr(parent, child, plain)
+                    continue
+                weight = layer.weight.detach().float()
+                scale = peak.clamp(min=1e-5) ** alpha / weight.abs().amax(0).clamp(min=1e-5) ** (
+                    1 - alpha
+                )
+                smoothed = nn.Linear(layer.in_features, layer.out_features, layer.bias is not None)
+                smoothed.weight = nn.Parameter(weight * scale, requires_grad=False)
+                if layer.bias is not None:
+                    smoothed.bias = nn.Parameter(layer.bias.detach().float(), requires_grad=False)
+                packed = _dynamic(
+                    nn.Sequential(smoothed), quantize_dynamic, per_channel_dynamic_qconfig
+                )
+                setattr(parent, child, SmoothedLinear(packed, 1.0 / scale))
+    finally:
+        torch.backends.quantized.engine = engine
     return quantized
 
 
-def convert(model: nn.Module, precision: str, keep_float: Iterable[str] = ()) -> nn.Module:
-    """A copy of float32 ``model`` in ``precision`` (``float32`` returns ``model`` itself)."""
+def _dynamic(wrapped: nn.Sequential, quantize: Any, qconfig: Any) -> nn.Module:
+    """The one linear layer in ``wrapped``, dynamically quantized."""
+    out: nn.Sequential = quantize(wrapped, {"0": qconfig}, dtype=torch.qint8)
+    return out[0]
+
+
+def convert(
+    model: nn.Module,
+    precision: str,
+    keep_float: Iterable[str] = (),
+    input_absmax: Mapping[str, torch.Tensor] | None = None,
+) -> nn.Module:
+    """A copy of float32 ``model`` in ``precision`` (``float32`` returns ``model`` itself);
+    int8 takes ``keep_float`` and ``input_absmax`` (:func:`quantize_int8`)."""
     if precision == DEFAULT_PRECISION:
         return model
     if precision == "int8":
-        return quantize_int8(model, keep_float)
+        return quantize_int8(model, keep_float, input_absmax)
     return copy.deepcopy(model).to(DTYPES[precision])

@@ -23,7 +23,7 @@ from models.attention import BACKENDS, AttentionError, InputSpec, check, get_bac
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
-from models.precision import DEFAULT_PRECISION, DTYPES, PRECISION_NAMES, convert
+from models.precision import DEFAULT_PRECISION, DTYPES, PRECISION_NAMES, convert, input_ranges
 from models.text import windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
@@ -34,8 +34,13 @@ from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_network, model_dir
 
 # int8 (models.precision.quantize_int8): linear layers left in float32, as regular expressions
-# over the module names. Chosen by measurement (benchmarks/precision.py).
+# over the module names. None: with SmoothQuant calibration every layer holds a min cosine of
+# 0.99 to float32 on all-MiniLM-L6-v2 (benchmarks/results/precision-cpu.md).
 INT8_KEEP_FLOAT: tuple[str, ...] = ()
+# int8 calibration: real texts of every length band from the shipped corpus, per word-count bin
+# (models.text.corpus.length_spread), embedded once in float32 to find each linear layer's
+# input range.
+INT8_CALIBRATION_PER_BIN = 16
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
@@ -99,11 +104,15 @@ class SentenceEncoder:
         self.precision = self.precision.removeprefix("torch.")
 
     def with_precision(
-        self, precision: str, keep_float: tuple[str, ...] = INT8_KEEP_FLOAT
+        self,
+        precision: str,
+        keep_float: tuple[str, ...] = INT8_KEEP_FLOAT,
+        smooth: bool = True,
     ) -> SentenceEncoder:
         """This encoder in ``precision`` (:mod:`models.precision`): a new encoder over a
         converted copy of the network (float32: this one), sharing the tokenizer, prompts and
-        quality figures. ``keep_float``: int8 only, linear layers left in float32.
+        quality figures. int8 only: ``keep_float`` names linear layers left in float32, and
+        ``smooth`` calibrates the others' input ranges on real texts first (SmoothQuant).
 
         Raises:
             ValueError: this encoder is not float32 (convert from the float32 weights), or an
@@ -117,8 +126,11 @@ class SentenceEncoder:
             raise ValueError(
                 f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}"
             )
+        ranges = None
+        if precision == "int8" and smooth:
+            ranges = input_ranges(self.model, self._calibrate)
         twin = copy.copy(self)
-        twin.model = convert(self.model, precision, keep_float)  # type: ignore[assignment]
+        twin.model = convert(self.model, precision, keep_float, ranges)  # type: ignore[assignment]
         twin.dtype = DTYPES[precision]
         twin.precision = precision
         twin._compiled, twin.compiled_backends = None, frozenset()
@@ -189,6 +201,15 @@ class SentenceEncoder:
             source=f"{spec.layout} folder",
             default_max_tokens=spec.max_tokens,
         )
+
+    def _calibrate(self, model: Any) -> None:
+        """Embed the calibration texts with ``model`` in place of this encoder's network."""
+        from models.text.corpus import length_spread
+
+        twin = copy.copy(self)
+        twin.model, twin._compiled, twin.compiled_backends = model, None, frozenset()
+        ids = self.tokenize(length_spread(INT8_CALIBRATION_PER_BIN), truncate=True)
+        twin.embed(ids, "full" if self.max_tokens <= 512 else DEFAULT_ATTENTION)
 
     # ------------------------------------------------------------------ tokens
 

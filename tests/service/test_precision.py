@@ -369,3 +369,43 @@ def test_default_float32_keeps_a_single_precision(text_model: Any) -> None:
     assert text_model.precisions() == ["float32"]
     assert text_model.default_call("flash").precision == "float32"
     assert next(text_model.encoder.model.parameters()).dtype == torch.float32
+
+
+# ----------------------------------------------------------------------------- transformers
+
+
+@needs_bf16
+def test_transformers_patchtst_in_bfloat16_and_float32_only_where_it_must(
+    tmp_path: Path,
+) -> None:
+    """A PatchTST point forecaster serves bfloat16 near float32; a distribution head (float32
+    sampling code) is served in float32 only, and its card and 422 say so."""
+    from tests.utils.tiny_forecasters import build, history, patchtst_config
+
+    point = build(patchtst_config(), tmp_path / "tiny-patchtst")
+    normal = build(patchtst_config("normal"), tmp_path / "tiny-patchtst-normal", seed=1)
+    settings = Settings(
+        models=(str(point), str(normal)),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+        body_parse_processes=0,
+        precisions=("float32", "bfloat16"),
+    )
+    series = [{"values": history(96, 3, seed).tolist()} for seed in range(2)]
+    with TestClient(create_app(settings)) as c:
+        values = {}
+        for precision in ("float32", "bfloat16"):
+            r = c.post(
+                "/forecast", json={"model": point.name, "series": series, "precision": precision}
+            )
+            assert r.status_code == 200, r.text
+            assert r.json()["precision"] == r.headers["x-precision"] == precision
+            values[precision] = np.asarray([f["values"] for f in r.json()["forecasts"]])
+        difference = np.abs(values["bfloat16"] - values["float32"]).max()
+        assert 0 < difference <= 0.03 * np.abs(values["float32"]).max()
+        assert c.get(f"/models/{normal.name}").json()["precisions"] == ["float32"]
+        r = c.post(
+            "/forecast", json={"model": normal.name, "series": series, "precision": "bfloat16"}
+        )
+        assert_error(r, 422, "invalid_request", "'bfloat16'", "loaded: float32")

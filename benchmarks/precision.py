@@ -1,0 +1,185 @@
+"""Precision against speed and quality, in-process: all-MiniLM-L6-v2 in float32, bfloat16 and
+int8 (with different layers kept in float), and the shipped Informers in bfloat16.
+
+    .venv/bin/python -m benchmarks.precision [--rounds 5] [--threads 2] [--write]
+
+Text: real texts from the stdlib-docstring corpus (``models.text.corpus``, cut at 256 tokens),
+embedded at batch 32 and at batch 1 with ``flash``. Each configuration is timed once per round,
+the configurations in rotation within every round (A, B, C, A, B, C, ...), because other
+processes share this CPU: each then meets the same background load. The table gives the median
+and the best round in texts/s and the speed-up over float32 by both. Quality: min and mean cosine
+of each text's embedding to float32's, over every text timed.
+
+Forecasters: test MSE (scaled units, as ``attnserve evaluate``) of the float32 and the bfloat16
+network on the checkpoint's test windows (every ``--stride``-th for the context-2,048 ETTm1
+models), with the checkpoint's default backend.
+
+``--write`` also writes ``benchmarks/results/precision-cpu.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from models.precision import int8_engine, native_bf16
+from models.text import SentenceEncoder
+from models.text.corpus import stdlib_docstrings
+
+RESULTS = Path(__file__).resolve().parent / "results" / "precision-cpu.md"
+BATCH = 32
+# int8 configurations: SmoothQuant-calibrated (the served default) or plain, and linear layers
+# left in float32 (regular expressions over the module names of models.text.bert:
+# layers.<i>.qkv / attn_out / ffn_in / ffn_out).
+INT8: dict[str, tuple[tuple[str, ...], bool]] = {
+    "int8 (smoothed, every linear; served)": ((), True),
+    "int8 (plain, every linear)": ((), False),
+    "int8 (plain, ffn_out float)": ((r"\.ffn_out$",), False),
+    "int8 (plain, layers 0-3 float)": ((r"^layers\.[0-3]\.",), False),
+}
+
+
+def texts(count: int) -> list[str]:
+    """``count`` real docstrings of at least four words (one-word ones say little)."""
+    return [t for t in stdlib_docstrings() if len(t.split()) >= 4][:count]
+
+
+def encoders() -> dict[str, SentenceEncoder]:
+    base = SentenceEncoder.load()
+    out = {"float32": base, "bfloat16": base.with_precision("bfloat16")}
+    for label, (keep, smooth) in INT8.items():
+        out[label] = base.with_precision("int8", keep, smooth)
+    return out
+
+
+def rounds(runs: dict[str, Callable[[], object]], count: int) -> dict[str, list[float]]:
+    """Wall seconds of each run per round, runs in rotation, after one warm-up round."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for r in range(count + 1):
+        for name, fn in runs.items():
+            started = time.perf_counter()
+            fn()
+            if r:
+                times[name].append(time.perf_counter() - started)
+    return times
+
+
+def text_table(rounds_: int, count: int, single: int) -> str:
+    models = encoders()
+    corpus = texts(count)
+    ids = models["float32"].tokenize(corpus, truncate=True)
+    ones = ids[:single]
+    reference = models["float32"].embed(ids, max_batch_size=BATCH)
+    quality = {}
+    for name, enc in models.items():
+        cos = F.cosine_similarity(enc.embed(ids, max_batch_size=BATCH), reference, dim=-1)
+        quality[name] = (float(cos.min()), float(cos.mean()))
+    lines = [
+        f"{len(ids)} texts, {sum(map(len, ids)) / len(ids):.0f} tokens on average "
+        f"({min(map(len, ids))}-{max(map(len, ids))}); batch 1 over the first {len(ones)}; "
+        f"{rounds_} rounds, configurations in rotation within each round.",
+        "",
+        "| precision | min cos | mean cos | batch 32 texts/s (median / best) | x float32 "
+        "(median / best) | batch 1 texts/s (median / best) | x float32 (median / best) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    batch32 = rounds(
+        {n: partial(e.embed, ids, max_batch_size=BATCH) for n, e in models.items()}, rounds_
+    )
+    batch1 = rounds(
+        {n: partial(e.embed, ones, max_batch_size=1) for n, e in models.items()}, rounds_
+    )
+
+    def rates(times: list[float], n: int) -> tuple[float, float]:
+        return n / statistics.median(times), n / min(times)
+
+    base32, base1 = rates(batch32["float32"], len(ids)), rates(batch1["float32"], len(ones))
+    for name in models:
+        r32, r1 = rates(batch32[name], len(ids)), rates(batch1[name], len(ones))
+        lo, mean = quality[name]
+        lines.append(
+            f"| {name} | {lo:.5f} | {mean:.5f} | {r32[0]:.0f} / {r32[1]:.0f} | "
+            f"{r32[0] / base32[0]:.2f} / {r32[1] / base32[1]:.2f} | {r1[0]:.0f} / {r1[1]:.0f} | "
+            f"{r1[0] / base1[0]:.2f} / {r1[1] / base1[1]:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+def forecast_table(stride_long: int, names: list[str] | None) -> str:
+    from torch.utils.data import DataLoader, Subset
+
+    from models.informer import InformerForecaster
+    from models.informer.checkpoint import shipped_dirs
+    from models.training.data import WindowDataset
+    from models.training.metrics import evaluate_loader
+    from models.training.source import source_of
+
+    lines = [
+        "| model | backend | windows | float32 test MSE | bfloat16 test MSE | change |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name in names or list(shipped_dirs()):
+        f = InformerForecaster.load(name)
+        cfg = f.model.config
+        _, splits, _ = source_of(f.meta).load(cfg.seq_len)
+        test = WindowDataset(splits["test"], cfg.seq_len, cfg.label_len, cfg.pred_len)
+        stride = stride_long if cfg.seq_len > 512 else 1
+        scored = test if stride == 1 else Subset(test, range(0, len(test), stride))
+        loader = DataLoader(scored, batch_size=64)
+        backend = f.default_attention
+        with torch.inference_mode():
+            mse32, _ = evaluate_loader(f.model, loader, backend)
+            mse16, _ = evaluate_loader(f.with_precision("bfloat16").model, loader, backend)
+        lines.append(
+            f"| {name} | {backend} | {len(scored)} | {mse32:.6f} | {mse16:.6f} | "
+            f"{mse16 / mse32 - 1:+.3%} |"
+        )
+        print(lines[-1], flush=True)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--texts", type=int, default=128, help="texts timed at batch 32")
+    parser.add_argument("--single", type=int, default=64, help="texts timed at batch 1")
+    parser.add_argument("--stride", type=int, default=16, help="ETTm1 c2048: every k-th window")
+    parser.add_argument("--forecasters", nargs="*", default=None, help="default: all shipped")
+    parser.add_argument("--skip-forecasts", action="store_true")
+    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    header = (
+        f"torch {torch.__version__}, {platform.processor() or platform.machine()}, "
+        f"{args.threads} threads, native bfloat16: {native_bf16()}, "
+        f"int8 engine {int8_engine()}, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', '-')}"
+    )
+    print(header, flush=True)
+    text = text_table(args.rounds, args.texts, args.single)
+    print(text, flush=True)
+    forecasts = "" if args.skip_forecasts else forecast_table(args.stride, args.forecasters)
+    if args.write:
+        command = "    .venv/bin/python -m benchmarks.precision " + " ".join(
+            a for a in __import__("sys").argv[1:]
+        )
+        RESULTS.write_text(
+            "# Precision per request: speed and quality on CPU\n\n"
+            f"Made by\n\n{command}\n\n{header}. The machine is shared with other work: "
+            "configurations alternate within each round, and both the median and the best "
+            "round are given.\n\n## all-MiniLM-L6-v2, in-process, flash\n\n"
+            f"{text}\n\n## Informer forecasters, bfloat16 against float32\n\n{forecasts}\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
