@@ -10,8 +10,8 @@ processes share this CPU: each then meets the same background load. The table gi
 and the best round in texts/s and the speed-up over float32 by both. Quality: min and mean cosine
 of each text's embedding to float32's, over every text timed.
 
-Forecasters: test MSE (scaled units, as ``attnserve evaluate``) of the float32 and the bfloat16
-network on the checkpoint's test windows (every ``--stride``-th for the context-2,048 ETTm1
+Forecasters: test MSE (scaled units, as ``attnserve evaluate``) of the float32, bfloat16 and
+int8 (plain dynamic, no calibration) network on the checkpoint's test windows (every ``--stride``-th for the context-2,048 ETTm1
 models), with the checkpoint's default backend.
 
 ``--write`` also writes ``benchmarks/results/precision-cpu.md``.
@@ -124,8 +124,9 @@ def forecast_table(stride_long: int, names: list[str] | None) -> str:
     from models.training.source import source_of
 
     lines = [
-        "| model | backend | windows | float32 test MSE | bfloat16 test MSE | change |",
-        "|---|---|---|---|---|---|",
+        "| model | backend | windows | float32 test MSE | bfloat16 test MSE | change | "
+        "int8 test MSE | change |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name in names or list(shipped_dirs()):
         f = InformerForecaster.load(name)
@@ -139,9 +140,10 @@ def forecast_table(stride_long: int, names: list[str] | None) -> str:
         with torch.inference_mode():
             mse32, _ = evaluate_loader(f.model, loader, backend)
             mse16, _ = evaluate_loader(f.with_precision("bfloat16").model, loader, backend)
+            mse8, _ = evaluate_loader(f.with_precision("int8").model, loader, backend)
         lines.append(
             f"| {name} | {backend} | {len(scored)} | {mse32:.6f} | {mse16:.6f} | "
-            f"{mse16 / mse32 - 1:+.3%} |"
+            f"{mse16 / mse32 - 1:+.3%} | {mse8:.6f} | {mse8 / mse32 - 1:+.3%} |"
         )
         print(lines[-1], flush=True)
     return "\n".join(lines)

@@ -15,7 +15,6 @@ so the service serves both alike. Differences a user sees:
 
 from __future__ import annotations
 
-import copy
 import functools
 import json
 import logging
@@ -104,7 +103,7 @@ class HFForecaster:
     ) -> None:
         self.name = name
         self.model = model
-        self._trained_prob = trained_prob
+        self.trained_prob = trained_prob
         self.sidecar = sidecar
         self.directory = directory
         config = model.config
@@ -128,7 +127,6 @@ class HFForecaster:
         self.default_attention = "probsparse" if trained_prob else "flash"
         self.device = next(model.parameters()).device
         self.dtype: torch.dtype = next(model.parameters()).dtype
-        self.precision = str(self.dtype).removeprefix("torch.")
         self.compiled_backends: frozenset[str] = frozenset()
         # Keyed by (backend, options): least recently used plans go first past the bound.
         self._plans = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(self._layer_plan)
@@ -325,27 +323,10 @@ class HFForecaster:
         return out
 
     def with_precision(self, precision: str) -> HFForecaster:
-        """This forecaster in ``precision``: float32 (itself) or bfloat16 (a converted copy of
-        the transformers model; each window's scaling runs in bfloat16 too, as the class does
-        it inside its forward). PatchTST point heads only: the distribution heads and the
-        encoder-decoders' sampling (``torch.distributions``) are float32 code.
+        """This forecaster in ``precision`` (:func:`models.hf_forecast.precision.in_precision`)."""
+        from models.hf_forecast.precision import in_precision
 
-        Raises:
-            ValueError: another precision, or a model that runs in float32 only.
-        """
-        if precision == self.precision:
-            return self
-        if precision != "bfloat16":
-            raise ValueError(
-                f"transformers forecasters run in float32 or bfloat16, not {precision}"
-            )
-        if not isinstance(self.family, PatchTSTFamily) or self.probabilistic:
-            raise ValueError(
-                f"{self.model_type} with a {'distribution' if self.probabilistic else 'sampling'} "
-                "head runs in float32 only (its sampling is float32 code)"
-            )
-        model = copy.deepcopy(self.model).to(torch.bfloat16)
-        return type(self)(self.name, model, self.sidecar, self.directory, self._trained_prob)
+        return in_precision(self, precision)
 
     def _patchtst(self, windows: list[HFWindow]) -> tuple[np.ndarray, list[np.ndarray] | None]:
         f = self.family

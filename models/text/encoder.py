@@ -10,7 +10,6 @@ sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the ex
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +22,7 @@ from models.attention import BACKENDS, AttentionError, InputSpec, check, get_bac
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
-from models.precision import DEFAULT_PRECISION, DTYPES, PRECISION_NAMES, convert, input_ranges
+from models.precision import DEFAULT_PRECISION
 from models.text import windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
@@ -33,14 +32,6 @@ from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_network, model_dir
 
-# int8 (models.precision.quantize_int8): linear layers left in float32, as regular expressions
-# over the module names. None: with SmoothQuant calibration every layer holds a min cosine of
-# 0.99 to float32 on all-MiniLM-L6-v2 (benchmarks/results/precision-cpu.md).
-INT8_KEEP_FLOAT: tuple[str, ...] = ()
-# int8 calibration: real texts of every length band from the shipped corpus, per word-count bin
-# (models.text.corpus.length_spread), embedded once in float32 to find each linear layer's
-# input range.
-INT8_CALIBRATION_PER_BIN = 16
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
@@ -104,38 +95,14 @@ class SentenceEncoder:
         self.precision = self.precision.removeprefix("torch.")
 
     def with_precision(
-        self,
-        precision: str,
-        keep_float: tuple[str, ...] = INT8_KEEP_FLOAT,
-        smooth: bool = True,
+        self, precision: str, keep_float: tuple[str, ...] | None = None, smooth: bool = True
     ) -> SentenceEncoder:
-        """This encoder in ``precision`` (:mod:`models.precision`): a new encoder over a
-        converted copy of the network (float32: this one), sharing the tokenizer, prompts and
-        quality figures. int8 only: ``keep_float`` names linear layers left in float32, and
-        ``smooth`` calibrates the others' input ranges on real texts first (SmoothQuant).
+        """This encoder in ``precision``: a new encoder over a converted copy of the network
+        (float32: this one), sharing tokenizer, prompts and quality figures; int8 takes
+        ``keep_float`` and ``smooth`` (:func:`models.text.precision.in_precision`)."""
+        from models.text.precision import in_precision
 
-        Raises:
-            ValueError: this encoder is not float32 (convert from the float32 weights), or an
-                unknown precision.
-        """
-        if precision == self.precision:
-            return self
-        if self.precision != DEFAULT_PRECISION:
-            raise ValueError(f"convert from the float32 encoder, not from {self.precision}")
-        if precision not in PRECISION_NAMES:
-            raise ValueError(
-                f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}"
-            )
-        ranges = None
-        if precision == "int8" and smooth:
-            ranges = input_ranges(self.model, self._calibrate)
-        twin = copy.copy(self)
-        twin.model = convert(self.model, precision, keep_float, ranges)  # type: ignore[assignment]
-        twin.dtype = DTYPES[precision]
-        twin.precision = precision
-        twin._compiled, twin.compiled_backends = None, frozenset()
-        twin._prompt_skip = self._prompt_skip  # same tokenizer, same prompts
-        return twin
+        return in_precision(self, precision, keep_float, smooth)
 
     @classmethod
     def load(
@@ -201,15 +168,6 @@ class SentenceEncoder:
             source=f"{spec.layout} folder",
             default_max_tokens=spec.max_tokens,
         )
-
-    def _calibrate(self, model: Any) -> None:
-        """Embed the calibration texts with ``model`` in place of this encoder's network."""
-        from models.text.corpus import length_spread
-
-        twin = copy.copy(self)
-        twin.model, twin._compiled, twin.compiled_backends = model, None, frozenset()
-        ids = self.tokenize(length_spread(INT8_CALIBRATION_PER_BIN), truncate=True)
-        twin.embed(ids, "full" if self.max_tokens <= 512 else DEFAULT_ATTENTION)
 
     # ------------------------------------------------------------------ tokens
 

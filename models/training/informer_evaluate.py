@@ -23,11 +23,8 @@ its defaults (recorded under ``variants``): the figures ``attention: "auto"`` ne
 pick those options (:mod:`service.engine.auto_attention`). With ``--variants`` and no ``--backends``,
 only the variants are scored.
 
-``--precisions bfloat16 int8`` also scores the listed backends with the network in those
-precisions (:mod:`models.precision`; RevIN and the linear path stay float32), recorded under
-``precisions`` → ``<name>`` → ``backends`` in the shape of ``backends``: ``attention: "auto"``
-then weighs each precision's loss against float32's exact attention. Precisions scored before
-and not named again are kept; files without ``precisions`` read as float32 only.
+``--precisions bfloat16 int8`` also scores the backends in those precisions
+(:mod:`models.training.precision_scores`).
 """
 
 from __future__ import annotations
@@ -52,6 +49,7 @@ from models.quality_loss import variant_label
 from models.training.data import WindowDataset
 from models.training.linear import LinearBaseline
 from models.training.metrics import evaluate_loader
+from models.training.precision_scores import score_precisions
 from models.training.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.training.table import SeriesTable
 
@@ -161,11 +159,8 @@ def evaluate_checkpoint(
         backend: str, options: dict[str, Any] | None = None, model: Any = None, tag: str = ""
     ) -> dict[str, Any]:
         t0 = time.time()
-        if model is None:
-            mse, mae = evaluate_loader(f.model, loader, backend, options)
-        else:  # a converted copy: no gradients wanted (bfloat16 autograd would only cost)
-            with torch.inference_mode():
-                mse, mae = evaluate_loader(model, loader, backend, options)
+        with torch.inference_mode(model is not None):  # a converted copy: no autograd
+            mse, mae = evaluate_loader(model or f.model, loader, backend, options)
         entry = {
             "mse": round(mse, 6),
             "mae": round(mae, 6),
@@ -193,16 +188,7 @@ def evaluate_checkpoint(
             v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
         ]
         scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
-    by_precision: dict[str, Any] = dict(f.quality.get("precisions") or {})
-    for precision in precisions:
-        if precision == "float32":
-            continue
-        model = f.with_precision(precision).model
-        section = dict(by_precision.get(precision) or {})
-        entries = dict(section.get("backends") or {})
-        for backend in backends or [f.default_attention]:
-            entries[backend] = score(backend, None, model, f"@{precision}")
-        by_precision[precision] = {**section, "backends": entries}
+    by_precision = score_precisions(f, backends, precisions, score)
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER_ETTH1.get(cfg.pred_len)
@@ -381,8 +367,7 @@ def main(argv: list[str] | None = None) -> None:
         nargs="+",
         default=[],
         choices=["bfloat16", "int8", "float16"],
-        help="also score the backends in these precisions (default backend when only "
-        "--variants are scored)",
+        help="also score the backends (or the default one) in these precisions",
     )
     p.add_argument("--data", type=Path, default=None, help="the CSV, if it moved since training")
     p.add_argument("--threads", type=int, default=1)

@@ -1,0 +1,68 @@
+"""A :class:`~models.text.SentenceEncoder` in another precision (:mod:`models.precision`).
+
+bfloat16 and float16 convert the float32 network; int8 quantizes its linear layers, by default
+after calibrating SmoothQuant input scales on real texts: embedding them once in float32 gives
+each linear layer's largest input per channel (:func:`models.precision.input_ranges`).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from models.names import DEFAULT_PRECISION, PRECISION_NAMES
+from models.precision import DTYPES, convert, input_ranges
+
+if TYPE_CHECKING:
+    from models.text.encoder import SentenceEncoder
+
+# Linear layers left in float32 by int8, as regular expressions over the module names. None:
+# with SmoothQuant every layer holds a min cosine of 0.99 to float32 on all-MiniLM-L6-v2
+# (benchmarks/results/precision-cpu.md).
+INT8_KEEP_FLOAT: tuple[str, ...] = ()
+# Calibration texts per word-count bin of the shipped corpus (models.text.corpus.length_spread):
+# every length band, a second or two of float32 work per model.
+INT8_CALIBRATION_PER_BIN = 16
+
+
+def calibrate(encoder: SentenceEncoder, model: Any) -> None:
+    """Embed the calibration texts with ``model`` in place of ``encoder``'s network."""
+    from models.text.corpus import length_spread
+
+    twin = copy.copy(encoder)
+    twin.model, twin._compiled, twin.compiled_backends = model, None, frozenset()
+    ids = encoder.tokenize(length_spread(INT8_CALIBRATION_PER_BIN), truncate=True)
+    twin.embed(ids, "full" if encoder.max_tokens <= 512 else encoder.default_attention)
+
+
+def in_precision(
+    encoder: SentenceEncoder,
+    precision: str,
+    keep_float: tuple[str, ...] | None = None,
+    smooth: bool = True,
+) -> SentenceEncoder:
+    """``encoder`` (float32) in ``precision``: a new encoder over a converted copy of the
+    network, sharing the tokenizer, prompts and quality figures (float32: ``encoder`` itself).
+    int8 only: ``keep_float`` names linear layers left in float32 (default
+    :data:`INT8_KEEP_FLOAT`), and ``smooth`` calibrates the others' input ranges first.
+
+    Raises:
+        ValueError: ``encoder`` is not float32 (convert from the float32 weights), or an
+            unknown precision.
+    """
+    if precision == encoder.precision:
+        return encoder
+    if encoder.precision != DEFAULT_PRECISION:
+        raise ValueError(f"convert from the float32 encoder, not from {encoder.precision}")
+    if precision not in PRECISION_NAMES:
+        raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}")
+    ranges = None
+    if precision == "int8" and smooth:
+        ranges = input_ranges(encoder.model, lambda model: calibrate(encoder, model))
+    keep = INT8_KEEP_FLOAT if keep_float is None else keep_float
+    twin = copy.copy(encoder)
+    twin.model = convert(encoder.model, precision, keep, ranges)  # type: ignore[assignment]
+    twin.dtype = DTYPES[precision]
+    twin.precision = precision
+    twin._compiled, twin.compiled_backends = None, frozenset()
+    return twin
