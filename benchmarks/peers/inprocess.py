@@ -56,7 +56,7 @@ def _onnxruntime(folder: str | None, threads: int) -> tuple[Encode, dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         model, info = build(Path(folder), Path(tmp))
         encoder = OrtEncoder(model, Path(folder), threads)
-    return encoder.encode, info
+    return encoder.encode, {**info, "spinning": encoder.spinning}
 
 
 IMPLEMENTATIONS = {

@@ -167,7 +167,8 @@ def markdown(
         f"({meta['usable_cpus']} usable by this run)",
         f"- torch threads: {meta['threads']} per server process that runs the model (every "
         "server: OMP_NUM_THREADS / MKL_NUM_THREADS, plus the server's own setting, below); the "
-        "driver runs on the same machine",
+        f"driver runs on the same machine; OMP_WAIT_POLICY {meta.get('omp_wait_policy', '-')} "
+        "for every server and in-process row (attnserve's own default)",
         f"- workload: one text of 8-24 words per request (stdlib docstrings, "
         f"{meta['texts']} distinct texts), closed-loop keep-alive clients, {meta['warmup_s']} s "
         f"warm-up then {meta['seconds']} s measured per run, {meta['rounds']} round(s), servers "
@@ -243,7 +244,8 @@ def markdown(
                 f"{ort['opset']}, eager attention, mean pooling and normalisation in the graph), "
                 "then `onnxruntime.transformers.optimizer.optimize_model(model_type='bert')`; "
                 f"fused: {fused}; float32, CPU provider, intra_op_num_threads {ort['threads']}, "
-                f"one inter-op thread, the folder's fast tokenizer ({versions}; "
+                f"one inter-op thread, spinning {'on' if ort.get('spinning') else 'off'}, the "
+                f"folder's fast tokenizer ({versions}; "
                 "`benchmarks/peers/onnx_reference.py`).",
             ]
     targets = checks(summaries, ceilings)

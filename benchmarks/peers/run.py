@@ -94,7 +94,8 @@ def in_process(
         ]  # fmt: skip
         if folder is not None:
             command += ["--folder", str(folder)]
-        subprocess.run(command, cwd=ROOT, env=server_env(args.threads), check=True)
+        env = server_env(args.threads, args.omp_wait_policy)
+        subprocess.run(command, cwd=ROOT, env=env, check=True)
         return dict(json.loads(out.read_text()))
 
 
@@ -139,7 +140,8 @@ def measure_ceilings(
     for batch in args.batches:  # batch-major: each batch's rows side by side
         for result, label in results:
             row = next(r for r in result["rows"] if r["batch"] == batch)
-            extra = {k: result[k] for k in ("fused", "opset", "versions") if k in result}
+            keys = ("fused", "opset", "versions", "spinning")
+            extra = {k: result[k] for k in keys if k in result}
             rows.append(
                 {
                     **row,
@@ -187,7 +189,7 @@ def serve_and_drive(
         args.infinity_python,
     )
     started = time.monotonic()
-    server = ServerProcess(peer, launch, log_dir / f"{name}-{tag}.log")
+    server = ServerProcess(peer, launch, log_dir / f"{name}-{tag}.log", args.omp_wait_policy)
     results: dict[int, LoadResult] = {}
     loads: dict[int, tuple[str, str]] = {}
     try:
@@ -237,6 +239,13 @@ def main(argv: list[str] | None = None) -> None:
         "--threads", type=int, default=2, help="torch threads per server (this machine's cores)"
     )
     parser.add_argument("--servers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument(
+        "--omp-wait-policy",
+        choices=["passive", "active", "default"],
+        default="passive",
+        help="OMP_WAIT_POLICY for every server and in-process row (ONNX Runtime: spinning off "
+        "for passive); default: libgomp's own",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="in-process passes (best kept)")
     parser.add_argument(
         "--batches", type=int, nargs="+", default=[32, 1], help="in-process batch sizes"
@@ -302,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)),
         "threads": args.threads,
+        "omp_wait_policy": args.omp_wait_policy,
         "texts": TEXTS,
         "seconds": args.seconds,
         "warmup_s": args.warmup,

@@ -170,10 +170,19 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def server_env(threads: int) -> dict[str, str]:
-    """The environment every server runs in."""
+def server_env(threads: int, wait_policy: str = "passive") -> dict[str, str]:
+    """The environment every server (and in-process row) runs in.
+
+    ``wait_policy``: how idle OpenMP helper threads wait (``OMP_WAIT_POLICY``; ``default``
+    leaves libgomp's own). attnserve exports ``PASSIVE`` itself (service/runtime/cpus.py); giving
+    every server the same keeps the comparison about the servers, and on a machine shared with
+    other work it is every torch server's best: spinning helpers there take the time slices the
+    working thread needs (issue 37 item 2).
+    """
+    policy = {} if wait_policy == "default" else {"OMP_WAIT_POLICY": wait_policy.upper()}
     return {
-        **os.environ,
+        **{k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"},
+        **policy,
         "PYTHONPATH": str(ROOT),
         "OMP_NUM_THREADS": str(threads),
         "MKL_NUM_THREADS": str(threads),
@@ -207,7 +216,7 @@ class Stopped:
 class ServerProcess:
     """One server in its own process group (LitServe and infinity start children)."""
 
-    def __init__(self, peer: Peer, launch: Launch, log: Path) -> None:
+    def __init__(self, peer: Peer, launch: Launch, log: Path, wait_policy: str = "passive") -> None:
         self.peer = peer
         self.port = launch.port
         self.log_path = log
@@ -215,7 +224,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             peer.command(launch),
             cwd=ROOT,
-            env=server_env(launch.threads),
+            env=server_env(launch.threads, wait_policy),
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
