@@ -23,6 +23,7 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from functools import partial
@@ -171,9 +172,9 @@ def main() -> None:
     print(text, flush=True)
     forecasts = "" if args.skip_forecasts else forecast_table(args.stride, args.forecasters)
     if args.write:
-        command = "    .venv/bin/python -m benchmarks.precision " + " ".join(
-            a for a in __import__("sys").argv[1:]
-        )
+        policy = os.environ.get("OMP_WAIT_POLICY")
+        command = "    " + (f"OMP_WAIT_POLICY={policy} " if policy else "")
+        command += ".venv/bin/python -m benchmarks.precision " + " ".join(sys.argv[1:])
         RESULTS.write_text(
             "# Precision per request: speed and quality on CPU\n\n"
             f"Made by\n\n{command}\n\n{header}. The machine is shared with other work: "
