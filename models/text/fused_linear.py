@@ -14,6 +14,13 @@ and a batch of a few short texts is where a server spends its day (eager vs fuse
 ``python -m benchmarks.fused_linear``). Results agree with eager to float rounding (~1e-6
 relative).
 
+Weights are packed once into oneDNN's blocked layout (``mkldnn._reorder_linear_weight``, what
+Inductor's weight-prepack pass emits for CPU linears, same file) and the packed copy is kept
+beside the layer: with plain ``[o, i]`` weights oneDNN reorders the whole weight matrix on every
+call, which for one short text (a few dozen rows) costs a large share of the matmul itself
+(``python -m benchmarks.batch_one``). The packed copy costs one more copy of each linear weight in
+memory; it is rebuilt when the weight changes (new storage, in-place update or dtype).
+
 A layer that is not a plain ``nn.Linear`` (an int8 dynamically quantized one, see
 :mod:`models.precision`) runs as its own module: its weight is packed for its own kernel, and
 GELU or the residual add follow it as separate ops.
@@ -23,12 +30,22 @@ Legend: ``t`` rows (tokens), ``i`` input features, ``o`` output features.
 
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 MIN_ROWS = 4
 _FUSED_DTYPES = (torch.float32, torch.bfloat16)
+# Row count oneDNN is told to expect when it picks the packed layout; any row count runs on it.
+PACK_ROWS_HINT = 32
+# layer -> ((storage, version, dtype, shape) of the weight it was packed from, packed weight).
+# Weak keys: a copy of a network (``copy.deepcopy`` for another precision) packs its own, and a
+# dropped network frees its packed weights with it.
+_PACKED: weakref.WeakKeyDictionary[nn.Linear, tuple[tuple[object, ...], Tensor]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 def _probe() -> bool:
@@ -53,6 +70,18 @@ def _probe() -> bool:
 ENABLED: bool = _probe()  # tests switch it off to compare with eager
 
 
+def _packed_weight(layer: nn.Linear) -> Tensor:
+    """``layer.weight`` in oneDNN's blocked layout, packed on first use and when it changes."""
+    w = layer.weight
+    key = (w.data_ptr(), w._version, w.dtype, tuple(w.shape))
+    hit = _PACKED.get(layer)
+    if hit is not None and hit[0] == key:
+        return hit[1]
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS_HINT)
+    _PACKED[layer] = (key, packed)
+    return packed
+
+
 def _fused(x: Tensor) -> bool:
     return (
         ENABLED
@@ -68,7 +97,9 @@ def linear(x: Tensor, layer: nn.Module) -> Tensor:
     if not isinstance(layer, nn.Linear):
         return layer(x)
     if _fused(x):
-        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "none", [], "")
+        return torch.ops.mkldnn._linear_pointwise(
+            x, _packed_weight(layer), layer.bias, "none", [], ""
+        )
     return F.linear(x, layer.weight, layer.bias)
 
 
@@ -77,7 +108,9 @@ def linear_gelu(x: Tensor, layer: nn.Module) -> Tensor:
     if not isinstance(layer, nn.Linear):
         return F.gelu(layer(x))
     if _fused(x):
-        return torch.ops.mkldnn._linear_pointwise(x, layer.weight, layer.bias, "gelu", [], "none")
+        return torch.ops.mkldnn._linear_pointwise(
+            x, _packed_weight(layer), layer.bias, "gelu", [], "none"
+        )
     return F.gelu(F.linear(x, layer.weight, layer.bias))
 
 
@@ -90,7 +123,9 @@ def residual_linear(x: Tensor, a: Tensor, layer: nn.Module) -> Tensor:
     if not isinstance(layer, nn.Linear):
         return x.add_(layer(a))
     if _fused(a):
-        return torch.ops.mkldnn._linear_pointwise.binary(a, x, layer.weight, layer.bias, "add")
+        return torch.ops.mkldnn._linear_pointwise.binary(
+            a, x, _packed_weight(layer), layer.bias, "add"
+        )
     if layer.bias is not None:
         x = x.add_(layer.bias)
     return x.addmm_(a, layer.weight.t())

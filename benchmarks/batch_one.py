@@ -1,0 +1,147 @@
+"""One short text per forward: attnserve before and after a change, beside ONNX Runtime.
+
+    .venv/bin/python -m benchmarks.batch_one --before REV [--rounds 3] [--threads 2]
+
+Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's optimized float32
+graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
+words, :func:`benchmarks.service.short_texts`), at batch 1 and 32, tokenization included. Each
+contender runs :mod:`benchmarks.peers.inprocess` in its own process, in the environment every peer
+row gets (:func:`benchmarks.peers.servers.server_env`: same threads, same OpenMP wait policy):
+
+- ``before``: the tree of ``--before`` (``git archive``, unpacked in a temporary folder), run with
+  this virtualenv's interpreter;
+- ``after``: this checkout;
+- ``onnxruntime``: ``--peers-python`` (the peers' virtualenv, which has onnxruntime).
+
+The machine is shared, so the contenders alternate within each round, every run records the load
+average around it, and the table gives the median over rounds of each run's best-of-``--repeats``
+texts/s, with CPU milliseconds per text (all threads of the process; steadier than wall time when
+other work takes time slices).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.peers.model_folder import peer_folder
+from benchmarks.peers.servers import server_env
+from benchmarks.service import short_texts
+
+ROOT = Path(__file__).resolve().parents[1]
+TEXTS = 256  # as the peers' in-process rows
+
+
+def unpack(rev: str, into: Path) -> Path:
+    """The tree of ``rev`` (tracked files only) unpacked under ``into``."""
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True
+    ).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def run_one(
+    impl: str, python: Path, tree: Path, texts: Path, args: argparse.Namespace, folder: Path
+) -> dict[str, Any]:
+    """One :mod:`benchmarks.peers.inprocess` run from ``tree``; its result plus the load."""
+    out = texts.parent / f"{impl}-{tree.name}.json"
+    command = [
+        str(python), "-m", "benchmarks.peers.inprocess", impl,
+        "--texts", str(texts), "--out", str(out),
+        "--threads", str(args.threads), "--repeats", str(args.repeats),
+        "--batches", *map(str, args.batches),
+    ]  # fmt: skip
+    if impl != "attnserve":
+        command += ["--folder", str(folder)]
+    env = {**server_env(args.threads, args.omp_wait_policy), "PYTHONPATH": str(tree)}
+    before = load_average()
+    subprocess.run(command, cwd=tree, env=env, check=True, stderr=subprocess.DEVNULL)
+    return {**json.loads(out.read_text()), "load": (before, load_average())}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--before", required=True, help="git revision of the 'before' row")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="passes per run (best is kept)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+    parser.add_argument("--omp-wait-policy", default="passive")
+    parser.add_argument(
+        "--peers-python", type=Path, default=ROOT / ".venv-peers" / "bin" / "python"
+    )
+    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    args = parser.parse_args()
+
+    folder = peer_folder()
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": [], "onnxruntime": []}
+    started = load_average()
+    with tempfile.TemporaryDirectory() as tmp:
+        texts = Path(tmp) / "texts.json"
+        texts.write_text(json.dumps(short_texts(512)[:TEXTS]))
+        old = unpack(args.before, Path(tmp) / "before")
+        contenders = {
+            "before": ("attnserve", Path(sys.executable), old),
+            "after": ("attnserve", Path(sys.executable), ROOT),
+            "onnxruntime": ("onnxruntime", args.peers_python, ROOT),
+        }
+        for k in range(args.rounds):
+            for name, (impl, python, tree) in contenders.items():
+                result = run_one(impl, python, tree, texts, args, folder)
+                runs[name].append(result)
+                rates = {r["batch"]: round(r["texts_per_s"], 1) for r in result["rows"]}
+                print(f"round {k + 1} {name}: {rates} load {result['load']}", flush=True)
+    finished = load_average()
+
+    def rows(name: str, batch: int) -> list[dict[str, Any]]:
+        return [next(r for r in run["rows"] if r["batch"] == batch) for run in runs[name]]
+
+    labels = {
+        "before": f"attnserve before ({args.before})",
+        "after": "attnserve after (this checkout)",
+        "onnxruntime": "ONNX Runtime, optimized graph, float32",
+    }
+    lines = [
+        "| batch | contender | texts/s per round | texts/s (median) | vs ONNX Runtime "
+        "| CPU ms/text (median) | load 1 min before→after, per round |",
+        "|---:|---|---|---:|---:|---:|---|",
+    ]
+    for batch in args.batches:
+        ort = statistics.median(r["texts_per_s"] for r in rows("onnxruntime", batch))
+        for name in runs:
+            got = rows(name, batch)
+            rate = statistics.median(r["texts_per_s"] for r in got)
+            cpu = statistics.median(r["cpu_ms_per_text"] for r in got)
+            per_round = " / ".join(f"{r['texts_per_s']:.1f}" for r in got)
+            loads = " / ".join(
+                f"{run['load'][0].split()[0]}→{run['load'][1].split()[0]}" for run in runs[name]
+            )
+            lines.append(
+                f"| {batch} | {labels[name]} | {per_round} | {rate:.1f} | {rate / ort:.2f}x "
+                f"| {cpu:.2f} | {loads} |"
+            )
+    header = [
+        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; CPU: {cpu_model()}",
+        f"- {TEXTS} texts of 8-24 words, {args.threads} threads, OMP_WAIT_POLICY "
+        f"{args.omp_wait_policy}, {args.rounds} rounds (contenders alternating), best of "
+        f"{args.repeats} passes per run, tokenization included",
+        f"- load average (1, 5, 15 min) before / after the whole run: {started} / {finished}",
+        "",
+    ]
+    text = "\n".join(header + lines)
+    print("\n" + text)
+    if args.out:
+        args.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()
