@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
@@ -101,8 +102,42 @@ class DistilLayer(nn.Module):
         self.pool = nn.MaxPool1d(kernel_size=3, stride=2, padding=1)
 
     def forward(self, x: Tensor) -> Tensor:
-        y = self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2)))))
-        return y.transpose(1, 2).contiguous()  # [b, n, d] rows for the next layer's GEMMs
+        if self.training or torch.is_grad_enabled():
+            y = self.pool(F.elu(self.norm(self.conv(x.transpose(1, 2)))))
+            return y.transpose(1, 2).contiguous()  # [b, n, d] rows for the next layer's GEMMs
+        return self._infer(x)
+
+    def _infer(self, x: Tensor) -> Tensor:
+        """The same map in inference, in the ``[b, n, d]`` layout throughout: the circular
+        width-3 convolution as one GEMM over the three neighbouring rows (im2col) with the
+        BatchNorm's running statistics folded into its weights, ELU in place, and the max-pool
+        as maxima of even and odd rows. The reference layout transposes to ``[b, d, n]`` for the
+        convolution and pads a copy for the circular border, and back for the next layer.
+        """
+        b, n, d = x.shape
+        conv, bn = self.conv, self.norm
+        assert bn.running_var is not None and bn.running_mean is not None
+        scale = torch.rsqrt(bn.running_var + bn.eps)
+        if bn.weight is not None:
+            scale = scale * bn.weight
+        # [o, i, k] -> [o, k·i], matching the columns below; BatchNorm folded: y·s + (β - μ·s)
+        weight = (conv.weight * scale[:, None, None]).transpose(1, 2).reshape(d, 3 * d)
+        bias = -bn.running_mean * scale
+        if conv.bias is not None:
+            bias = bias + conv.bias * scale
+        if bn.bias is not None:
+            bias = bias + bn.bias
+        padded = torch.cat([x[:, -1:], x, x[:, :1]], dim=1)  # circular border: [b, n+2, d]
+        cols = padded.unfold(1, 3, 1).transpose(2, 3).reshape(b * n, 3 * d)  # [b·n, k·i]
+        y = F.elu_(torch.addmm(bias, cols, weight.t())).view(b, n, d)
+        # MaxPool1d(3, stride 2, padding 1): out[i] = max(y[2i-1], y[2i], y[2i+1]), rows outside
+        # ignored (its padding is -inf); an odd length gets one -inf row to pair the last.
+        if n % 2:
+            y = torch.cat([y, y.new_full((b, 1, d), -torch.inf)], dim=1)
+        even, odd = y[:, 0::2], y[:, 1::2]
+        out = torch.maximum(even, odd)  # [b, ceil(n/2), d]
+        out[:, 1:] = torch.maximum(out[:, 1:], odd[:, :-1])
+        return out
 
 
 class DecoderLayer(nn.Module):

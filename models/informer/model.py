@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models.attention import BACKENDS, InputSpec, get_backend
@@ -142,8 +143,12 @@ class LinearPath(nn.Module):
             )
         last = x[:, -1:]
         # As [b·c, n] x [n, h]: one GEMM with h columns (the [h, n] x [n, c] form has only c, a
-        # shape BLAS runs several times slower).
-        moved = torch.matmul((x - last).transpose(1, 2), self.weight.T)  # [b, c, h]
+        # shape BLAS runs several times slower). The differences are made contiguous first: as
+        # a transposed view, with the weight read transposed too, the product is a GEMM with
+        # both operands transposed or a strided batched one, several times slower than this
+        # copy plus a plain GEMM, and an order of magnitude at batch 32
+        # (benchmarks/results/forecast-long-http-cpu.md).
+        moved = F.linear((x - last).transpose(1, 2).contiguous(), self.weight)  # [b, c, h]
         return moved.transpose(1, 2) + last
 
 

@@ -10,6 +10,7 @@ import torch
 from models.attention import BACKENDS, AttentionError
 from models.informer import model as model_module
 from models.informer.config import PRESETS, preset
+from models.informer.layers import DistilLayer
 from models.informer.model import Informer, LayerChoice, attention_plan
 from models.training.data import decoder_input
 from tests.utils.informer import one_thread, random_batch  # noqa: F401
@@ -24,6 +25,26 @@ def test_output_shape_every_backend(backend, revin):
     out = model(*random_batch(cfg), backend=backend)
     assert out.shape == (3, cfg.pred_len, cfg.c_out)
     assert torch.isfinite(out).all()
+
+
+@pytest.mark.parametrize("length", [1, 7, 96, 97])
+def test_distilling_inference_path_matches_the_reference_layout(length):
+    """The inference path (im2col GEMM, BatchNorm folded, even/odd max-pool in [b, n, d]) gives
+    the reference Conv1d -> BatchNorm -> ELU -> MaxPool1d result, odd lengths included."""
+    torch.manual_seed(0)
+    layer = DistilLayer(16).eval()
+    with torch.no_grad():  # running statistics away from the identity, as after training
+        layer.norm.running_mean.uniform_(-1, 1)
+        layer.norm.running_var.uniform_(0.5, 2)
+        layer.norm.weight.uniform_(0.5, 1.5)
+        layer.norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(3, length, 16)
+    with torch.enable_grad():
+        reference = layer(x).detach()  # grad mode: the reference layout
+    with torch.inference_mode():
+        fast = layer(x)
+    assert fast.shape == reference.shape == (3, (length + 1) // 2, 16)
+    torch.testing.assert_close(fast, reference, rtol=1e-5, atol=1e-5)
 
 
 def test_encoder_lengths_follow_distilling():
