@@ -24,6 +24,15 @@ The last column, the same model in-process at batch 32 over batch 1, bounds what
 gain at all: where the model's cost grows with the rows (compute-bound on CPU), no batcher can
 beat it.
 
+``--precision float32 bfloat16`` measures something else instead: ``/encode`` in each precision
+through one server loaded with all of them (``attnserve serve --precisions float32,bfloat16``,
+max batch 32, ``--threads`` torch threads, OMP_WAIT_POLICY passive), each request naming its
+``precision``, driven by the peers' lean raw-asyncio driver (:mod:`benchmarks.peers.driver`) at
+``--clients`` and at 1 client, ``--rounds`` rounds with the precisions alternated (reversed every
+other round, so drift hits all alike). req/s is the median over rounds, percentiles pool them,
+and each round's ratio to the first precision is listed. The server's process tree is ended and
+checked gone with psutil (:meth:`benchmarks.peers.servers.ServerProcess.stop`). Writes ``--out``.
+
 Every phase runs alone (never two at once) with the same ``--threads`` torch threads. The
 clients share the CPU with the server, so on a small machine they cost it throughput; the load
 average before and after is printed, to flag contention from other processes. CPU time per
@@ -413,6 +422,142 @@ def measure_in_process_parallel(
     return {key: sum(part[key] for part in parts) for key in parts[0]}
 
 
+# ----------------------------------------------------------------------------- precisions
+
+
+def precision_rounds(args: argparse.Namespace) -> str:
+    """``/encode`` per precision through one server (``--precision``, lean driver, alternated
+    rounds); the results page in Markdown."""
+    import dataclasses
+    import math
+    from datetime import UTC, datetime
+
+    from benchmarks.host import cpu_model
+    from benchmarks.peers import driver
+    from benchmarks.peers.servers import HOST, PEERS, Launch
+    from benchmarks.peers.servers import ServerProcess as TreeProcess
+    from benchmarks.peers.servers import free_port as free_host_port
+
+    precisions: list[str] = args.precision
+    base = PEERS["attnserve"]
+    peer = dataclasses.replace(
+        base,
+        command=lambda launch: [*base.command(launch), "--precisions", ",".join(precisions)],
+    )
+    launch = Launch(
+        free_host_port(), args.threads, ROOT, Path(sys.executable), Path(sys.executable),
+        Path(sys.executable),
+    )  # fmt: skip
+    texts = short_texts(512)
+    requests = {
+        p: [
+            driver.build_request(
+                HOST, launch.port, "/encode", json.dumps({"inputs": t, "precision": p}).encode()
+            )
+            for t in texts
+        ]
+        for p in precisions
+    }
+    counts = sorted({args.clients, 1}, reverse=True)
+    runs: dict[tuple[str, int], list[driver.LoadResult]] = {}
+    loads: dict[tuple[str, int], list[tuple[str, str]]] = {}
+    checks: dict[str, float] = {}
+    load_before = load_average()
+    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+    log = Path(args.log_dir) / "service-bench-precision.log"
+    server = TreeProcess(peer, launch, log)
+    try:
+        started = time.monotonic()
+        reference = server.wait_answering(texts[0])
+        startup = time.monotonic() - started
+        for p in precisions:  # each answers, in the precision asked, the same text alike
+            status, body = driver.call_once(HOST, launch.port, requests[p][0], timeout=30)
+            answer = json.loads(body)
+            if status != 200 or answer.get("precision") != p:
+                raise RuntimeError(f"{p}: HTTP {status} {body[:200]!r}")
+            got = answer["embeddings"][0]
+            dot = sum(a * b for a, b in zip(got, reference, strict=True))
+            checks[p] = dot / math.sqrt(sum(a * a for a in got) * sum(b * b for b in reference))
+        for k in range(args.rounds):
+            order = precisions if k % 2 == 0 else precisions[::-1]
+            for clients in counts:
+                for p in order:
+                    before = load_average()
+                    result = driver.run_load(
+                        HOST, launch.port, requests[p], clients, args.seconds, args.warmup,
+                        {"server": server.cpu_seconds},
+                    )  # fmt: skip
+                    runs.setdefault((p, clients), []).append(result)
+                    loads.setdefault((p, clients), []).append((before, load_average()))
+                    errors = f"  errors {dict(result.errors)}" if result.errors else ""
+                    print(
+                        f"  round {k + 1} {p:>9} x{clients:<3} {result.throughput:7.1f} req/s  "
+                        f"p50 {result.pct(50):6.1f}  p99 {result.pct(99):6.1f} ms  load "
+                        f"{before} -> {loads[(p, clients)][-1][1]}{errors}",
+                        flush=True,
+                    )
+    finally:
+        stopped = server.stop()
+        print(
+            f"server stopped: {stopped.processes} process(es), gone after {stopped.signal} in "
+            f"{stopped.seconds:.1f} s (psutil finds none left)",
+            flush=True,
+        )
+    load_after = load_average()
+
+    first = precisions[0]
+    lines = [
+        f"# /encode per precision through HTTP ({datetime.now(UTC):%Y-%m-%d %H:%M UTC})",
+        "",
+        f"`python -m benchmarks.service {' '.join(args.argv)}`",
+        "",
+        f"One server, `attnserve serve --models {TEXT_MODEL} --precisions {','.join(precisions)}"
+        f" --torch-threads {args.threads} --max-batch-size 32` (max wait 5 ms, attention flash, "
+        f"OMP_WAIT_POLICY=PASSIVE; ready in {startup:.1f} s), each request one text of 8-24 "
+        f"words ({len(texts)} distinct) naming its `precision`; the lean raw-asyncio driver "
+        "(`benchmarks/peers/driver.py`), closed-loop keep-alive clients, "
+        f"{args.warmup:g} s warm-up + {args.seconds:g} s measured per run; {args.rounds} rounds, "
+        "the precisions alternated (order reversed every other round). req/s: median over "
+        "rounds; percentiles: all rounds pooled. CPU: "
+        f"{cpu_model()}, {os.cpu_count()} logical CPUs, shared with other benchmarks during the "
+        f"run: load average (1, 5, 15 min) before {load_before}, after {load_after}. Server "
+        f"stopped with {stopped.signal}; psutil found none of its {stopped.processes} "
+        "process(es) left. Cosine of each precision's first answer to the default's: "
+        + ", ".join(f"{p} {c:.5f}" for p, c in checks.items())
+        + ".",
+        "",
+        f"| precision | clients | req/s (median) | per round | x {first} (per round) | "
+        "p50 / p95 / p99 ms | server CPU ms/req | errors | load average before -> after |",
+        "|---|---:|---:|---|---|---:|---:|---:|---|",
+    ]
+    for clients in counts:
+        for p in precisions:
+            res = runs[(p, clients)]
+            pooled = [x for r in res for x in r.latencies_ms]
+            rps = statistics.median(r.throughput for r in res)
+            ratios = [
+                r.throughput / b.throughput
+                for r, b in zip(res, runs[(first, clients)], strict=True)
+            ]
+            cpu = (
+                sum(r.cpu_s.get("server", 0.0) for r in res)
+                * 1000
+                / max(1, sum(r.requests for r in res))
+            )
+            q = [driver.percentile(pooled, x) for x in (50, 95, 99)]
+            lines.append(
+                f"| {p} | {clients} | {rps:.1f} | "
+                + ", ".join(f"{r.throughput:.1f}" for r in res)
+                + f" | {statistics.median(ratios):.2f}x ("
+                + ", ".join(f"{x:.2f}" for x in ratios)
+                + f") | {q[0]:.1f} / {q[1]:.1f} / {q[2]:.1f} | {cpu:.2f} | "
+                + f"{sum(r.error_count for r in res)} | "
+                + "; ".join(f"{a} -> {b}" for a, b in loads[(p, clients)])
+                + " |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -478,7 +623,28 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument(
+        "--precision",
+        nargs="+",
+        choices=["float32", "bfloat16", "int8"],
+        help="instead: /encode in each of these precisions through one server loaded with all "
+        "of them, lean driver, at --clients and 1 client, --rounds alternated rounds",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="with --precision")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=ROOT / "benchmarks" / "results" / "precision-http-cpu.md",
+        help="with --precision: the results page",
+    )
     args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    if args.precision:
+        page = precision_rounds(args)
+        print()
+        print(page)
+        args.out.write_text(page)
+        return
     if args.workers > 1 and args.device != "cpu":
         parser.error("--workers above 1 runs on CPU only (one process owns a GPU)")
 
