@@ -45,6 +45,7 @@ def unpack(rev: str, into: Path) -> Path:
     archive = subprocess.run(
         ["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True
     ).stdout
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 
