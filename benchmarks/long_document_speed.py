@@ -1,6 +1,8 @@
 """Long documents through HTTP: each backend on a ModernBERT embedder at 1K-8K tokens.
 
     .venv/bin/python -m benchmarks.long_document_speed [--lengths 1024 2048 4096 8192] [--repeats 1]
+    .venv/bin/python -m benchmarks.long_document_speed --lengths 8192 --precisions float32 bfloat16 \
+        --backends flash probsparse performer nystrom --floor --no-reference
 
 The model has gte-modernbert-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
 layer every third, ±64-token windows elsewhere, 8,192 positions) with **random weights** (speed
@@ -12,6 +14,15 @@ nothing is downloaded). Per backend and length the table gives the median latenc
 ``tests/unit/test_model_memory.py``), the cosine to ``flash`` and the speed-up over ``flash``. The
 reference row is transformers' own ``ModernBertModel`` (SDPA, mean pooling) on the same weights,
 called directly. ``full`` stops at ``--full-max`` tokens (its ``[12, n, n]`` score matrices).
+
+``--precisions``: one server loads the model in each (``Settings.precisions``) and every backend
+runs in each (the request's ``precision``): one row per backend x precision, speed-ups and
+cosines against ``flash`` in the first precision listed. ``--floor`` adds, per precision, the
+same request with every global attention layer replaced by a stub that returns its values
+unchanged (the attention-free floor, as :mod:`benchmarks.forward_floor` measures it for
+Informer): what no backend can go below. The local (sliding-window) layers still run there, as
+they do under every backend. The cells run in rounds (each row once per round, ``--repeats``
+rounds), so a slow spell of a shared machine hits every row alike.
 """
 
 from __future__ import annotations
@@ -22,17 +33,22 @@ import shutil
 import statistics
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.host import load_average
 from models.attention import BACKENDS
 from models.text.corpus import word_windows
 from models.text.weights import model_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
+FLOOR = "no attention (floor)"
+WARM_TOKENS = 256  # each row's first request, unmeasured
 SHAPE: dict[str, Any] = {
     "hidden_size": 768,
     "num_hidden_layers": 22,
@@ -78,13 +94,37 @@ def text_of(tokens: int, count: Any) -> str:
     return " ".join(words[:lo])
 
 
+def row_label(backend: str, precision: str, precisions: list[str]) -> str:
+    """A row's name: the backend alone when only float32 runs (the old tables' rows)."""
+    return backend if precisions == ["float32"] else f"{backend} {precision}"
+
+
+def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Attention that costs nothing: the values unchanged (``[b, h, n, d]``)."""
+    return v
+
+
+@contextmanager
+def attention_replaced(stub: bool) -> Iterator[None]:
+    """Every global attention layer of the text model calls ``_free_attention`` when ``stub``."""
+    from models.text import bert
+
+    real = bert.attend
+    bert.attend = _free_attention if stub else real  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        bert.attend = real
+
+
 def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], args: Any) -> dict:
-    """Median ``POST /encode`` seconds, embeddings, token counts and memory per backend/length."""
+    """Median ``POST /encode`` seconds, embeddings, token counts and memory per row/length."""
     from fastapi.testclient import TestClient
 
     from service.app import create_app
     from service.settings import Settings
 
+    precisions = list(args.precisions)
     # A single 8K-token text runs for tens of seconds here: lift the per-request compute bound
     # (which would refuse it with a 422) and the timeout, as a long-document deployment would.
     settings = Settings(
@@ -94,36 +134,54 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
         max_wait_ms=0.0,
         max_request_compute_s=0.0,
         request_timeout_s=900.0,
+        precisions=tuple(precisions),
     )
-    rows: dict[str, dict[int, dict[str, Any]]] = {}
+    # (label, backend, precision, floor stub)
+    runs = [(row_label(b, p, precisions), b, p, False) for b in backends for p in precisions]
+    if args.floor:
+        runs += [(row_label(FLOOR, p, precisions), "flash", p, True) for p in precisions]
+    times: dict[str, dict[int, list[float]]] = {label: {} for label, *_ in runs}
+    rows: dict[str, dict[int, dict[str, Any]]] = {label: {} for label, *_ in runs}
     with TestClient(create_app(settings)) as client:
-        encoder = client.app.state.attnserve.registry.find(folder.name).encoder
+        served = client.app.state.attnserve.registry.find(folder.name)
+        encoders = getattr(served, "encoders", {precisions[0]: served.encoder})
         name = folder.name
-        shortest = min(texts)
-        for backend in backends:
-            client.post(
-                "/encode", json={"model": name, "inputs": [texts[shortest]], "attention": backend}
-            )
-            rows[backend] = {}
-            for length, text in sorted(texts.items()):
-                if backend == "full" and length > args.full_max:
-                    continue
-                body = {"model": name, "inputs": [text], "attention": backend}
-                times, vector = [], None
-                for _ in range(args.repeats):
-                    start = time.perf_counter()
-                    response = client.post("/encode", json=body)
-                    times.append(time.perf_counter() - start)
-                    response.raise_for_status()
-                    vector = response.json()["embeddings"][0]
-                    tokens = response.json()["usage"]["tokens"]
-                rows[backend][length] = {
-                    "seconds": statistics.median(times),
-                    "vector": vector,
-                    "tokens": tokens,
-                    "memory_bytes": encoder.memory_estimate(backend, None, 1, tokens),
-                }
-                print(f"{backend:>10} {length:>5}: {statistics.median(times):.2f} s", flush=True)
+        warm = text_of(WARM_TOKENS, encoders[precisions[0]].tokenizer.count)
+
+        def post(backend: str, precision: str, text: str) -> tuple[float, dict[str, Any]]:
+            body = {"model": name, "inputs": [text], "attention": backend}
+            if precisions != ["float32"]:
+                body["precision"] = precision
+            start = time.perf_counter()
+            response = client.post("/encode", json=body)
+            seconds = time.perf_counter() - start
+            response.raise_for_status()
+            return seconds, response.json()
+
+        for _, backend, precision, stub in runs:
+            with attention_replaced(stub):
+                post(backend, precision, warm)
+        for round_ in range(args.repeats):
+            for label, backend, precision, stub in runs:
+                for length, text in sorted(texts.items()):
+                    if backend == "full" and length > args.full_max:
+                        continue
+                    with attention_replaced(stub):
+                        seconds, answer = post(backend, precision, text)
+                    times[label].setdefault(length, []).append(seconds)
+                    tokens = answer["usage"]["tokens"]
+                    rows[label][length] = {
+                        "seconds": statistics.median(times[label][length]),
+                        "vector": answer["embeddings"][0],
+                        "tokens": tokens,
+                        "memory_bytes": encoders[precision].memory_estimate(
+                            backend, None, 1, tokens
+                        ),
+                    }
+                    print(
+                        f"round {round_ + 1}: {label:>28} {length:>5}: {seconds:.2f} s",
+                        flush=True,
+                    )
     return rows
 
 
@@ -155,7 +213,7 @@ def cosine(a: list[float], b: list[float]) -> float:
 
 def table(result: dict) -> str:
     lengths = result["lengths"]
-    flash = result["rows"]["flash"]
+    flash = result["rows"][result.get("baseline", "flash")]
     head = (
         "| backend | "
         + " | ".join(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)
@@ -164,7 +222,12 @@ def table(result: dict) -> str:
     lines = [
         f"ModernBERT at gte-modernbert-base's shape ({result['layers']} layers, random weights), "
         f"{result['threads']} threads, {result['repeats']} request(s) per cell; "
-        "in-process HTTP, one text per request.",
+        "in-process HTTP, one text per request"
+        + (
+            f"; cosines and speed-ups against `{result['baseline']}`."
+            if result.get("baseline", "flash") != "flash"
+            else "."
+        ),
         "",
         head,
         "|---|" + "---|" * len(lengths),
@@ -236,10 +299,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--full-max", type=int, default=4096)
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["float32"],
+        choices=["float32", "bfloat16", "int8"],
+        help="loaded in one server; one row per backend x precision (the first is the baseline)",
+    )
+    parser.add_argument(
+        "--floor", action="store_true", help="add the attention-free floor per precision"
+    )
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-document-speed-cpu")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    load_before = load_average()
+    print(f"load average before: {load_before}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "modernbert-gte-shape"
         build_folder(folder, args.layers)
@@ -254,11 +329,18 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "repeats": args.repeats,
         "lengths": args.lengths,
+        "precisions": args.precisions,
+        "baseline": row_label("flash", args.precisions[0], args.precisions),
+        "load_before": load_before,
+        "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
         "reference": {str(n): c for n, c in (reference or {}).items()},
     }
     args.output_prefix.with_suffix(".json").write_text(json.dumps(result) + "\n")
-    text = table(result)
+    text = table(result) + (
+        f"\n\nLoad average (1, 5, 15 min) before {result['load_before']}, "
+        f"after {result['load_after']}."
+    )
     args.output_prefix.with_suffix(".md").write_text(text + "\n")
     plot(result, args.output_prefix.with_suffix(".png"))
     print(text)
