@@ -36,7 +36,13 @@ Each option variant scored in ``quality.json`` (``attnserve evaluate --variants`
 ``max_quality_loss`` ``--auto-budget`` (0.1): the backend it resolved to, its MSE, and below the
 table its speed against the fastest fixed backend within the same budget and against ``flash``.
 
-Writes ``benchmarks/results/forecast-trade.{md,json,png}``: the table and latency against MSE.
+``--before PATH`` also serves the same model from another checkout (e.g. ``git archive <commit> |
+tar -x -C PATH``) and times it at 1 client in the same rounds, right after this checkout's
+phase of each backend: a before/after table with each side's ratio to its own ``flash``.
+The load average is recorded at every round's start.
+
+Writes ``benchmarks/results/forecast-trade.{md,json,png}`` (``--out`` to change): the table and
+latency against MSE (the plot when matplotlib is installed).
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ import base64
 import json
 import os
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
@@ -217,12 +224,23 @@ def measure_model(
     payload: str = "base64",
     variants: bool = True,
     rounds: int = 3,
+    before: Path | None = None,
+    loads: list[str] | None = None,
 ) -> list[dict[str, Any]]:
     directory = shipped_dirs().get(model) or Path(model)
     quality = json.loads((directory / "quality.json").read_text())
     runs = measured_runs(quality)
     series = columnar_windows(directory, 64, payload)
     server = ServerProcess([str(directory)], threads, 32, log_dir / f"trade-{directory.name}.log")
+    old = None
+    if before is not None:  # the same weights, served by the other checkout's code
+        old = ServerProcess(
+            [str(directory)],
+            threads,
+            32,
+            log_dir / f"trade-before-{directory.name}.log",
+            root=before,
+        )
     labels = [b for b in backends if b != "auto"]
     if variants:  # each measured variant beside the backends, auto last
         labels += [label for label in runs if label not in BACKEND_NAMES]
@@ -233,6 +251,8 @@ def measure_model(
     window = forecaster.prepare(**request.series[0].packed())
     try:
         server.wait_ready()
+        if old is not None:
+            old.wait_ready()
         prepared = {}
         for label in labels:
             run = runs.get(label, {"attention": label, "options": {}})
@@ -262,8 +282,11 @@ def measure_model(
         peaks: dict[str, float] = dict.fromkeys(labels, 0.0)
         local: dict[str, list[float]] = {label: [] for label in labels}
         overheads: dict[str, list[float]] = {label: [] for label in labels}
+        olds: dict[str, list[LoadResult]] = {label: [] for label in labels}
         share = seconds / rounds
         for round_ in range(rounds):
+            if loads is not None:
+                loads.append(f"{directory.name} round {round_ + 1}: {load_average()}")
             for label in labels:
                 work, _ran, _reason, (backend, options) = prepared[label]
                 warm = 2.0 if round_ == 0 else 0.5
@@ -278,6 +301,8 @@ def measure_model(
                     overheads[label] += one_run.overheads_ms  # type: ignore[attr-defined]
                     eights[label].append(asyncio.run(drive(server.url, work, 8, share, warm)))
                 peaks[label] = max(peaks[label], mem.extra_mib)
+                if old is not None:
+                    olds[label].append(one_client(old.url, work.bodies, share, warm))
         for label in labels:
             _work, ran, reason, (backend, _options) = prepared[label]
             one, eight = combined(ones[label]), combined(eights[label])
@@ -292,6 +317,7 @@ def measure_model(
                     "budget": auto_budget if label == "auto" else None,
                     "approximate": not get_backend(backend).exact,
                     "p50_ms_1_client": one.pct(50),
+                    "before_p50_ms_1_client": combined(olds[label]).pct(50) if old else None,
                     "overhead_p50_ms": median(overheads[label]),
                     "in_process_ms": median(local[label]),
                     "requests_per_s_8_clients": eight.throughput,
@@ -319,6 +345,8 @@ def measure_model(
             )
     finally:
         server.stop()
+        if old is not None:
+            old.stop()
     return rows
 
 
@@ -449,6 +477,30 @@ def table(rows: list[dict[str, Any]], default: dict[str, str]) -> str:
     return "\n".join(lines)
 
 
+def before_after(rows: list[dict[str, Any]]) -> str:
+    """p50 at 1 client of the ``--before`` checkout and this one, each with its ratio to its
+    own ``flash`` (empty without ``--before``)."""
+    if not any(r.get("before_p50_ms_1_client") for r in rows):
+        return ""
+    lines = [
+        "| model | backend | before p50 ms | before × flash | after p50 ms | after × flash |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for model in dict.fromkeys(r["model"] for r in rows):
+        group = [r for r in rows if r["model"] == model]
+        flash = next((r for r in group if r["backend"] == "flash"), None)
+        if flash is None:
+            continue
+        for r in group:
+            b, a = r["before_p50_ms_1_client"], r["p50_ms_1_client"]
+            lines.append(
+                f"| {model} | {r['backend']} | {b:.1f} | "
+                f"{flash['before_p50_ms_1_client'] / b:.2f}x | {a:.1f} | "
+                f"{flash['p50_ms_1_client'] / a:.2f}x |"
+            )
+    return "\n".join(lines)
+
+
 def gain_summary(rows: list[dict[str, Any]]) -> str:
     """Per model: how much of each approximate backend's in-process speed-up over ``flash``
     survives HTTP (the bar: :data:`KEEP_GAIN`)."""
@@ -479,7 +531,11 @@ def gain_summary(rows: list[dict[str, Any]]) -> str:
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        print(f"matplotlib is not installed: no {path.name}")
+        return
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -533,13 +589,18 @@ def main(argv: list[str] | None = None) -> None:
         "--out", type=Path, default=None, help="default: results/forecast-trade[-PAYLOAD]"
     )
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="server logs go here")
+    p.add_argument(
+        "--before", type=Path, default=None, help="another checkout, timed in the same rounds"
+    )
     args = p.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
     if args.out is None:
         suffix = "" if args.payload == "base64" else f"-{args.payload}"
         args.out = RESULTS / f"forecast-trade{suffix}"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(args.threads)  # the in-process figures: as the server runs
     load0 = load_average()
+    loads: list[str] = []
     rows: list[dict[str, Any]] = []
     default = {}
     for model in args.models:
@@ -557,9 +618,18 @@ def main(argv: list[str] | None = None) -> None:
             args.payload,
             args.variants,
             args.rounds,
+            args.before,
+            loads,
         )
     how = "base64 float32 columns" if args.payload == "base64" else "columns as JSON numbers"
     flag = "" if args.payload == "base64" else f" --payload {args.payload}"
+    comparison = before_after(rows)
+    if comparison:
+        comparison = (
+            f"\n\nBefore/after (`--before`: {args.before}, the same weights served by that "
+            "checkout's code, timed at 1 client right after this checkout in every round):\n\n"
+            + comparison
+        )
     text = (
         f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
         f"machine, histories as {how}), {args.seconds:g} s per phase in {args.rounds} "
@@ -580,13 +650,17 @@ def main(argv: list[str] | None = None) -> None:
         + cheapest_summary(rows, default)
         + "\n"
         + auto_summary(rows)
-        + f"\n\nRegenerate: `python -m benchmarks.forecast_trade{flag}`\n"
+        + comparison
+        + "\n\nLoad average (1, 5, 15 min) at each round's start: "
+        + "; ".join(loads)
+        + f"\n\nRegenerate: `python -m benchmarks.forecast_trade{flag}`"
+        + f" (this run: `{' '.join(['python -m benchmarks.forecast_trade', *given])}`)\n"
     )
     print(text)
     args.out.with_suffix(".md").write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
     plot(rows, args.out.with_suffix(".png"))
-    print(f"wrote {args.out.with_suffix('.md')} and .json/.png")
+    print(f"wrote {args.out.with_suffix('.md')} and .json")
 
 
 if __name__ == "__main__":

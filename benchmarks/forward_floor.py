@@ -12,6 +12,11 @@ the median of ``--repeats``. The stub returns the values unchanged (``[b, h, L, 
 other layer sees tensors of the shapes it always sees. ``× flash`` and ``× full`` are what a
 backend would gain per forward if attention were all it did differently, and the floor row says
 what the attention-free rest costs. Writes ``benchmarks/results/forward-floor-cpu.md``.
+
+``--parts`` adds where each forward's time goes: the median milliseconds of each block (the
+embeddings, every encoder layer with its attention block and feed-forward, the distilling
+layers, the decoder's self-attention, cross-attention and feed-forward, the linear path, the
+output projection), timed with forward hooks, and the rest (RevIN, casts, concatenations).
 """
 
 from __future__ import annotations
@@ -51,8 +56,38 @@ def attention_replaced(stub: bool) -> Iterator[None]:
         layers.attend = real
 
 
-def measure(model: str, repeats: int) -> dict[str, float]:
-    """Median milliseconds per forward for each backend and the floor."""
+def _timed_parts(net: torch.nn.Module, times: dict[str, list[float]]) -> list[Any]:
+    """Forward hooks that append each block's seconds per call to ``times[block]``."""
+    blocks = ["enc_embedding", "dec_embedding", "linear", "projection", "encoder_norm"]
+    for name, _ in net.named_children():
+        if name in ("encoder", "distil", "decoder"):
+            blocks += [f"{name}.{i}" for i in range(len(getattr(net, name)))]
+    for i in range(len(getattr(net, "encoder", []))):
+        blocks += [f"encoder.{i}.attention", f"encoder.{i}.ff"]
+    for i in range(len(getattr(net, "decoder", []))):
+        blocks += [f"decoder.{i}.{part}" for part in ("self_attention", "cross_attention", "ff")]
+    modules = dict(net.named_modules())
+    handles, started = [], {}
+    for block in blocks:
+        module = modules.get(block)
+        if module is None:
+            continue
+
+        def pre(_m: Any, _a: Any, block: str = block) -> None:
+            started[block] = time.perf_counter()
+
+        def post(_m: Any, _a: Any, _o: Any, block: str = block) -> None:
+            times.setdefault(block, []).append(time.perf_counter() - started[block])
+
+        handles += [module.register_forward_pre_hook(pre), module.register_forward_hook(post)]
+    return handles
+
+
+def measure(
+    model: str, repeats: int, parts: dict[str, dict[str, float]] | None = None
+) -> dict[str, float]:
+    """Median milliseconds per forward for each backend and the floor; with ``parts``, also
+    each block's median per run (``parts[run][block]``)."""
     forecaster = InformerForecaster.load(model)
     net = forecaster.model.eval()
     c = net.config
@@ -62,15 +97,41 @@ def measure(model: str, repeats: int) -> dict[str, float]:
     x_dec, marks_dec = torch.randn(1, dec_len, c.dec_in), torch.randn(1, dec_len, c.time_features)
     runs = [(FLOOR, "flash", True), *((b, b, False) for b in BACKEND_NAMES)]
     times: dict[str, list[float]] = {name: [] for name, _, _ in runs}
+    blocks: dict[str, dict[str, list[float]]] = {name: {} for name, _, _ in runs}
     with torch.inference_mode():
         for round_ in range(repeats + 1):  # the first round warms up
             for name, backend, stub in runs:
+                hooks = _timed_parts(net, blocks[name]) if parts is not None and round_ else []
                 with attention_replaced(stub):
                     started = time.perf_counter()
                     net(x, marks, x_dec, marks_dec, backend)
                     if round_:
                         times[name].append(time.perf_counter() - started)
+                for h in hooks:
+                    h.remove()
+    if parts is not None:
+        for name, per_block in blocks.items():
+            parts[name] = {b: statistics.median(t) * 1e3 for b, t in per_block.items()}
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def parts_table(model: str, parts: dict[str, dict[str, float]], totals: dict[str, float]) -> str:
+    """Blocks as rows, runs as columns; the nested blocks (``encoder.0.attention``) are inside
+    their layer's figure, and *rest* is the forward minus the top-level blocks."""
+    runs = list(parts)
+    blocks = list(dict.fromkeys(b for p in parts.values() for b in p))
+    top = [b for b in blocks if b.count(".") <= 1]
+    lines = [
+        f"| {model}: ms per block | " + " | ".join(runs) + " |",
+        "|---|" + "---:|" * len(runs),
+    ]
+    for block in blocks:
+        cells = " | ".join(f"{parts[r].get(block, float('nan')):.2f}" for r in runs)
+        lines.append(f"| {'  ↳ ' if block not in top else ''}{block} | {cells} |")
+    rest = " | ".join(f"{totals[r] - sum(parts[r].get(b, 0.0) for b in top):.2f}" for r in runs)
+    lines.append(f"| rest | {rest} |")
+    lines.append("| **forward** | " + " | ".join(f"{totals[r]:.2f}" for r in runs) + " |")
+    return "\n".join(lines)
 
 
 def table(results: dict[str, dict[str, float]]) -> str:
@@ -94,15 +155,21 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", nargs="+", default=list(MODELS))
     p.add_argument("--repeats", type=int, default=25)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--parts", action="store_true", help="and each block's time per run")
     p.add_argument("--out", type=Path, default=RESULTS / "forward-floor-cpu.md")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
-    results = {m: measure(m, args.repeats) for m in args.models}
+    parts: dict[str, dict[str, dict[str, float]]] = {m: {} for m in args.models}
+    results = {m: measure(m, args.repeats, parts[m] if args.parts else None) for m in args.models}
+    breakdown = "".join(
+        "\n\n" + parts_table(m, parts[m], results[m]) for m in args.models if args.parts
+    )
     text = (
         f"One forward pass, batch 1, {args.threads} torch thread(s), in-process, median of "
         f"{args.repeats} (backends and the attention-free floor alternated).\n\n"
         + table(results)
-        + "\n\nRegenerate: `python -m benchmarks.forward_floor`\n"
+        + breakdown
+        + f"\n\nRegenerate: `python -m benchmarks.forward_floor{' --parts' if args.parts else ''}`\n"
     )
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
