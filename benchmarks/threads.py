@@ -10,7 +10,7 @@ median milliseconds per text). Every configuration runs in a fresh process, sinc
 runtime reads ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` once, when torch loads.
 
 - threads ``auto``: what the server now picks for ``torch_threads`` 0
-  (:func:`service.runtime.cpus.torch_threads_default`: torch's count capped by the CPU quota);
+  (:func:`service.engine.batching.cpus.torch_threads_default`: torch's count capped by the CPU quota);
   ``torch``: torch's own default (what the server used before; it ignores the quota); ``1``.
 - wait policy: ``unset`` (libgomp's default: spin 300,000 times, then sleep), ``ACTIVE``,
   ``PASSIVE``, and ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep).
@@ -91,7 +91,7 @@ def measure(threads: str, seconds: float) -> dict[str, float]:
 
     from models.text import SentenceEncoder
     from models.text.corpus import word_windows
-    from service.runtime.cpus import torch_threads_default
+    from service.engine.batching.cpus import torch_threads_default
 
     if threads == "auto":
         torch.set_num_threads(torch_threads_default(torch.get_num_threads()))

@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from service.runtime.cpus import openmp_env
+from service.engine.batching.cpus import openmp_env
 from service.settings import Settings
 
 

@@ -174,7 +174,7 @@ def server_env(threads: int, wait_policy: str = "passive") -> dict[str, str]:
     """The environment every server (and in-process row) runs in.
 
     ``wait_policy``: how idle OpenMP helper threads wait (``OMP_WAIT_POLICY``; ``default``
-    leaves libgomp's own). attnserve exports ``PASSIVE`` itself (service/runtime/cpus.py); giving
+    leaves libgomp's own). attnserve exports ``PASSIVE`` itself (service/engine/batching/cpus.py); giving
     every server the same keeps the comparison about the servers, and on a machine shared with
     other work it is every torch server's best: spinning helpers there take the time slices the
     working thread needs (issue 37 item 2).

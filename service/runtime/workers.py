@@ -43,9 +43,9 @@ from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
 
+from service.engine.batching.cpus import available_cpus
 from service.observability.logs import configure_logging
 from service.observability.metrics import MULTIPROC_ENV
-from service.runtime.cpus import available_cpus
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -56,7 +56,7 @@ KILL_MARGIN_S = 15.0
 
 def worker_settings(settings: Settings, cpus: int | None = None) -> Settings:
     """The settings each worker runs with: one process; when ``torch_threads`` is 0, the CPUs
-    the process may use (:func:`~service.runtime.cpus.available_cpus`) shared out among the
+    the process may use (:func:`~service.engine.batching.cpus.available_cpus`) shared out among the
     workers, so they do not oversubscribe;
     and no background load: a worker takes connections from the shared socket only once its
     models are warm, so one that starts late (or replaces a dead one) never answers 503 while

@@ -21,8 +21,9 @@ MODEL_ROUTES = ("encode.py", "embeddings.py", "forecast.py", "models.py")
 SHARED = ("settings.py", "errors.py", "lifecycle.py")
 # The only modules that touch torch: the device runtime and the servable adapters.
 TORCH_MODULES = ("engine/batching/device.py", "engine/servables/")
-# The schemas' default quality budgets: a plain table of numbers, no torch.
-HTTP_MODELS = {"models.quality_loss"}
+# The schemas' default quality budgets (a plain table of numbers) and the names of backends and
+# precisions (models/names.py, kept free of torch for exactly such importers).
+HTTP_MODELS = {"models.quality_loss", "models.names"}
 # Package -> what nothing in it may import (prefixes of dotted module names).
 UPWARD = {
     "http": ("service.runtime", "service.app", "service.cli"),
@@ -88,6 +89,19 @@ def test_nothing_imports_upward(package: str) -> None:
         if name.startswith(UPWARD[package])
     ]
     assert upward == []
+
+
+@pytest.mark.parametrize("name", sorted(HTTP_MODELS))
+def test_what_http_may_import_from_models_imports_nothing(name: str) -> None:
+    """The ``models`` modules the HTTP layer may read import no torch and nothing else of
+    ``models`` (which would bring torch along), only each other."""
+    path = SERVICE.parent / (name.replace(".", "/") + ".py")
+    heavy = [
+        n
+        for n in imported(path)
+        if n.split(".")[0] == "torch" or (n.split(".")[0] == "models" and n not in HTTP_MODELS)
+    ]
+    assert heavy == []
 
 
 @pytest.mark.parametrize("name", SHARED)

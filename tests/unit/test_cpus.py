@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from service.runtime import cpus
-from service.runtime.cpus import (
+from service.engine.batching import cpus
+from service.engine.batching.cpus import (
     cgroup_paths,
     cgroup_quotas,
     cpu_max_cpus,

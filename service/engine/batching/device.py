@@ -34,7 +34,7 @@ import torch
 
 from models.attention import get_backend
 from service.engine.batching import allocator
-from service.runtime.cpus import detect_cpus, torch_threads_default
+from service.engine.batching.cpus import detect_cpus, torch_threads_default
 
 log = logging.getLogger("attnserve")
 
@@ -51,7 +51,7 @@ def select_device(setting: str) -> torch.device:
 def configure_threads(n: int) -> int:
     """Set torch's intra-op thread count (process-wide) and return it: ``n``, or for 0 torch's
     default capped by the CPUs this process may use (torch reads the affinity mask and
-    ``OMP_NUM_THREADS`` but not a container's CPU quota; see :mod:`service.runtime.cpus`). Call
+    ``OMP_NUM_THREADS`` but not a container's CPU quota; see :mod:`service.engine.batching.cpus`). Call
     it on :func:`torch_thread` on CPU: OpenMP keeps the count per thread."""
     threads = n or torch_threads_default(torch.get_num_threads())
     torch.set_num_threads(threads)
