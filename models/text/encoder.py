@@ -23,7 +23,7 @@ from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
 from models.precision import DEFAULT_PRECISION
-from models.text import windows
+from models.text import fused_linear, windows
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE, describe, load_quality
@@ -76,6 +76,7 @@ class SentenceEncoder:
         default_max_tokens: int | None = None,
     ) -> None:
         self.model = model
+        fused_linear.prepack(model)
         self.compiled_backends: frozenset[str] = frozenset()
         self._compiled: Any = None
         self.tokenizer = tokenizer

@@ -82,6 +82,21 @@ def _packed_weight(layer: nn.Linear) -> Tensor:
     return packed
 
 
+def prepack(model: nn.Module) -> None:
+    """Pack every plain linear weight of ``model`` now rather than on its first forward: the
+    packed copies then exist from load on (the first request does not pay for them, and memory
+    read after loading includes them rather than showing up in a batch's activation peak)."""
+    if not ENABLED:
+        return
+    with torch.no_grad():
+        for layer in model.modules():
+            if not isinstance(layer, nn.Linear):
+                continue
+            w = layer.weight
+            if w.device.type == "cpu" and w.dtype in _FUSED_DTYPES:
+                _packed_weight(layer)
+
+
 def _fused(x: Tensor) -> bool:
     return (
         ENABLED
