@@ -1,0 +1,323 @@
+"""Default thread count and OpenMP wait policy through HTTP, on a shared, pinned or quota'd CPU.
+
+    sudo .venv/bin/python -m benchmarks.threads_http [--seconds 6] [--warmup 2] [--rounds 2]
+
+Issue 37 item 2: ``torch_threads`` 0 follows the CPU quota and affinity mask
+(``service/engine/batching/cpus.py``) and ``attnserve serve`` exports ``OMP_WAIT_POLICY=PASSIVE``
+(setting ``omp_wait_policy``). ``benchmarks/threads.py`` measured that in-process; this measures
+it through the server: ``/encode`` (all-MiniLM-L6-v2, one text of 8-24 words per request) at
+``--clients`` and at 1 client, the peers' lean raw-asyncio driver (:mod:`benchmarks.peers.driver`),
+one server at a time, its whole process tree ended and checked gone with psutil
+(:meth:`benchmarks.peers.servers.ServerProcess.stop`) before the next starts. The server's
+environment has no ``OMP_*`` / ``MKL_NUM_THREADS``: what it runs with is its own defaults plus
+the flags of each case.
+
+Cases, each beside its reference (the ratio is of req/s at ``--clients``):
+
+* ``quiet`` (defaults, passive) and ``quiet-old`` (``--omp-wait-policy default``: libgomp's own
+  spinning, the behaviour before the change);
+* ``neighbour`` and ``neighbour-old``: the same with ``python -c 'while True: pass'`` spinning on
+  one core during the load (started once the server answers, ended and checked gone after);
+  each against its quiet twin;
+* ``taskset`` (``taskset -c 0``, defaults) against ``taskset-t1`` (``--torch-threads 1``);
+* ``quota`` (a scratch cgroup with a one-CPU CFS quota, defaults) against ``quota-t1``. The
+  server moves itself into the cgroup before Python starts (``sh -c 'echo $$ > cgroup.procs;
+  exec ...'``), so torch loads inside it. cgroup v2 (``cpu.max "100000 100000"``) where the
+  unified hierarchy has the cpu controller, else v1 (``cpu.cfs_quota_us`` 100000 /
+  ``cpu.cfs_period_us`` 100000); needs root; the cgroup is removed afterwards.
+
+``--rounds`` rounds, the case order reversed every other round. req/s: median over rounds;
+percentiles: rounds pooled. Writes ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import psutil
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.peers import driver
+from benchmarks.peers.servers import HOST, PEERS, Launch, ServerProcess, free_port
+from benchmarks.service import ROOT, TEXT_MODEL, short_texts
+
+CGROUP = Path("/sys/fs/cgroup")
+SCRATCH = "attnserve-bench-quota"
+NEIGHBOUR = [sys.executable, "-c", "while True: pass"]
+
+
+@dataclass(frozen=True)
+class Case:
+    """One server configuration: extra flags, a command prefix, a spinning neighbour or not,
+    and the case its throughput is compared with."""
+
+    name: str
+    flags: tuple[str, ...] = ()
+    wrap: str = ""  # "taskset" or "quota"
+    neighbour: bool = False
+    reference: str | None = None
+    target: float | None = None
+
+
+CASES = (
+    Case("quiet"),
+    Case("quiet-old", ("--omp-wait-policy", "default")),
+    Case("neighbour", neighbour=True, reference="quiet", target=0.5),
+    Case("neighbour-old", ("--omp-wait-policy", "default"), neighbour=True, reference="quiet-old"),
+    Case("taskset", wrap="taskset", reference="taskset-t1", target=0.8),
+    Case("taskset-t1", ("--torch-threads", "1"), wrap="taskset"),
+    Case("quota", wrap="quota", reference="quota-t1", target=0.9),
+    Case("quota-t1", ("--torch-threads", "1"), wrap="quota"),
+)
+
+
+# ----------------------------------------------------------------------------- cgroup
+
+
+def scratch_cgroup() -> tuple[Path, str]:
+    """A one-CPU quota cgroup (v2 where the cpu controller is there, else v1): its directory
+    and which version."""
+    v2 = CGROUP / "cgroup.controllers"
+    if v2.is_file() and "cpu" in v2.read_text().split():
+        path = CGROUP / SCRATCH
+        path.mkdir(exist_ok=True)
+        (path / "cpu.max").write_text("100000 100000")
+        return path, "v2"
+    path = CGROUP / "cpu" / SCRATCH
+    path.mkdir(exist_ok=True)
+    (path / "cpu.cfs_period_us").write_text("100000")
+    (path / "cpu.cfs_quota_us").write_text("100000")
+    return path, "v1"
+
+
+def remove_cgroup(path: Path) -> None:
+    """Remove the scratch cgroup (empty by now: every server was stopped)."""
+    procs = (path / "cgroup.procs").read_text().split()
+    if procs:
+        raise RuntimeError(f"{path} still holds processes {procs}")
+    path.rmdir()
+
+
+# ----------------------------------------------------------------------------- servers
+
+
+def command(case: Case, launch: Launch, cgroup: Path | None) -> list[str]:
+    """``attnserve serve`` for ``case``: the peers' attnserve command (max batch 32) without
+    its ``--torch-threads``, plus the case's flags, under its prefix."""
+    base = PEERS["attnserve"].command(launch)
+    k = base.index("--torch-threads")
+    argv = [*base[:k], *base[k + 2 :], "--log-level", "info", *case.flags]
+    if case.wrap == "taskset":
+        return ["taskset", "-c", "0", *argv]
+    if case.wrap == "quota":
+        assert cgroup is not None
+        return ["sh", "-c", f'echo $$ > {cgroup}/cgroup.procs && exec "$@"', "sh", *argv]
+    return argv
+
+
+class CaseServer(ServerProcess):
+    """:class:`ServerProcess` with the case's command and an environment free of the OpenMP
+    and MKL thread variables, so the server's own defaults decide."""
+
+    def __init__(self, case: Case, launch: Launch, log: Path, cgroup: Path | None) -> None:
+        self.peer = PEERS["attnserve"]
+        self.port = launch.port
+        self.log_path = log
+        self._log = log.open("w")
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+        }
+        env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+        self.proc = subprocess.Popen(
+            command(case, launch, cgroup),
+            cwd=ROOT,
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+@contextlib.contextmanager
+def neighbour(on: bool) -> Iterator[None]:
+    """A process spinning one core for the block's duration, ended and checked gone."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen(NEIGHBOUR)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        if psutil.pid_exists(proc.pid) and psutil.Process(proc.pid).status() != "zombie":
+            raise RuntimeError(f"neighbour {proc.pid} still running")
+
+
+@dataclass
+class Run:
+    """One server's runs: results per client count, how it ended, what it logged."""
+
+    results: dict[int, driver.LoadResult]
+    stopped: str
+    load: str
+    intra_op: str = "?"
+
+
+def run_case(
+    case: Case,
+    requests: Callable[[int], list[bytes]],
+    counts: list[int],
+    args: argparse.Namespace,
+    cgroup: Path | None,
+) -> Run:
+    launch = Launch(free_port(), 0, ROOT, Path(sys.executable), Path(), Path())
+    server = CaseServer(case, launch, Path(args.log_dir) / f"threads-http-{case.name}.log", cgroup)
+    results: dict[int, driver.LoadResult] = {}
+    before = load_average()
+    try:
+        server.wait_answering("warm up")
+        with neighbour(case.neighbour):
+            for clients in counts:
+                results[clients] = driver.run_load(
+                    HOST, launch.port, requests(launch.port), clients, args.seconds, args.warmup
+                )
+    finally:
+        stopped = server.stop()
+    if psutil.pid_exists(server.proc.pid):
+        raise RuntimeError(f"{case.name}: server {server.proc.pid} still there")
+    return Run(results, stopped.signal, f"{before} -> {load_average()}")
+
+
+# ----------------------------------------------------------------------------- page
+
+
+def intra_op_line(log: Path) -> str:
+    """The server's ``torch intra-op threads: ...`` start-up line (logged at info)."""
+    for line in log.read_text().splitlines():
+        if "intra-op threads" in line:
+            return line.split("torch intra-op threads: ", 1)[-1].strip()
+    return "?"
+
+
+def page(
+    runs: dict[str, list[Run]], counts: list[int], args: argparse.Namespace, extra: str
+) -> str:
+    top = counts[0]
+
+    def rps(name: str) -> float:
+        return statistics.median(r.results[top].throughput for r in runs[name])
+
+    lines = [
+        f"# Default threads and OpenMP wait policy through HTTP ({datetime.now(UTC):%Y-%m-%d})",
+        "",
+        f"`sudo .venv/bin/python -m benchmarks.threads_http {' '.join(args.argv)}`",
+        "",
+        f"`attnserve serve --models {TEXT_MODEL} --max-batch-size 32` (flash, float32), no "
+        "`OMP_*` variables in its environment, plus each case's flags; `/encode`, one text of "
+        "8-24 words per request; lean raw-asyncio driver, closed-loop keep-alive clients, "
+        f"{args.warmup:g} s warm-up + {args.seconds:g} s measured at {top} clients then at 1; "
+        f"{args.rounds} rounds, case order reversed every other round; req/s median over "
+        f"rounds, percentiles pooled. CPU: {cpu_model()}, {os.cpu_count()} logical CPUs, "
+        f"otherwise quiet. {extra}",
+        "",
+        f"| case | server | threads (start-up log) | req/s c={top} (per round) | p50 / p99 ms "
+        f"c={top} | c=1 p50 ms | reference | ratio | target | met | load avg before -> after |",
+        "|---|---|---|---:|---:|---:|---|---:|---:|---|---|",
+    ]
+    for case in CASES:
+        if case.name not in runs:
+            continue
+        rs = runs[case.name]
+        pooled = [x for r in rs for x in r.results[top].latencies_ms]
+        one = [x for r in rs for x in r.results[1].latencies_ms] if 1 in counts else []
+        ratio = rps(case.name) / rps(case.reference) if case.reference in runs else None
+        met = "" if case.target is None or ratio is None else (
+            "met" if ratio >= case.target else "missed"
+        )  # fmt: skip
+        prefix = {"taskset": "taskset -c 0 ", "quota": "(1-CPU quota) "}.get(case.wrap, "")
+        server = f"{prefix}defaults {' '.join(case.flags)}".strip() + (
+            " + spinning neighbour" if case.neighbour else ""
+        )
+        lines.append(
+            f"| {case.name} | `{server}` | {rs[0].intra_op} | {rps(case.name):.1f} ("
+            + ", ".join(f"{r.results[top].throughput:.1f}" for r in rs)
+            + f") | {driver.percentile(pooled, 50):.1f} / {driver.percentile(pooled, 99):.1f} | "
+            + (f"{driver.percentile(one, 50):.1f}" if one else "-")
+            + f" | {case.reference or '-'} | "
+            + (f"{ratio:.2f}x" if ratio is not None else "-")
+            + f" | {'' if case.target is None else f'>= {case.target:g}x'} | {met} | "
+            + "; ".join(r.load for r in rs)
+            + " |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per run")
+    parser.add_argument("--warmup", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES])
+    parser.add_argument("--log-dir", default="/tmp")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "threads-http-cpu.md"
+    )
+    args = parser.parse_args(argv)
+    args.argv = sys.argv[1:] if argv is None else argv
+    texts = short_texts(512)
+    bodies = [json.dumps({"inputs": t}).encode() for t in texts]
+
+    def requests(port: int) -> list[bytes]:
+        return [driver.build_request(HOST, port, "/encode", b) for b in bodies]
+
+    counts = sorted({args.clients, 1}, reverse=True)
+    cases = [c for c in CASES if c.name in args.cases]
+    cgroup, version = (None, "")
+    if any(c.wrap == "quota" for c in cases):
+        cgroup, version = scratch_cgroup()
+    runs: dict[str, list[Run]] = {}
+    try:
+        for k in range(args.rounds):
+            for case in cases if k % 2 == 0 else cases[::-1]:
+                run = run_case(case, requests, counts, args, cgroup)
+                run.intra_op = intra_op_line(Path(args.log_dir) / f"threads-http-{case.name}.log")
+                runs.setdefault(case.name, []).append(run)
+                r = run.results[counts[0]]
+                print(
+                    f"round {k + 1} {case.name:>13}: {r.throughput:6.1f} req/s  p50 "
+                    f"{r.pct(50):6.1f} p99 {r.pct(99):6.1f} ms  c=1 p50 "
+                    f"{run.results[1].pct(50):5.1f} ms  threads {run.intra_op}  "
+                    f"load {run.load}  stopped {run.stopped}",
+                    flush=True,
+                )
+                time.sleep(1.0)
+    finally:
+        if cgroup is not None:
+            remove_cgroup(cgroup)
+    extra = (
+        f"Quota cgroup: cgroup {version} (`{cgroup}`), removed afterwards."
+        if cgroup is not None
+        else ""
+    )
+    text = page(runs, counts, args, extra)
+    print(text)
+    args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()
