@@ -226,3 +226,15 @@ def assert_error(r: Any, status: int, type_: str, *needles: str) -> dict[str, An
         assert needle in message, message
     assert "Traceback" not in message
     return body
+
+
+# A forecaster's quality.json for the auto tests. Relative test-MSE losses: performer 0.41/0.40 - 1 = 2.5 %, nystrom 10 %; probsparse unmeasured.
+FORECAST_QUALITY: dict[str, Any] = {
+    "linear_baseline": {"mse": 0.5},
+    "backends": {
+        "flash": {"mse": 0.40},
+        "full": {"mse": 0.40},
+        "performer": {"mse": 0.41},
+        "nystrom": {"mse": 0.44},
+    },
+}

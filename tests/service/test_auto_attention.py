@@ -21,6 +21,9 @@ from service.engine.batching.worker import ModelWorker
 from service.engine.servables.base import Call
 from tests.service.conftest import metric
 from tests.service.helpers import (
+    FORECAST_QUALITY as QUALITY,
+)
+from tests.service.helpers import (
     TINY_TEXT,
     Wrapped,
     forecast_servable,
@@ -30,16 +33,6 @@ from tests.service.helpers import (
     text_servable,
 )
 
-# Relative test-MSE losses: performer 0.41/0.40 - 1 = 2.5 %, nystrom 10 %; probsparse unmeasured.
-QUALITY = {
-    "linear_baseline": {"mse": 0.5},
-    "backends": {
-        "flash": {"mse": 0.40},
-        "full": {"mse": 0.40},
-        "performer": {"mse": 0.41},
-        "nystrom": {"mse": 0.44},
-    },
-}
 # Pinned seconds per one-window request: cheapest first.
 SECONDS = {"probsparse": 0.01, "nystrom": 0.02, "performer": 0.03, "flash": 0.05, "full": 0.09}
 

@@ -27,6 +27,7 @@ from service.engine.registry import ModelLoadError, load_servables
 from service.engine.servables.forecast import ForecastServable
 from service.settings import Settings
 from tests.service.helpers import (
+    FORECAST_QUALITY,
     Wrapped,
     assert_error,
     hourly_series,
@@ -261,13 +262,7 @@ def test_two_precisions_never_share_a_batch(mixed_forecaster: ForecastServable) 
 # 3.75 %; int8 flash 15 %. Files written before precisions existed have no "precisions": those
 # read as float32 only (test_quality_files_without_precisions_read_as_float32).
 AUTO_QUALITY = {
-    "linear_baseline": {"mse": 0.5},
-    "backends": {
-        "flash": {"mse": 0.40},
-        "full": {"mse": 0.40},
-        "performer": {"mse": 0.41},
-        "nystrom": {"mse": 0.44},
-    },
+    **FORECAST_QUALITY,
     "precisions": {
         "bfloat16": {"backends": {"flash": {"mse": 0.401}, "performer": {"mse": 0.415}}},
         "int8": {"backends": {"flash": {"mse": 0.46}}},

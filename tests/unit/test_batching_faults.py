@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,13 +25,6 @@ from service.errors import InternalError, InvalidRequest, OutOfDeviceMemory
 KEY = BatchKey(TextCall("full"), 16)
 RUNTIME = DeviceRuntime(torch.device("cpu"))
 LIMITS = Limits(max_batch_size=64, max_batch_tokens=10**9, max_wait_s=0.0)
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
 
 
 def requests(loop: asyncio.AbstractEventLoop, n: int) -> list[Job]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,13 +22,6 @@ from service.errors import ClientDisconnected, OutOfDeviceMemory
 KEY = BatchKey(TextCall("full"), 16)
 RUNTIME = DeviceRuntime(torch.device("cpu"))
 ROWS_OF_TWO = Limits(max_batch_size=2, max_batch_tokens=10**9, max_wait_s=0.0)
-
-
-@pytest.fixture
-def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    yield loop
-    loop.close()
 
 
 def job(loop: asyncio.AbstractEventLoop, lengths: list[int], finish: Any = list) -> Job:
