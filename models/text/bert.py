@@ -48,6 +48,8 @@ class PackedBatch:
         lengths: ``[b]`` tokens per text.
         padded_length: ``n``, the attention block length (>= the longest text).
         key_padding_mask: bool ``[b, n]``, True = real token; None when no row is padded.
+        token_types: ``[t]`` segment of each token (0: first text, 1: second of a pair); None:
+            every token is segment 0 (single texts).
     """
 
     input_ids: Tensor
@@ -56,12 +58,18 @@ class PackedBatch:
     lengths: Tensor
     padded_length: int
     key_padding_mask: Tensor | None
+    token_types: Tensor | None = None
 
     @classmethod
     def from_lists(
-        cls, token_ids: list[list[int]], padded_length: int, device: torch.device
+        cls,
+        token_ids: list[list[int]],
+        padded_length: int,
+        device: torch.device,
+        token_types: list[list[int]] | None = None,
     ) -> PackedBatch:
-        """Pack a list of token-id lists (each non-empty, none longer than ``padded_length``)."""
+        """Pack a list of token-id lists (each non-empty, none longer than ``padded_length``),
+        with each token's segment when ``token_types`` is given (text pairs)."""
         lengths_list = [len(ids) for ids in token_ids]
         flat = [tok for ids in token_ids for tok in ids]
         lengths = torch.tensor(lengths_list, dtype=torch.long)
@@ -79,6 +87,9 @@ class PackedBatch:
             lengths=lengths.to(device),
             padded_length=padded_length,
             key_padding_mask=mask,
+            token_types=None
+            if token_types is None
+            else torch.tensor([s for types in token_types for s in types], device=device),
         )
 
     @property
@@ -123,13 +134,19 @@ class Embeddings(nn.Module):
         )
         self.norm = nn.LayerNorm(c, eps=config.layer_norm_eps, bias=config.norm_bias)
 
-    def forward(self, input_ids: Tensor, positions: Tensor) -> Tensor:
-        """``[t] ids, [t] positions -> [t, c]``; every token is segment 0 (single sentences)."""
+    def forward(
+        self, input_ids: Tensor, positions: Tensor, token_types: Tensor | None = None
+    ) -> Tensor:
+        """``[t] ids, [t] positions -> [t, c]``; ``token_types`` ``[t]`` gives each token's
+        segment (None: all segment 0, single sentences)."""
         x = self.word(input_ids)
         if self.position is not None:
             x = x + self.position(positions + self.offset)
         if self.token_type is not None:
-            x = x + self.token_type.weight[0]
+            segments = (
+                self.token_type.weight[0] if token_types is None else self.token_type(token_types)
+            )
+            x = x + segments
         return self.norm(x)
 
 
@@ -266,7 +283,7 @@ class BertEncoder(nn.Module):
     ) -> Tensor:
         """Token states ``[t, c]`` for a packed batch, global attention computed by ``backend``."""
         ctx = self._context(batch, backend, dict(options or {}))
-        x = self.embeddings(batch.input_ids, batch.positions)  # [t, c]
+        x = self.embeddings(batch.input_ids, batch.positions, batch.token_types)  # [t, c]
         for layer in self.layers:
             x = layer(x, ctx)
         return x if self.final_norm is None else self.final_norm(x)
