@@ -13,7 +13,7 @@ float32's exact backends lose nothing by definition.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from models.names import DEFAULT_PRECISION
@@ -21,7 +21,9 @@ from models.names import DEFAULT_PRECISION
 EXACT = ("flash", "full")
 # The budget a request gets when it names none, per task: a forecast may be up to 5 % worse in
 # test MSE than exact attention; an embedding must keep a mean cosine of 0.99 to the exact one.
-DEFAULT_MAX_QUALITY_LOSS = {"forecast": 0.05, "encode": 0.01}
+# A reranking may lose up to 0.05 of Kendall's tau to the exact one; a classifier's top label
+# may differ from the exact one's on 1 % of inputs.
+DEFAULT_MAX_QUALITY_LOSS = {"forecast": 0.05, "encode": 0.01, "rerank": 0.05, "classify": 0.01}
 
 
 def variant_label(backend: str, options: Mapping[str, Any] | None = None) -> str:
@@ -106,13 +108,14 @@ def forecast_variant_losses(
     return out
 
 
-def embedding_losses(
-    quality: Mapping[str, Any], length: int, precision: str = DEFAULT_PRECISION
+def _banded_losses(
+    quality: Mapping[str, Any],
+    length: int,
+    precision: str,
+    loss_of: Callable[[Mapping[str, Any]], float | None],
 ) -> dict[str, tuple[float, dict[str, Any]]]:
-    """``1 - mean cosine`` to the exact float32 embedding per backend in ``precision``, over the
-    measured texts whose token count falls in the same band as ``length``
-    (``models/text/quality.json``), with the options the figure was measured at. ``{}`` when no
-    band covers ``length`` or the precision was not measured."""
+    """Per backend, ``loss_of`` the figures of the token band holding ``length``, with the
+    options they were measured at; the float32 reference backend loses nothing."""
     losses: dict[str, tuple[float, dict[str, Any]]] = {}
     figures = precision_figures(quality, precision)
     if figures is None:
@@ -120,11 +123,38 @@ def embedding_losses(
     # The reference backend is exact by definition in float32 only.
     reference = quality.get("reference") if precision == DEFAULT_PRECISION else None
     for name, entry in (figures.get("backends") or {}).items():
-        for band, figures in (entry.get("by_tokens") or {}).items():
+        for band, measured in (entry.get("by_tokens") or {}).items():
             low, _, high = str(band).partition("-")
-            if int(low) <= length <= int(high):
-                loss = max(0.0, 1.0 - float(figures["mean_cosine"]))
-                losses[name] = (loss, dict(entry.get("options") or {}))
+            loss = loss_of(measured) if int(low) <= length <= int(high) else None
+            if loss is not None:
+                losses[name] = (max(0.0, loss), dict(entry.get("options") or {}))
     if reference and losses:
         losses[str(reference)] = (0.0, {})
     return losses
+
+
+def embedding_losses(
+    quality: Mapping[str, Any], length: int, precision: str = DEFAULT_PRECISION
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """``1 - mean cosine`` to the exact float32 embedding per backend in ``precision``, over the
+    measured texts whose token count falls in the same band as ``length``
+    (``models/text/quality.json``), with the options the figure was measured at. ``{}`` when no
+    band covers ``length`` or the precision was not measured."""
+    return _banded_losses(
+        quality, length, precision, lambda measured: 1.0 - float(measured["mean_cosine"])
+    )
+
+
+def classifier_losses(
+    quality: Mapping[str, Any], length: int, precision: str = DEFAULT_PRECISION
+) -> dict[str, tuple[float, dict[str, Any]]]:
+    """Each backend's measured ``loss`` in ``precision`` for inputs in the token band holding
+    ``length`` (a reranker's or classifier's ``quality.json``, written by
+    :mod:`models.text.classifier_quality`: 1 - Kendall's tau to the exact ranking, or the share
+    of top labels that differ), with the options it was measured at; ``{}`` when no band covers
+    ``length`` or the precision was not measured."""
+
+    def loss_of(measured: Mapping[str, Any]) -> float | None:
+        return None if measured.get("loss") is None else float(measured["loss"])
+
+    return _banded_losses(quality, length, precision, loss_of)

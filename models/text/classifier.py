@@ -114,7 +114,9 @@ class TextClassifier:
         target = torch.device(device)
         model = load_network(spec.encoder, target, dtype)
         head = load_head(spec.encoder.weights, spec.head, spec.encoder.config.hidden_size, target)
-        tokenizer = PairTokenizer(spec.encoder.weights / "tokenizer.json", limit, spec.encoder.lowercase)
+        tokenizer = PairTokenizer(
+            spec.encoder.weights / "tokenizer.json", limit, spec.encoder.lowercase
+        )
         return cls(
             model,
             head,
@@ -133,7 +135,7 @@ class TextClassifier:
 
     # ------------------------------------------------------------------ tokens
 
-    def tokenize(self, inputs: list[TextOrPair], truncate: bool = False) -> list[PairRow]:
+    def tokenize(self, inputs: Sequence[TextOrPair], truncate: bool = False) -> list[PairRow]:
         """Token ids and segments per text or pair (:class:`PairTokenizer`)."""
         return self.tokenizer.pairs(inputs, truncate)
 
@@ -227,7 +229,7 @@ class TextClassifier:
 
     def predict(
         self,
-        inputs: list[TextOrPair],
+        inputs: Sequence[TextOrPair],
         backend: str = DEFAULT_ATTENTION,
         options: dict[str, Any] | None = None,
         truncate: bool = False,

@@ -76,9 +76,7 @@ def _weights_path(path: Path) -> Path:
         return path
     modules = read_json(modules_file)
     if not isinstance(modules, list) or len(modules) != 1:
-        raise ValueError(
-            "modules.json of a cross-encoder must list exactly one Transformer module"
-        )
+        raise ValueError("modules.json of a cross-encoder must list exactly one Transformer module")
     return path / str(modules[0].get("path", ""))
 
 

@@ -20,7 +20,7 @@ client compares.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,12 @@ _TENSORS: dict[str, dict[str, str]] = {
 _FAMILY = {"xlm-roberta": "roberta", "camembert": "roberta", "mpnet": "roberta"}
 # Where a task model's encoder sits: a BERT checkpoint's pooler is ``bert.pooler``.
 _BERT_POOLER_PREFIXES = ("bert.pooler.", "pooler.")
-_ACTIVATIONS = {"gelu": F.gelu, "relu": F.relu, "silu": F.silu, "tanh": torch.tanh}
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "gelu": F.gelu,
+    "relu": F.relu,
+    "silu": F.silu,
+    "tanh": torch.tanh,
+}
 
 
 def family(architecture: str) -> str:
@@ -106,7 +111,9 @@ class ClassificationHead(nn.Module):
         ``lengths`` ``[b]`` the tokens per text."""
         states = states.float()
         if self.spec.pooling == "mean":
-            summed = states.new_zeros(lengths.shape[0], states.shape[-1]).index_add_(0, rows, states)
+            summed = states.new_zeros(lengths.shape[0], states.shape[-1]).index_add_(
+                0, rows, states
+            )
             x = summed / lengths[:, None].to(states.dtype)
         else:
             x = states[torch.cumsum(lengths, 0) - lengths]  # each text's first token

@@ -8,6 +8,7 @@ sentence-transformers' ``CrossEncoder.predict`` does (``truncation=True``).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from models.errors import ModelInputError
@@ -30,7 +31,7 @@ class PairRow:
 class PairTokenizer(TextTokenizer):
     """A :class:`TextTokenizer` that also encodes pairs (``(query, document)``)."""
 
-    def pairs(self, inputs: list[TextOrPair], truncate: bool = False) -> list[PairRow]:
+    def pairs(self, inputs: Sequence[TextOrPair], truncate: bool = False) -> list[PairRow]:
         """Token ids and segments of each text or pair, special tokens included.
 
         Raises:
@@ -45,8 +46,7 @@ class PairTokenizer(TextTokenizer):
             flat.extend(parts)
         self._check(flat)  # strings, valid Unicode
         prepared = [
-            tuple(self._prepare([item] if isinstance(item, str) else list(item)))
-            for item in inputs
+            tuple(self._prepare([item] if isinstance(item, str) else list(item))) for item in inputs
         ]
         encoded = self._tokenizer.encode_batch([p[0] if len(p) == 1 else p for p in prepared])
         limit, out = self.max_tokens, []
@@ -59,6 +59,8 @@ class PairTokenizer(TextTokenizer):
                         f"truncate=true to cut it to {limit} tokens"
                     )
                 pair = prepared[i]
-                enc = self._cutting.encode(*pair) if len(pair) == 2 else self._cutting.encode(pair[0])
+                enc = (
+                    self._cutting.encode(*pair) if len(pair) == 2 else self._cutting.encode(pair[0])
+                )
             out.append(PairRow(list(enc.ids), list(enc.type_ids)))
         return out

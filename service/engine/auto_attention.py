@@ -39,6 +39,8 @@ AUTO = "auto"
 QUALITY_METRIC = {
     "forecast": "relative test-MSE increase over exact attention",
     "encode": "1 - mean cosine similarity to the exact embedding, over texts of this length",
+    "rerank": "1 - Kendall's tau between the scores and exact attention's, per query",
+    "classify": "share of inputs whose top label differs from exact attention's",
 }
 
 

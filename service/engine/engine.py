@@ -1,8 +1,9 @@
 """The one call between HTTP and the models: find the model, check, prepare, batch, await.
 
-Routes parse a body into a :class:`~service.engine.servables.base.TextInput` or
-:class:`~service.engine.servables.base.ForecastInput`, make one call (:meth:`Engine.encode`,
-:meth:`Engine.forecast`) and render what it returns (the shape of TEI's router). Everything
+Routes parse a body into a :class:`~service.engine.servables.base.TextInput`,
+:class:`~service.engine.servables.base.ForecastInput` or
+:class:`~service.engine.servables.base.ClassifyInput`, make one call (:meth:`Engine.encode`,
+:meth:`Engine.forecast`, :meth:`Engine.rerank`, :meth:`Engine.classify`) and render what it returns (the shape of TEI's router). Everything
 between lives here, in order:
 
 1. the model by name and task (404 naming the loaded ones), the request's metric labels;
@@ -36,7 +37,7 @@ from service.engine.batching.batcher import Batcher
 from service.engine.batching.job import JobResult
 from service.engine.batching.policy import BatchKey
 from service.engine.registry import Registry
-from service.engine.servables.base import ForecastInput, TextInput
+from service.engine.servables.base import ClassifyInput, ForecastInput, TextInput
 from service.errors import InvalidRequest
 from service.settings import Settings
 
@@ -98,6 +99,14 @@ class Engine:
         """Forecasts for ``request.series``, one per series, in order."""
         return await self._serve("forecast", model, request, len(request.series), "series", client)
 
+    async def rerank(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:
+        """A relevance score per ``(query, document)`` pair of ``request.inputs``, in order."""
+        return await self._serve("rerank", model, request, len(request.inputs), "documents", client)
+
+    async def classify(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:
+        """Label scores (in the model's label order) per text or pair, in order."""
+        return await self._serve("classify", model, request, len(request.inputs), "inputs", client)
+
     async def _serve(
         self, task: str, name: str | None, request: Any, count: int, what: str, client: Client
     ) -> Answer:
@@ -122,7 +131,7 @@ class Engine:
         if auto:
             budget = request.max_quality_loss
             if budget is None:
-                budget = DEFAULT_MAX_QUALITY_LOSS[task]
+                budget = DEFAULT_MAX_QUALITY_LOSS[model.task]
             worker = self.batcher.workers[model.name]
             # A precision the request names is kept (checked above); otherwise every loaded one
             # is a candidate.
@@ -159,6 +168,10 @@ class Engine:
             reason,
             checked.call.precision,
         )
+
+    def labels(self, name: str) -> list[str]:
+        """A classifier's label names in score order (``[]`` for other models)."""
+        return list(getattr(self.registry.find(name), "labels", ()))
 
     def cards(self) -> list[dict[str, Any]]:
         """Every loaded model's card, in load order."""

@@ -129,6 +129,22 @@ def _is_hf_forecast_folder(folder: Path) -> bool:
     return is_forecast_folder(folder)
 
 
+def _load_classifier(folder: Path, device: str) -> Any:
+    """``TextClassifier.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
+    from models.text.classifier import TextClassifier
+
+    try:
+        return TextClassifier.from_folder(folder, device=device)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def _is_classifier_folder(folder: Path) -> bool:
+    from models.text.classifier_folder import is_classifier_folder
+
+    return is_classifier_folder(folder)
+
+
 def _is_text_folder(folder: Path) -> bool:
     from models.text.folder import is_text_folder
 
@@ -156,6 +172,8 @@ def _check_precisions(precisions: tuple[str, ...], device: str) -> None:
 def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
+    cross-encoder or sequence classifier when its ``config.json`` names a
+    ``...ForSequenceClassification`` architecture (:mod:`models.text.classifier_folder`), a
     text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
     encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), a transformers
     time-series forecaster when its ``config.json`` says so
@@ -172,6 +190,7 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     from models.hf_forecast.folder import shipped_folders
     from models.text import SentenceEncoder
     from models.text.packaged import PACKAGED, packaged_folder
+    from service.engine.servables.classify import ClassifierServable
     from service.engine.servables.forecast import ForecastServable
     from service.engine.servables.text import TextServable
 
@@ -194,6 +213,9 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
             except (OSError, ValueError) as exc:
                 raise ModelLoadError(f"{name}: {exc}") from exc
             servables.append(TextServable(_load_encoder(folder, device), (), precisions))
+        elif Path(name).is_dir() and _is_classifier_folder(Path(name)):
+            classifier = _load_classifier(Path(name), device)
+            servables.append(ClassifierServable(classifier, (), precisions))
         elif Path(name).is_dir() and _is_text_folder(Path(name)):
             servables.append(TextServable(_load_encoder(Path(name), device), (), precisions))
         elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
@@ -214,7 +236,10 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
             )
     for name, folder in folders.items():
         log.info("loading %s from %s on %s", name, folder, device)
-        if _is_text_folder(folder):
+        if _is_classifier_folder(folder):
+            classifier = _load_classifier(folder, device)
+            servables.append(ClassifierServable(classifier, (), precisions))
+        elif _is_text_folder(folder):
             servables.append(TextServable(_load_encoder(folder, device), (), precisions))
         elif _is_hf_forecast_folder(folder):
             hf = _load_hf_forecaster(folder, device)
@@ -222,6 +247,12 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
         else:
             servables.append(ForecastServable(_load_forecaster(str(folder), device), precisions))
     return servables
+
+
+def serves(model: ServedModel, task: str) -> bool:
+    """Whether ``model`` answers ``task``'s routes: its own task, and a reranker (a one-label
+    classifier) also answers ``classify`` (``/predict``), as text-embeddings-inference does."""
+    return model.task == task or (task == "classify" and model.task == "rerank")
 
 
 class Registry:
@@ -238,7 +269,8 @@ class Registry:
                 self._by_name[name] = s
 
     def names(self, task: str | None = None) -> list[str]:
-        return [n for n, s in self.models.items() if task is None or s.task == task]
+        """Loaded model names (of ``task``: see :func:`serves`)."""
+        return [n for n, s in self.models.items() if task is None or serves(s, task)]
 
     def find(self, name: str) -> ServedModel:
         """The model called ``name`` (whatever its task).
@@ -267,7 +299,7 @@ class Registry:
                 f"({', '.join(loaded) or 'none'})"
             )
         servable = self._by_name.get(name)
-        if servable is None or servable.task != task:
+        if servable is None or not serves(servable, task):
             raise ModelNotFound(
                 f"no {task} model {name!r} is loaded; {task} models: {', '.join(loaded) or 'none'}"
             )

@@ -73,6 +73,21 @@ class TextInput:
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
 
 
+@dataclass(frozen=True)
+class ClassifyInput:
+    """A ``/predict``, ``/rerank`` or ``/v1/rerank`` request: texts or ``(query, document)``
+    pairs, each scored by a classifier (:mod:`service.engine.servables.classify`)."""
+
+    inputs: Sequence[str | tuple[str, str]]
+    attention: str | None = None
+    attention_options: Mapping[str, Any] = field(default_factory=dict)
+    truncate: bool = False  # cut an input over the token limit (longest_first) instead of a 422
+    raw_scores: bool = False  # logits instead of the model's activation
+    max_quality_loss: float | None = None  # with attention "auto"
+    precision: str | None = None  # one of the loaded precisions (None: the first loaded)
+    what: str = "input"  # how errors name one of ``inputs`` ("document" for rerank)
+
+
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-
 # decoders); passed to ``prepare`` only when a request gives them.
 EXTRA_INPUTS = ("time_features", "static_categorical", "static_real")

@@ -1,0 +1,79 @@
+"""``POST /predict`` (text-embeddings-inference's) and ``POST /v1/classify`` (infinity's): label
+scores per text or text pair from a sequence classifier, best label first."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from service.engine.servables.base import ClassifyInput
+from service.http.routes.deps import EngineDep, client_of, set_timing_headers
+from service.http.routes.fast_json import FastJSONRoute
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.rerank import (
+    ClassifyRequest,
+    ClassifyResponse,
+    ClassifyUsage,
+    LabelScore,
+    PredictRequest,
+)
+
+router = APIRouter(tags=["classify"], route_class=FastJSONRoute)
+
+
+def labelled(scores: list[float], labels: list[str]) -> list[LabelScore]:
+    """One input's scores with their labels, best first (ties keep label order)."""
+    ranked = sorted(zip(labels, scores, strict=True), key=lambda item: -item[1])
+    return [LabelScore(score=score, label=label) for label, score in ranked]
+
+
+@router.post(
+    "/predict",
+    response_model=list[LabelScore] | list[list[LabelScore]],
+    responses=ERROR_RESPONSES,
+)
+async def predict(
+    body: PredictRequest, request: Request, response: Response, engine: EngineDep
+) -> list[LabelScore] | list[list[LabelScore]]:
+    """Label scores for one input (a list) or a list of inputs (a list of lists), as
+    text-embeddings-inference answers."""
+    inputs, listed = body.batch
+    job = ClassifyInput(
+        inputs,
+        body.attention,
+        body.attention_options,
+        body.truncate,
+        body.raw_scores,
+        body.max_quality_loss,
+        body.precision,
+    )
+    answer = await engine.classify(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
+    labels = engine.labels(answer.model)
+    out = [labelled(row, labels) for row in answer.value]
+    return out if listed else out[0]
+
+
+@router.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
+async def classify(
+    body: ClassifyRequest, request: Request, response: Response, engine: EngineDep
+) -> ClassifyResponse:
+    """infinity's classify: per text, every label with its score, best first."""
+    job = ClassifyInput(
+        list(body.input),
+        body.attention,
+        body.attention_options,
+        body.truncate,
+        body.raw_scores,
+        body.max_quality_loss,
+        body.precision,
+    )
+    answer = await engine.classify(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
+    labels = engine.labels(answer.model)
+    return ClassifyResponse(
+        model=answer.model,
+        attention=answer.attention,
+        precision=answer.precision,
+        data=[labelled(row, labels) for row in answer.value],
+        usage=ClassifyUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
+    )

@@ -1,0 +1,85 @@
+"""``POST /v1/rerank`` (Cohere / Jina / infinity shape) and ``POST /rerank``
+(text-embeddings-inference's): documents scored against a query by a cross-encoder, best first."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+
+from service.engine.servables.base import ClassifyInput
+from service.http.routes.deps import EngineDep, client_of, set_timing_headers
+from service.http.routes.fast_json import FastJSONRoute
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.rerank import (
+    RerankDocument,
+    RerankRequest,
+    RerankResponse,
+    RerankResult,
+    RerankUsage,
+    TeiRank,
+    TeiRerankRequest,
+)
+
+router = APIRouter(tags=["rerank"], route_class=FastJSONRoute)
+
+
+def best_first(scores: list[list[float]]) -> list[tuple[int, float]]:
+    """``(index, score)`` of each document by score, best first (ties keep request order)."""
+    return sorted(enumerate(row[0] for row in scores), key=lambda item: -item[1])
+
+
+@router.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+async def rerank(
+    body: RerankRequest, request: Request, response: Response, engine: EngineDep
+) -> RerankResponse:
+    """Score each document against the query with a cross-encoder; results best first."""
+    job = ClassifyInput(
+        [(body.query, d) for d in body.documents],
+        body.attention,
+        body.attention_options,
+        body.truncate,
+        body.raw_scores,
+        body.max_quality_loss,
+        body.precision,
+        what="document",
+    )
+    answer = await engine.rerank(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
+    ranked = best_first(answer.value)[: body.top_n]
+    results = [
+        RerankResult(
+            index=i,
+            relevance_score=score,
+            document=RerankDocument(text=body.documents[i]) if body.return_documents else None,
+        )
+        for i, score in ranked
+    ]
+    return RerankResponse(
+        model=answer.model,
+        attention=answer.attention,
+        precision=answer.precision,
+        results=results,
+        usage=RerankUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
+    )
+
+
+@router.post("/rerank", response_model=list[TeiRank], responses=ERROR_RESPONSES)
+async def tei_rerank(
+    body: TeiRerankRequest, request: Request, response: Response, engine: EngineDep
+) -> list[TeiRank]:
+    """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first."""
+    job = ClassifyInput(
+        [(body.query, t) for t in body.texts],
+        body.attention,
+        body.attention_options,
+        body.truncate,
+        body.raw_scores,
+        body.max_quality_loss,
+        body.precision,
+        what="text",
+    )
+    answer = await engine.rerank(body.model, job, client_of(request))
+    set_timing_headers(response, answer)
+    return [
+        TeiRank(index=i, score=score, text=body.texts[i] if body.return_text else None)
+        for i, score in best_first(answer.value)
+    ]

@@ -1,0 +1,168 @@
+"""The bodies of the rerank and classify routes: Cohere/Jina/infinity's ``POST /v1/rerank``,
+text-embeddings-inference's ``POST /rerank`` and ``POST /predict``, and infinity's
+``POST /v1/classify``; each with our ``attention`` / ``precision`` extension fields."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, Field, StrictBool, StrictInt
+
+from service.http.schemas.common import (
+    Options,
+    StrictRequest,
+    precision_field,
+    precision_out,
+    quality_budget,
+)
+
+RERANK_METRIC = "1 - Kendall's tau between the scores and exact attention's"
+CLASSIFY_METRIC = "share of inputs whose top label differs from exact attention's"
+TRUNCATE_HELP = (
+    "Cut an input over the model's token limit (query and document together, special tokens "
+    "included) as the model's tokenizer does for pairs, longest text first, instead of a 422."
+)
+
+
+class Extensions(StrictRequest):
+    """Fields beyond the peers' APIs, the same on every rerank / classify route."""
+
+    attention: str | None = Field(
+        None,
+        description="Attention backend (full, flash, probsparse, performer, nystrom), or auto: "
+        "the fastest within max_quality_loss.",
+    )
+    attention_options: Options = Field(default_factory=dict, description="Backend options.")
+    precision: str | None = precision_field()
+    truncate: StrictBool = Field(False, description=TRUNCATE_HELP)
+
+
+# ----------------------------------------------------------------------------- Cohere-style rerank
+
+
+class RerankRequest(Extensions):
+    """Cohere / Jina / infinity ``POST /v1/rerank``."""
+
+    model: str | None = Field(None, description="Reranker name; the only loaded one if omitted.")
+    query: str = Field(min_length=1, description="The search query.")
+    documents: list[str] = Field(description="Texts to score against the query.")
+    top_n: StrictInt | None = Field(
+        None, ge=1, description="Return only the best top_n results (default: all)."
+    )
+    return_documents: StrictBool = Field(
+        False, description="Include each document's text in its result."
+    )
+    raw_scores: StrictBool = Field(
+        False,
+        description="relevance_score as the model's raw logit instead of its activation "
+        "(extension; default: as sentence-transformers' CrossEncoder.predict, e.g. sigmoid).",
+    )
+    max_quality_loss: float | None = quality_budget(RERANK_METRIC, "rerank")
+
+
+class RerankDocument(BaseModel):
+    text: str
+
+
+class RerankResult(BaseModel):
+    index: int = Field(description="Position of the document in the request.")
+    relevance_score: float
+    document: RerankDocument | None = None
+
+
+class RerankUsage(BaseModel):
+    prompt_tokens: int = Field(description="Tokens the model read over all pairs.")
+    total_tokens: int
+
+
+class RerankResponse(BaseModel):
+    object: Literal["rerank"] = "rerank"
+    model: str
+    attention: str
+    precision: str = precision_out()
+    results: list[RerankResult] = Field(description="Sorted by relevance_score, best first.")
+    usage: RerankUsage
+
+
+# ----------------------------------------------------------------------------- TEI rerank
+
+
+class TeiRerankRequest(Extensions):
+    """text-embeddings-inference's ``POST /rerank``."""
+
+    model: str | None = Field(None, description="Reranker name (extension).")
+    query: str = Field(min_length=1)
+    texts: list[str] = Field(description="Texts to score against the query.")
+    raw_scores: StrictBool = Field(False, description="Raw logits instead of the activation.")
+    return_text: StrictBool = Field(False, description="Include each text in its result.")
+    max_quality_loss: float | None = quality_budget(RERANK_METRIC, "rerank")
+
+
+class TeiRank(BaseModel):
+    index: int
+    score: float
+    text: str | None = None
+
+
+# ----------------------------------------------------------------------------- classify
+
+# A pair is a JSON array of two strings (a list: strict parsing takes no array as a tuple).
+Pair = Annotated[list[str], Field(min_length=2, max_length=2)]
+TextOrPair = str | Pair
+
+
+class PredictRequest(Extensions):
+    """text-embeddings-inference's ``POST /predict``: one text, one pair ``[a, b]``, or a list
+    of texts and pairs. As in TEI, a list of exactly two strings is one pair."""
+
+    model: str | None = Field(None, description="Classifier name (extension).")
+    inputs: TextOrPair | list[TextOrPair] = Field(
+        description="A text, a pair [text, text], or a list of them.",
+        examples=["I like you.", ["a question", "a candidate answer"]],
+    )
+    raw_scores: StrictBool = Field(False, description="Raw logits instead of the activation.")
+    max_quality_loss: float | None = quality_budget(CLASSIFY_METRIC, "classify")
+
+    @property
+    def batch(self) -> tuple[list[str | tuple[str, str]], bool]:
+        """The inputs as a list, and whether the request sent a list of inputs (the answer is
+        then a list of lists)."""
+        given = self.inputs
+        if isinstance(given, str):
+            return [given], False
+        if len(given) == 2 and isinstance(given[0], str) and isinstance(given[1], str):
+            return [(given[0], given[1])], False
+        return [_one(item) for item in given], True
+
+
+def _one(item: str | list[str]) -> str | tuple[str, str]:
+    """A text, or a two-string list as a pair."""
+    return item if isinstance(item, str) else (item[0], item[1])
+
+
+class LabelScore(BaseModel):
+    score: float
+    label: str
+
+
+class ClassifyRequest(Extensions):
+    """infinity's ``POST /classify`` (served at ``/v1/classify``)."""
+
+    model: str | None = Field(None, description="Classifier name.")
+    input: list[str] = Field(description="Texts to classify.")
+    raw_scores: StrictBool = Field(False, description="Raw logits instead of the activation.")
+    max_quality_loss: float | None = quality_budget(CLASSIFY_METRIC, "classify")
+
+
+class ClassifyUsage(BaseModel):
+    prompt_tokens: int
+    total_tokens: int
+
+
+class ClassifyResponse(BaseModel):
+    object: Literal["classify"] = "classify"
+    model: str
+    attention: str
+    precision: str = precision_out()
+    data: list[list[LabelScore]] = Field(description="Per input, labels by score, best first.")
+    usage: ClassifyUsage
