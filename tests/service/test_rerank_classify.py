@@ -299,3 +299,50 @@ def test_openapi_lists_the_new_routes(client: Any) -> None:
     paths = client.get("/openapi.json").json()["paths"]
     for route in ("/v1/rerank", "/rerank", "/predict", "/v1/classify"):
         assert "post" in paths[route], route
+
+
+def test_metrics_carry_the_new_routes(client: Any) -> None:
+    name = _rerank_name("bert")
+    assert _rerank(client, name, "q", ["a"]).status_code == 200
+    assert client.post("/predict", json={"model": name, "inputs": "a"}).status_code == 200
+    text = client.get("/metrics").text
+    for route in ("/v1/rerank", "/predict"):
+        line = next(
+            (
+                row
+                for row in text.splitlines()
+                if row.startswith("attnserve_requests_total{")
+                and f'endpoint="{route}"' in row
+                and f'model="{name}"' in row
+                and 'status="200"' in row
+            ),
+            None,
+        )
+        assert line is not None and float(line.rsplit(" ", 1)[1]) >= 1, route
+
+
+def test_a_reranker_in_bfloat16(folders: dict[str, Path]) -> None:
+    from fastapi.testclient import TestClient
+
+    from service.app import create_app
+    from service.settings import Settings
+
+    name = _rerank_name("roberta")
+    settings = Settings(
+        models=(str(folders[name]),),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+        precisions=("float32", "bfloat16"),
+    )
+    expected = reference_scores(folders[name], PAIRS).reshape(len(QUERIES), len(DOCUMENTS))
+    with TestClient(create_app(settings)) as bf16_client:
+        card = bf16_client.get(f"/models/{name}").json()
+        assert card["precisions"] == ["float32", "bfloat16"]
+        r = _rerank(bf16_client, name, QUERIES[0], DOCUMENTS, precision="bfloat16")
+        assert r.status_code == 200, r.text
+        assert r.json()["precision"] == "bfloat16"
+        got = _scores_in_order(r.json(), len(DOCUMENTS))
+        # bfloat16 keeps 8 bits of mantissa: close to float32's scores, not equal to them.
+        assert np.abs(got - expected[0]).max() < 0.05
+        assert not np.allclose(got, expected[0], atol=1e-6)

@@ -40,10 +40,8 @@ def _pair_tokenizer_json(architecture: str) -> str:
     tok = Tokenizer.from_str(tiny._tokenizer_json(style))
     ids = [(t, tok.token_to_id(t)) for t in (style.start, style.end)]
     s, e = style.start, style.end
-    if style.start == "<s>":  # RoBERTa family: one segment, a doubled separator
-        pair = f"{s} $A {e} {e} $B {e}"
-    else:
-        pair = f"{s} $A {e} $B:1 {e}:1"
+    # RoBERTa family: one segment and a doubled separator; BERT: segment 1 on the second text.
+    pair = f"{s} $A {e} {e} $B {e}" if style.start == "<s>" else f"{s} $A {e} $B:1 {e}:1"
     tok.post_processor = processors.TemplateProcessing(
         single=f"{s} $A {e}", pair=pair, special_tokens=ids
     )
