@@ -51,21 +51,27 @@ def build_parser() -> argparse.ArgumentParser:
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
     "evaluate": "score checkpoints (ours or transformers time-series folders) per backend "
-    "beside the linear baseline, or a text model folder per backend against exact attention "
+    "beside the linear baseline, or a text model, cross-encoder or classifier folder per backend "
+    "against exact attention "
     "(see evaluate --help)",
 }
 
 
 def run_model_tool(name: str, argv: list[str]) -> int:
-    """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a text model
-    folder runs the text quality measurement)."""
+    """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a cross-encoder
+    or sequence-classifier folder runs the ranking/label quality measurement, of a text model
+    folder the text quality measurement)."""
     if name == "evaluate":
         from pathlib import Path
 
         from models.hf_forecast import is_forecast_folder
+        from models.text.classifier_folder import is_classifier_folder
         from models.text.folder import is_text_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
+        if folders and is_classifier_folder(Path(folders[0])):
+            importlib.import_module("models.text.classifier_quality").main(argv)
+            return 0
         if folders and is_text_folder(Path(folders[0])):
             importlib.import_module("models.text.quality").main(argv)
             return 0

@@ -1,0 +1,437 @@
+"""Measure how close each attention backend's reranking (or classification) comes to exact attention.
+
+    attnserve evaluate path/to/cross-encoder-folder [--pairs-per-band 100] [--max-tokens 2048]
+    attnserve evaluate path/to/classifier-folder --precisions bfloat16 int8 [--out quality.json]
+
+Corpus (:func:`build_corpus`): the standard-library docstrings shipped as a snapshot
+(:mod:`models.text.corpus`), laid end to end in their SHA-1 order. Each query is the first
+sentence (at most :data:`QUERY_WORDS` words) of one docstring; its candidates are the text that
+starts at that docstring (the right document) and the texts starting at the next ``candidates -
+1`` docstrings, each cut to the most words whose ``(query, document)`` pair fits a target
+length. The targets spread evenly over one token band (:func:`models.text.quality.bands_for`:
+1-64, 65-128, 129-256, then doubling up to the model's limit), ``--pairs-per-band`` pairs per
+band, so each query ranks candidates of similar but different lengths and the figures can be
+read per band. Random weights still give every candidate a different score, so the rankings
+are meaningful as agreement with exact attention even on an untrained model.
+
+Every pair is scored with the exact reference (``full`` up to 512 tokens, else ``flash``, as
+:mod:`models.text.quality` chooses it) and with every other backend the model accepts, at its
+default options. A reranker (one label) is judged per query on its raw logits (its activation is
+monotone, so the ranking is the same, and sigmoid saturation would only add ties):
+
+- ``kendall_tau``: Kendall's tau-b (:func:`kendall_tau_b`) of the backend's candidate scores to
+  the reference's, averaged over queries; ``loss`` = 1 - that mean;
+- ``ndcg_at_10``: NDCG@10 (:func:`ndcg_at_k`) of the backend's ranking, with the reference's
+  ranking as graded relevance (a candidate's gain is how many candidates the reference scores
+  below it).
+
+A classifier (several labels) is judged per pair: ``agreement`` is the share of pairs whose top
+label matches the reference's, ``loss`` = 1 - agreement, and ``total_variation`` the mean total
+variation distance between the softmax of the two logit rows. Pairs are used for classifiers
+too: every sequence classifier takes them (NLI models need them), and they exercise segments.
+
+``quality.json`` (the folder's, or ``--out``) then holds ``task``, ``reference``, ``metric``,
+``corpus`` and per backend ``options``, the figures and ``by_tokens`` (the same figures per band of
+pair token counts); :func:`models.quality_loss.classifier_losses` reads each band's ``loss``.
+``--precisions bfloat16 int8`` also measures the encoder in those precisions
+(:mod:`models.text.classifier_precision`): every backend, the reference included, against the
+float32 exact scores, under ``precisions`` → ``<name>`` → ``backends``. Precisions measured before
+and not named again are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from models.attention import BACKENDS, AttentionError
+from models.text.classifier import TextClassifier
+from models.text.corpus import load_snapshot, stdlib_docstrings
+from models.text.pairs import PairRow
+from models.text.quality import bands_for, reference_for
+
+CANDIDATES = 20  # per query: the right document and 19 others
+QUERY_WORDS = 12
+NDCG_K = 10
+Band = tuple[int, int]
+
+# ---------------------------------------------------------------------------------------------
+# Rank agreement: plain tensor arithmetic, no scipy.
+
+
+def kendall_tau_b(x: Tensor, y: Tensor) -> float:
+    """Kendall's tau-b of two score vectors ``[n]``: ``(C - D) / sqrt((P - Tx) (P - Ty))``, with
+    ``C``/``D`` the concordant/discordant pairs, ``P`` all pairs and ``Tx``/``Ty`` the pairs tied
+    in ``x``/``y`` (Kendall 1945, "The treatment of ties in ranking problems"). When either
+    vector is constant the coefficient is undefined; it is 1.0 here if both are, else 0.0.
+    """
+    x, y = x.double().flatten(), y.double().flatten()
+    upper = torch.triu(torch.ones(len(x), len(x), dtype=torch.bool), diagonal=1)  # pairs i < j
+    sx = torch.sign(x[:, None] - x[None, :])[upper]
+    sy = torch.sign(y[:, None] - y[None, :])[upper]
+    untied_x, untied_y = int(sx.count_nonzero()), int(sy.count_nonzero())
+    if untied_x == 0 or untied_y == 0:
+        return 1.0 if untied_x == untied_y else 0.0
+    return float((sx * sy).sum()) / math.sqrt(untied_x * untied_y)
+
+
+def graded_relevance(reference: Tensor) -> Tensor:
+    """Each item's gain from the reference scores ``[n]``: how many items score below it (the
+    top of ``n`` gets ``n - 1``, the bottom 0; ties get the same gain)."""
+    r = reference.double().flatten()
+    return (r[:, None] > r[None, :]).sum(dim=1).double()
+
+
+def ndcg_at_k(scores: Tensor, reference: Tensor, k: int = NDCG_K) -> float:
+    """NDCG@k (Järvelin & Kekäläinen 2002) of ranking items by ``scores`` ``[n]``, with
+    :func:`graded_relevance` of ``reference`` as the gains: ``DCG = sum_r gain_r / log2(r + 2)``
+    over the first ``k`` ranks ``r = 0..k-1``, divided by the DCG of the reference's own order.
+    Tied scores keep item order (a stable sort). 1.0 when every gain is 0."""
+    gains = graded_relevance(reference)
+    discount = 1.0 / torch.log2(torch.arange(len(gains), dtype=torch.float64) + 2.0)[:k]
+    order = torch.sort(scores.double().flatten(), descending=True, stable=True).indices[:k]
+    ideal = float((torch.sort(gains, descending=True).values[:k] * discount).sum())
+    return 1.0 if ideal == 0.0 else float((gains[order] * discount).sum()) / ideal
+
+
+# ---------------------------------------------------------------------------------------------
+# Corpus: queries and candidate documents at target pair lengths.
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Scored pairs: ``pairs[i]`` tokenised as ``rows[i]`` (``lengths[i]`` tokens, specials
+    included); ``groups`` lists each query's candidate indices, the right document first."""
+
+    pairs: list[tuple[str, str]]
+    rows: list[PairRow]
+    groups: list[list[int]]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [len(row) for row in self.rows]
+
+
+def query_of(text: str, words: int = QUERY_WORDS) -> str:
+    """A docstring's first sentence, at most ``words`` words."""
+    first = text.split(". ", 1)[0].rstrip(".")
+    return " ".join(first.split()[:words])
+
+
+def _fit(
+    classifier: TextClassifier, query: str, words: list[str], target: int
+) -> tuple[str, PairRow]:
+    """The document (most words of ``words``, one at least) whose pair with ``query`` is at most
+    ``target`` tokens, and that pair's row: a binary search over word counts with the model's
+    own tokenizer."""
+
+    def pair(count: int) -> PairRow:
+        return classifier.tokenize([(query, " ".join(words[:count]))], truncate=True)[0]
+
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(pair(mid)) <= target:
+            lo = mid
+        else:
+            hi = mid - 1
+    return " ".join(words[:lo]), pair(lo)
+
+
+def build_corpus(
+    classifier: TextClassifier,
+    plan: Sequence[tuple[Band, int]],
+    candidates: int = CANDIDATES,
+) -> Corpus:
+    """Per ``(band, pairs)`` of ``plan``: ``pairs // candidates`` queries (one at least) of
+    ``candidates`` documents each (``pairs`` when fewer), documents cut so the pairs' token counts
+    spread over the band (see the module doc). Deterministic: the same docs for the same plan."""
+    docs = [d for d in stdlib_docstrings() if len(query_of(d).split()) >= 3]
+    out_pairs: list[tuple[str, str]] = []
+    rows: list[PairRow] = []
+    groups: list[list[int]] = []
+    start = 0  # next docstring to open a candidate at: every candidate starts at a new one
+    for (low, high), pairs in plan:
+        per_query = max(2, min(candidates, pairs))
+        for _ in range(max(1, pairs // per_query)):
+            query = query_of(docs[start % len(docs)])
+            group = []
+            for j in range(per_query):
+                # Enough words from docstring ``start + j`` on (a word is one token or more).
+                words: list[str] = []
+                i = start + j
+                while len(words) < high:
+                    words.extend(docs[i % len(docs)].split())
+                    i += 1
+                target = low + (high - low) * (j + 1) // per_query
+                document, row = _fit(classifier, query, words[:high], target)
+                group.append(len(rows))
+                rows.append(row)
+                out_pairs.append((query, document))
+            groups.append(group)
+            start += per_query
+    return Corpus(out_pairs, rows, groups)
+
+
+# ---------------------------------------------------------------------------------------------
+# Figures per backend.
+
+
+def _band_of(length: int, bands: Sequence[Band]) -> Band | None:
+    return next((b for b in bands if b[0] <= length <= b[1]), None)
+
+
+def rank_figures(logits: Tensor, reference: Tensor, groups: Sequence[Sequence[int]]) -> dict:
+    """A reranker's ``loss``, ``kendall_tau`` and ``ndcg_at_10`` over ``groups`` (queries' pair
+    indices; those with fewer than two pairs are skipped), from ``[n, 1]`` logits."""
+    taus, ndcgs = [], []
+    for group in groups:
+        if len(group) < 2:
+            continue
+        got, want = logits[list(group), 0], reference[list(group), 0]
+        taus.append(kendall_tau_b(got, want))
+        ndcgs.append(ndcg_at_k(got, want))
+    tau = statistics.fmean(taus)
+    return {
+        "loss": round(1.0 - tau, 6),
+        "kendall_tau": round(tau, 6),
+        "ndcg_at_10": round(statistics.fmean(ndcgs), 6),
+    }
+
+
+def label_figures(logits: Tensor, reference: Tensor) -> dict:
+    """A classifier's ``loss`` (1 - agreement), top-label ``agreement`` and mean softmax
+    ``total_variation`` distance, from ``[n, labels]`` logits."""
+    agreement = float((logits.argmax(-1) == reference.argmax(-1)).double().mean())
+    p, q = torch.softmax(logits.double(), -1), torch.softmax(reference.double(), -1)
+    variation = float(0.5 * (p - q).abs().sum(-1).mean())
+    return {
+        "loss": round(1.0 - agreement, 6),
+        "agreement": round(agreement, 6),
+        "total_variation": round(variation, 6),
+    }
+
+
+def summarise(
+    task: str, logits: Tensor, reference: Tensor, corpus: Corpus, bands: Sequence[Band]
+) -> dict[str, Any]:
+    """The figures overall and per band of pair token counts (a reranker's per band over each
+    query's candidates in that band)."""
+    lengths = corpus.lengths
+    whole = list(range(len(lengths)))
+
+    def figures(members: list[int], groups: list[list[int]]) -> dict:
+        if task == "rerank":
+            return rank_figures(logits, reference, groups)
+        return label_figures(logits[members], reference[members])
+
+    by_tokens = {}
+    for band in bands:
+        members = [i for i in whole if _band_of(lengths[i], [band])]
+        groups = [[i for i in g if _band_of(lengths[i], [band])] for g in corpus.groups]
+        if not members or (task == "rerank" and all(len(g) < 2 for g in groups)):
+            continue
+        by_tokens[f"{band[0]}-{band[1]}"] = {"pairs": len(members), **figures(members, groups)}
+    return {**figures(whole, corpus.groups), "by_tokens": by_tokens}
+
+
+def accepted_backends(classifier: TextClassifier, names: Sequence[str]) -> dict[str, dict]:
+    """``{backend: resolved default options}`` for those of ``names`` the model can run."""
+    out = {}
+    for name in names:
+        try:
+            out[name] = classifier.check_attention(name, None)
+        except AttentionError:
+            continue
+    return out
+
+
+def measure(
+    classifier: TextClassifier,
+    plan: Sequence[tuple[Band, int]],
+    precisions: Sequence[str] = (),
+    candidates: int = CANDIDATES,
+    backends: Sequence[str] = BACKENDS,
+    reference: str | None = None,
+) -> dict[str, Any]:
+    """Every accepted backend's figures against the exact reference on :func:`build_corpus` of
+    ``plan``, and in each of ``precisions`` every backend's against the float32 exact logits.
+    ``reference`` defaults to :func:`models.text.quality.reference_for` the longest band."""
+    bands = [band for band, _ in plan]
+    corpus = build_corpus(classifier, plan, candidates)
+    reference = reference or reference_for(max(high for _, high in bands))
+    accepted = accepted_backends(classifier, [reference, *[b for b in backends if b != reference]])
+    exact = classifier.logits(corpus.rows, reference)
+
+    def section(model: TextClassifier, names: dict[str, dict]) -> dict[str, Any]:
+        return {
+            name: {
+                "options": options,
+                **summarise(model.task, model.logits(corpus.rows, name), exact, corpus, bands),
+            }
+            for name, options in names.items()
+        }
+
+    by_precision = {}
+    for precision in precisions:
+        if precision != classifier.precision:
+            twin = classifier.with_precision(precision)
+            by_precision[precision] = {
+                "backends": section(twin, accepted_backends(twin, list(accepted)))
+            }
+    lengths = corpus.lengths
+    rerank = classifier.task == "rerank"
+    result: dict[str, Any] = {
+        "task": classifier.task,
+        "reference": reference,
+        "metric": (
+            "loss = 1 - mean Kendall tau-b, per query, of each backend's pair logits to the "
+            "exact-attention logits; ndcg_at_10 with the exact ranking as graded relevance"
+            if rerank
+            else "loss = 1 - agreement, the share of pairs whose top label matches "
+            "exact attention's; total_variation = mean total variation distance of the softmax"
+        ),
+        "corpus": {
+            "source": f"Python {load_snapshot()['python']} standard-library docstrings "
+            "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a "
+            "docstring's first sentence, candidates = text from it and the next docstrings, "
+            "cut to lengths spread over each band",
+            "pairs": len(corpus.rows),
+            "queries": len(corpus.groups),
+            "candidates_per_query": max(len(g) for g in corpus.groups),
+            "max_tokens": max(high for _, high in bands),
+            "tokens_min": min(lengths),
+            "tokens_median": int(statistics.median(lengths)),
+            "tokens_max": max(lengths),
+        },
+        "backends": section(classifier, accepted),
+    }
+    if by_precision:
+        result["precisions"] = by_precision
+    return result
+
+
+def plan_for(max_tokens: int, pairs_per_band: int) -> list[tuple[Band, int]]:
+    """``pairs_per_band`` pairs in each band of :func:`models.text.quality.bands_for`."""
+    return [(band, pairs_per_band) for band in bands_for(max_tokens)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Report and command line.
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """The corpus line and one table row per backend (and precision), as the command prints."""
+    corpus, rerank = result["corpus"], result["task"] == "rerank"
+    lines = [
+        f"{result['task']}: {corpus['pairs']} pairs ({corpus['queries']} queries x "
+        f"{corpus['candidates_per_query']} candidates), tokens {corpus['tokens_min']}-"
+        f"{corpus['tokens_max']} (median {corpus['tokens_median']}); exact reference: "
+        f"{result['reference']}",
+        "",
+    ]
+    rows = list(result["backends"].items())
+    for precision, part in (result.get("precisions") or {}).items():
+        rows += [(f"{name}@{precision}", row) for name, row in part["backends"].items()]
+    bands = list(rows[0][1]["by_tokens"]) if rows else []
+    figures = ("kendall_tau", "ndcg_at_10") if rerank else ("agreement", "total_variation")
+    per_band = "Kendall tau" if rerank else "agreement"
+    lines.append(
+        "| backend | options | loss | "
+        + " | ".join(f.replace("_", " ") for f in figures)
+        + " | "
+        + " | ".join(f"{per_band}, {b} tokens" for b in bands)
+        + " |"
+    )
+    lines.append("|---" * (3 + len(figures) + len(bands)) + "|")
+    for name, row in rows:
+        options = row["options"].items()
+        shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
+        cells = [
+            f"{row['by_tokens'][b][figures[0]]:.4f}" if b in row["by_tokens"] else "-"
+            for b in bands
+        ]
+        lines.append(
+            f"| `{name}` | {shown} | {row['loss']:.4f} | "
+            + " | ".join(f"{row[f]:.4f}" for f in figures)
+            + " | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="attnserve evaluate", description=(__doc__ or "").splitlines()[0]
+    )
+    parser.add_argument("folder", type=Path, help="a cross-encoder or sequence-classifier folder")
+    parser.add_argument(
+        "--pairs-per-band", type=int, default=5 * CANDIDATES, help="pairs per token band"
+    )
+    parser.add_argument(
+        "--candidates",
+        type=int,
+        default=CANDIDATES,
+        help="documents per query (the right one first)",
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, default=None, help="measure pairs up to this length only"
+    )
+    parser.add_argument(
+        "--out",
+        "--output",
+        dest="out",
+        type=Path,
+        default=None,
+        help="default: quality.json in the folder",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=["bfloat16", "int8", "float16"],
+        help="also measure these precisions against the float32 exact scores",
+    )
+    parser.add_argument("--show", action="store_true", help="print the table of --out and stop")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    output: Path = args.out or args.folder / "quality.json"
+    if args.show:
+        print(markdown(json.loads(output.read_text(encoding="utf-8"))))
+        return
+    classifier = TextClassifier.from_folder(args.folder)
+    start = time.perf_counter()
+    limit = min(classifier.max_tokens, args.max_tokens or classifier.max_tokens)
+    result = measure(
+        classifier,
+        plan_for(limit, args.pairs_per_band),
+        tuple(args.precisions),
+        args.candidates,
+    )
+    # Precisions measured before and not now are kept (the float32 reference is the same).
+    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
+    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in args.precisions}
+    if kept:
+        result["precisions"] = {**kept, **result.get("precisions", {})}
+    elapsed = time.perf_counter() - start
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"{elapsed:.0f} s\n")
+    print(markdown(result))
+    print(f"\nwrote {output}")
+
+
+if __name__ == "__main__":
+    main()
