@@ -187,7 +187,7 @@ def test_top_n_and_return_documents(client: Any) -> None:
     assert [res["index"] for res in body["results"]] == [res["index"] for res in full[:2]]
     for res in body["results"]:
         assert res["document"] == {"text": DOCUMENTS[res["index"]]}
-    assert all(res.get("document") is None for res in full)
+    assert all("document" not in res for res in full)
     assert body["usage"]["prompt_tokens"] == body["usage"]["total_tokens"] > 0
 
 

@@ -27,7 +27,12 @@ def best_first(scores: list[list[float]]) -> list[tuple[int, float]]:
     return sorted(enumerate(row[0] for row in scores), key=lambda item: -item[1])
 
 
-@router.post("/v1/rerank", response_model=RerankResponse, responses=ERROR_RESPONSES)
+@router.post(
+    "/v1/rerank",
+    response_model=RerankResponse,
+    response_model_exclude_none=True,
+    responses=ERROR_RESPONSES,
+)
 async def rerank(
     body: RerankRequest, request: Request, response: Response, engine: EngineDep
 ) -> RerankResponse:
@@ -62,7 +67,12 @@ async def rerank(
     )
 
 
-@router.post("/rerank", response_model=list[TeiRank], responses=ERROR_RESPONSES)
+@router.post(
+    "/rerank",
+    response_model=list[TeiRank],
+    response_model_exclude_none=True,
+    responses=ERROR_RESPONSES,
+)
 async def tei_rerank(
     body: TeiRerankRequest, request: Request, response: Response, engine: EngineDep
 ) -> list[TeiRank]:
