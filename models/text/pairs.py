@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from models.errors import ModelInputError
 from models.text.tokenizer import TextTokenizer
+from models.text.windows import window_starts
 
 TextOrPair = str | tuple[str, str]
 
@@ -26,6 +27,15 @@ class PairRow:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+
+@dataclass(frozen=True)
+class PairWindows:
+    """Rows for pairs whose second text may be cut into windows, and which pair each row
+    belongs to (a pair within the limit is one row)."""
+
+    rows: list[PairRow]
+    owners: list[int]
 
 
 class PairTokenizer(TextTokenizer):
@@ -64,3 +74,42 @@ class PairTokenizer(TextTokenizer):
                 )
             out.append(PairRow(list(enc.ids), list(enc.type_ids)))
         return out
+
+    def windows(self, pairs: Sequence[tuple[str, str]]) -> PairWindows:
+        """Each ``(query, document)`` pair as one row, or, when over ``max_tokens``, as
+        overlapping windows of the document, each row holding the whole query and the special
+        tokens (the MaxP scheme of Dai & Callan, SIGIR 2019: a document scores as its best
+        passage; :data:`models.text.windows.OVERLAP` of each window repeats in the next).
+
+        Raises:
+            ModelInputError: an input is not a pair of strings, or a query leaves no room for
+                a document inside the limit (the message names it).
+        """
+        self.pairs(list(pairs), truncate=True)  # the type and text checks
+        prepared = [tuple(self._prepare(list(pair))) for pair in pairs]
+        rows: list[PairRow] = []
+        owners: list[int] = []
+        for i, enc in enumerate(self._tokenizer.encode_batch(prepared)):
+            ids, types, sequences = enc.ids, enc.type_ids, enc.sequence_ids
+            if len(ids) <= self.max_tokens:
+                rows.append(PairRow(list(ids), list(types)))
+                owners.append(i)
+                continue
+            body = [j for j, s in enumerate(sequences) if s == 1]
+            head, tail = body[0], body[-1] + 1
+            width = self.max_tokens - (len(ids) - len(body))
+            if width < 1:
+                raise ModelInputError(
+                    f"input {i}: the query takes {head} of this model's {self.max_tokens} tokens "
+                    "and leaves no room for the document; shorten the query"
+                )
+            for start in window_starts(len(body), width):
+                cut = slice(head + start, head + min(start + width, len(body)))
+                rows.append(
+                    PairRow(
+                        list(ids[:head]) + list(ids[cut]) + list(ids[tail:]),
+                        list(types[:head]) + list(types[cut]) + list(types[tail:]),
+                    )
+                )
+                owners.append(i)
+        return PairWindows(rows, owners)

@@ -346,3 +346,44 @@ def test_a_reranker_in_bfloat16(folders: dict[str, Path]) -> None:
         # bfloat16 keeps 8 bits of mantissa: close to float32's scores, not equal to them.
         assert np.abs(got - expected[0]).max() < 0.05
         assert not np.allclose(got, expected[0], atol=1e-6)
+
+
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_long_documents_as_windows_score_as_their_best_window(
+    client: Any, folders: dict[str, Path], arch: str
+) -> None:
+    import torch
+    import transformers as tf
+
+    from models.text.classifier import TextClassifier
+
+    name = _rerank_name(arch)
+    long = " ".join(DOCUMENTS[:4]) * 3  # several windows at 128 tokens
+    query = QUERIES[0]
+    r = _rerank(client, name, query, [long, DOCUMENTS[1]], long_text="windows", truncate=False)
+    assert r.status_code == 200, r.text
+    got = _scores_in_order(r.json(), 2)
+    # The reference: transformers' own class on every window row, best sigmoid per document.
+    split = TextClassifier.from_folder(folders[name]).tokenizer.windows([(query, long)])
+    assert len(split.rows) >= 3 and all(len(row) <= 128 for row in split.rows)
+    model = tf.AutoModelForSequenceClassification.from_pretrained(str(folders[name])).eval()
+    with torch.no_grad():
+        best = max(
+            torch.sigmoid(
+                model(
+                    input_ids=torch.tensor([row.ids]),
+                    **({"token_type_ids": torch.tensor([row.types])} if arch == "bert" else {}),
+                ).logits
+            ).item()
+            for row in split.rows
+        )
+    assert abs(got[0] - best) <= TOLERANCE
+    # A pair within the limit is one row: the same score as without windows.
+    plain = _scores_in_order(_rerank(client, name, query, [long, DOCUMENTS[1]]).json(), 2)
+    assert abs(got[1] - plain[1]) <= 1e-6
+    assert_error(
+        _rerank(client, name, query, ["a"], long_text="windows", truncate=True),
+        422,
+        "invalid_request",
+        "contradict",
+    )

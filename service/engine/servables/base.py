@@ -86,6 +86,7 @@ class ClassifyInput:
     max_quality_loss: float | None = None  # with attention "auto"
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
     what: str = "input"  # how errors name one of ``inputs`` ("document" for rerank)
+    windows: bool = False  # pairs over the limit: the document as windows, scored by the best
 
 
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-

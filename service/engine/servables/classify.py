@@ -78,14 +78,33 @@ class ClassifierServable:
 
     def prepare(self, checked: Checked) -> Work:
         request: ClassifyInput = checked.request
+        activation = "identity" if request.raw_scores else self.model.activation
+        if request.windows:
+            return self._prepare_windows(request, activation)
         rows = self.model.tokenize(list(request.inputs), request.truncate)
         lengths = [len(row.ids) for row in rows]
-        activation = "identity" if request.raw_scores else self.model.activation
 
         def finish(logits: list[list[float]]) -> list[list[float]]:
             return activate(torch.tensor(logits, dtype=torch.float32), activation).tolist()
 
         return Work(rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
+
+    def _prepare_windows(self, request: ClassifyInput, activation: str) -> Work:
+        """Pairs over the limit as windows of the document (all rows of one job, so they batch
+        together); ``finish`` keeps each pair's best window (MaxP)."""
+        pairs = [item for item in request.inputs if not isinstance(item, str)]
+        if len(pairs) != len(request.inputs):
+            raise _windows_error()
+        split = self.model.tokenizer.windows(pairs)
+        lengths = [len(row.ids) for row in split.rows]
+
+        def finish(logits: list[list[float]]) -> list[list[float]]:
+            scores = activate(torch.tensor(logits, dtype=torch.float32), activation)
+            best = torch.full((len(pairs), scores.shape[1]), float("-inf"))
+            owners = torch.tensor(split.owners)[:, None].expand_as(scores)
+            return best.scatter_reduce(0, owners, scores, reduce="amax").tolist()
+
+        return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
     def run(self, rows: list[Any], call: Call) -> list[Any]:
         logits = self.models[call.precision].logits(
@@ -163,6 +182,12 @@ class ClassifierServable:
     ) -> None:
         """Classifiers run eager: ``torch.compile`` is not wired for them yet (the setting
         applies to sentence encoders and forecasters)."""
+
+
+def _windows_error() -> Exception:
+    from models.errors import ModelInputError
+
+    return ModelInputError("long_text windows applies to query-document pairs only")
 
 
 def _input_error(what: str, index: int) -> Exception:

@@ -41,11 +41,12 @@ async def rerank(
         [(body.query, d) for d in body.documents],
         body.attention,
         body.attention_options,
-        body.truncate,
+        body.long_text_rule == "truncate",
         body.raw_scores,
         body.max_quality_loss,
         body.precision,
         what="document",
+        windows=body.long_text_rule == "windows",
     )
     answer = await engine.rerank(body.model, job, client_of(request))
     set_timing_headers(response, answer)
@@ -81,11 +82,12 @@ async def tei_rerank(
         [(body.query, t) for t in body.texts],
         body.attention,
         body.attention_options,
-        body.truncate,
+        body.long_text_rule == "truncate",
         body.raw_scores,
         body.max_quality_loss,
         body.precision,
         what="text",
+        windows=body.long_text_rule == "windows",
     )
     answer = await engine.rerank(body.model, job, client_of(request))
     set_timing_headers(response, answer)

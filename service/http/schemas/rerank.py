@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt
+from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 
 from service.http.schemas.common import (
     Options,
@@ -37,10 +37,35 @@ class Extensions(StrictRequest):
     truncate: StrictBool = Field(False, description=TRUNCATE_HELP)
 
 
+class LongDocuments(Extensions):
+    """The long-text rule of the rerank routes, as ``/encode``'s ``long_text``."""
+
+    long_text: Literal["error", "truncate", "windows"] | None = Field(
+        None,
+        description="A query-document pair over the model's token limit: error (a 422 naming "
+        "it), truncate (as truncate=true), or windows (the document as overlapping windows, "
+        "each with the whole query; it scores as its best window). Default: truncate when "
+        "truncate=true, else error.",
+    )
+
+    @model_validator(mode="after")
+    def _one_long_text_rule(self) -> LongDocuments:
+        if self.truncate and self.long_text not in (None, "truncate"):
+            raise ValueError(
+                f"truncate=true and long_text={self.long_text} contradict each other; send one"
+            )
+        return self
+
+    @property
+    def long_text_rule(self) -> str:
+        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
+        return self.long_text or ("truncate" if self.truncate else "error")
+
+
 # ----------------------------------------------------------------------------- Cohere-style rerank
 
 
-class RerankRequest(Extensions):
+class RerankRequest(LongDocuments):
     """Cohere / Jina / infinity ``POST /v1/rerank``."""
 
     model: str | None = Field(None, description="Reranker name; the only loaded one if omitted.")
@@ -87,7 +112,7 @@ class RerankResponse(BaseModel):
 # ----------------------------------------------------------------------------- TEI rerank
 
 
-class TeiRerankRequest(Extensions):
+class TeiRerankRequest(LongDocuments):
     """text-embeddings-inference's ``POST /rerank``."""
 
     model: str | None = Field(None, description="Reranker name (extension).")
