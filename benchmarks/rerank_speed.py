@@ -1,0 +1,122 @@
+"""Reranking throughput of ``models.text.classifier.TextClassifier`` next to sentence-transformers'
+``CrossEncoder.predict``, in one process, on a cross-encoder of ms-marco-MiniLM-L-6-v2's shape.
+
+    .venv/bin/python -m benchmarks.rerank_speed [--repeats 3] [--docs 64] [--out FILE]
+
+The cross-encoder is the shipped all-MiniLM-L6-v2 encoder (real weights) under a one-logit
+``BertForSequenceClassification`` head drawn from a seed, saved by ``CrossEncoder.save``: the
+shape and tokenizer of the popular MiniLM rerankers, without a download. The scores are not a
+trained reranker's; the speed is the architecture's. Queries are docstring first lines, documents
+docstrings of the shipped corpus cut at 256 tokens (both sides truncate the same way). Every
+contender sees the same pairs, batch size 32 and thread count; timings are the best of
+``--repeats`` interleaved passes (:func:`benchmarks.text_encoder.best_times`). The parity column
+is the largest score difference to ``CrossEncoder.predict``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import torch
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.text_encoder import best_times
+from models.text.classifier import TextClassifier
+from models.text.corpus import stdlib_docstrings
+from models.text.weights import model_dir
+
+MAX_TOKENS = 256
+BATCH_SIZE = 32
+
+
+def build_cross_encoder(folder: Path, seed: int = 0) -> Path:
+    """all-MiniLM-L6-v2's encoder under a seeded one-logit head, saved by ``CrossEncoder.save``."""
+    import transformers as tf
+    from sentence_transformers import CrossEncoder
+
+    torch.manual_seed(seed)
+    raw = folder.parent / (folder.name + "-raw")
+    model = tf.BertForSequenceClassification.from_pretrained(str(model_dir()), num_labels=1)
+    model.save_pretrained(str(raw))
+    tf.AutoTokenizer.from_pretrained(str(model_dir())).save_pretrained(str(raw))
+    CrossEncoder(str(raw), max_length=MAX_TOKENS, device="cpu").save(str(folder))
+    return folder
+
+
+def pairs(count: int) -> list[tuple[str, str]]:
+    """``count`` (query, document) pairs from the shipped docstrings: long documents, short
+    queries (each a docstring's first line)."""
+    docs = [d for d in stdlib_docstrings() if len(d.split()) >= 60]
+    queries = [d.splitlines()[0][:120] for d in stdlib_docstrings() if len(d.split()) < 60]
+    return [(queries[i % len(queries)], docs[i % len(docs)]) for i in range(count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3, help="timed passes per contender")
+    parser.add_argument("--docs", type=int, default=64, help="pairs per pass")
+    parser.add_argument("--backends", nargs="+", default=["flash", "full"])
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args()
+
+    from sentence_transformers import CrossEncoder
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = build_cross_encoder(Path(tmp) / "minilm-cross-encoder")
+        reference = CrossEncoder(str(folder), max_length=MAX_TOKENS, device="cpu")
+        ours = TextClassifier.from_folder(folder, max_tokens=MAX_TOKENS)
+        bf16 = ours.with_precision("bfloat16")
+        work = pairs(args.docs)
+        expected = torch.tensor(reference.predict(work, batch_size=BATCH_SIZE))
+
+        def run_ours(model: TextClassifier, backend: str) -> torch.Tensor:
+            rows = model.tokenize(work, truncate=True)
+            return model.scores(model.logits(rows, backend, max_batch_size=BATCH_SIZE))[:, 0]
+
+        runs = {
+            "sentence-transformers CrossEncoder.predict": lambda: reference.predict(
+                work, batch_size=BATCH_SIZE
+            )
+        }
+        for backend in args.backends:
+            runs[f"attnserve {backend} float32"] = lambda b=backend: run_ours(ours, b)
+        runs["attnserve flash bfloat16"] = lambda: run_ours(bf16, "flash")
+        times = best_times(runs, args.repeats)
+        parity = {
+            name: float(
+                (run_ours(bf16 if "bfloat16" in name else ours, name.split()[1]) - expected)
+                .abs()
+                .max()
+            )
+            for name in runs
+            if name.startswith("attnserve")
+        }
+    base_wall = times["sentence-transformers CrossEncoder.predict"][0]
+    lines = [
+        f"# Rerank throughput, in process ({args.docs} pairs, batch {BATCH_SIZE}, "
+        f"{MAX_TOKENS} tokens max, {torch.get_num_threads()} threads)",
+        "",
+        f"`python -m benchmarks.rerank_speed --repeats {args.repeats} --docs {args.docs}` · "
+        f"{cpu_model()} · load {load_average()} · torch {torch.__version__}",
+        "",
+        "| contender | pairs/s (wall) | × CrossEncoder | CPU s | max abs score diff |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for name, (wall, cpu) in times.items():
+        diff = "reference" if name not in parity else f"{parity[name]:.2e}"
+        lines.append(
+            f"| {name} | {args.docs / wall:.1f} | {base_wall / wall:.2f} | {cpu:.2f} | {diff} |"
+        )
+    table = "\n".join(lines)
+    print(table)
+    if args.out:
+        args.out.write_text(table + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
