@@ -128,7 +128,7 @@ def query_of(text: str, words: int = QUERY_WORDS) -> str:
     return " ".join(first.split()[:words])
 
 
-def _fit(
+def fit_pair(
     classifier: TextClassifier, query: str, words: list[str], target: int
 ) -> tuple[str, PairRow]:
     """The document (most words of ``words``, one at least) whose pair with ``query`` is at most
@@ -174,7 +174,7 @@ def build_corpus(
                     words.extend(docs[i % len(docs)].split())
                     i += 1
                 target = low + (high - low) * (j + 1) // per_query
-                document, row = _fit(classifier, query, words[:high], target)
+                document, row = fit_pair(classifier, query, words[:high], target)
                 group.append(len(rows))
                 rows.append(row)
                 out_pairs.append((query, document))

@@ -1,0 +1,211 @@
+"""Long pairs: each backend reranking a query against an 8,192-token document on ModernBERT's shape.
+
+    .venv/bin/python -m benchmarks.rerank_long [--rounds 2] [--quality-layers 6]
+
+The reranker has ModernBERT-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
+layer every third, 128-token local windows elsewhere, 8,192 positions) with **random weights**:
+transformers' ``ModernBertForSequenceClassification`` with one label, saved with
+``save_pretrained`` beside the all-MiniLM-L6-v2 tokenizer (nothing is downloaded) and loaded as a
+:class:`~models.text.classifier.TextClassifier`.
+
+Speed: one ``(query, document)`` pair of 8,192 tokens (shipped docstrings,
+:func:`models.text.classifier_quality.fit_pair`), one :meth:`TextClassifier.logits` call per
+backend, each backend once per round in alternating order (forward, then backward), so a slow
+spell of a shared machine hits every row alike. The table gives the median milliseconds per pair
+and the speed-up over ``flash``. ``full`` is skipped past ``--full-max`` tokens (its ``[12, n, n]``
+score matrices).
+
+Quality: :func:`models.text.classifier_quality.measure` on pairs in a few long bands (257-512,
+1,025-2,048, 4,097-8,192 tokens by default), every backend's Kendall tau-b and NDCG@10 against
+``flash`` (exact, the reference past 512 tokens). It runs on ``--quality-layers`` layers (global
+attention on every third, as at full depth) to stay within minutes on a small CPU. With random
+weights these figures are agreement with exact attention on this architecture's shape, not
+retrieval quality: no trained reranker ships with the repository.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.long_document_speed import SHAPE
+from models.text.classifier import TextClassifier
+from models.text.classifier_quality import fit_pair, measure, query_of
+from models.text.corpus import stdlib_docstrings, word_windows
+from models.text.weights import model_dir
+
+RESULTS = Path(__file__).resolve().parent / "results"
+BACKENDS = ("flash", "probsparse", "performer", "nystrom", "full")
+WARM_TOKENS = 256
+
+
+def build_reranker(folder: Path, layers: int) -> TextClassifier:
+    """A random-weight one-label ``ModernBertForSequenceClassification`` at :data:`SHAPE`."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification
+
+    config = ModernBertConfig(
+        **{**SHAPE, "num_hidden_layers": layers},
+        vocab_size=30522,
+        pad_token_id=0,
+        cls_token_id=101,
+        sep_token_id=102,
+        bos_token_id=101,
+        eos_token_id=102,
+    )
+    config.num_labels = 1
+    torch.manual_seed(0)
+    model = ModernBertForSequenceClassification(config).eval()
+    model.save_pretrained(str(folder), safe_serialization=True)
+    shutil.copy(model_dir() / "tokenizer.json", folder / "tokenizer.json")
+    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
+    return TextClassifier.from_folder(folder)
+
+
+def speed(classifier: TextClassifier, tokens: int, args: Any) -> dict[str, Any]:
+    """Median seconds per pair of ``tokens`` tokens per backend, in alternating rounds."""
+    query = query_of(stdlib_docstrings()[0])
+    words = word_windows(1, tokens)[0].split()
+    _, row = fit_pair(classifier, query, words, tokens)
+    _, warm = fit_pair(classifier, query, words, WARM_TOKENS)
+    backends = [b for b in args.backends if b != "full" or len(row) <= args.full_max]
+    for backend in backends:
+        classifier.logits([warm], backend)
+    times: dict[str, list[float]] = {b: [] for b in backends}
+    for round_ in range(args.rounds):
+        for backend in backends if round_ % 2 == 0 else backends[::-1]:
+            start = time.perf_counter()
+            classifier.logits([row], backend)
+            times[backend].append(time.perf_counter() - start)
+            print(f"round {round_ + 1}: {backend:>10} {times[backend][-1]:.2f} s", flush=True)
+    return {
+        "tokens": len(row),
+        "seconds": {b: statistics.median(t) for b, t in times.items()},
+        "all_seconds": times,
+        "skipped": [b for b in args.backends if b not in backends],
+    }
+
+
+def speed_table(result: dict[str, Any]) -> str:
+    part = result["speed"]
+    flash = part["seconds"]["flash"]
+    lines = [
+        f"Speed: one pair of {part['tokens']} tokens, {result['layers']} layers, "
+        f"{result['threads']} threads, {result['rounds']} rounds (median).",
+        "",
+        "| backend | ms per pair | × flash |",
+        "|---|---|---|",
+    ]
+    for backend, seconds in part["seconds"].items():
+        lines.append(f"| `{backend}` | {1000 * seconds:.0f} | {flash / seconds:.2f}x |")
+    for backend in part["skipped"]:
+        lines.append(f"| `{backend}` | skipped (n² memory past {result['full_max']} tokens) | - |")
+    return "\n".join(lines)
+
+
+def quality_table(result: dict[str, Any]) -> str:
+    quality = result["quality"]
+    corpus = quality["corpus"]
+    rows = quality["backends"]
+    bands = list(next(iter(rows.values()))["by_tokens"])
+    lines = [
+        f"Ranking agreement with exact attention (`{quality['reference']}`): "
+        f"{result['quality_layers']} layers, {corpus['pairs']} pairs, {corpus['queries']} "
+        f"queries x {corpus['candidates_per_query']} candidates, tokens {corpus['tokens_min']}-"
+        f"{corpus['tokens_max']}; random weights, so this is agreement with exact attention "
+        "on this architecture's shape, not retrieval quality.",
+        "",
+        "| backend | options | "
+        + " | ".join(f"{b} tokens: Kendall τ / NDCG@10" for b in bands)
+        + " | all: Kendall τ / NDCG@10 |",
+        "|---|---|" + "---|" * (len(bands) + 1),
+    ]
+    for name, row in rows.items():
+        shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in row["options"].items())
+        cells = [
+            f"{row['by_tokens'][b]['kendall_tau']:.4f} / {row['by_tokens'][b]['ndcg_at_10']:.4f}"
+            if b in row["by_tokens"]
+            else "-"
+            for b in bands
+        ]
+        cells.append(f"{row['kendall_tau']:.4f} / {row['ndcg_at_10']:.4f}")
+        lines.append(f"| `{name}` | {shown or '-'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--tokens", type=int, default=8192, help="pair length for the speed table")
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
+    parser.add_argument("--full-max", type=int, default=4096)
+    parser.add_argument("--quality-layers", type=int, default=6)
+    parser.add_argument(
+        "--bands", nargs="+", default=["257-512", "1025-2048", "4097-8192"], help="quality bands"
+    )
+    parser.add_argument(
+        "--quality-pairs", type=int, nargs="+", default=[80, 40, 20], help="pairs per band"
+    )
+    parser.add_argument("--candidates", type=int, default=10, help="candidates per query")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--output-prefix", type=Path, default=RESULTS / "rerank-long-cpu")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    command = "python -m benchmarks.rerank_long " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    load_before = load_average()
+    print(f"load average before: {load_before}", flush=True)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        reranker = build_reranker(Path(tmp) / "speed", args.layers)
+        timed = speed(reranker, args.tokens, args)
+        del reranker
+        shallow = build_reranker(Path(tmp) / "quality", args.quality_layers)
+        bands = [tuple(int(x) for x in b.split("-")) for b in args.bands]
+        plan = [((lo, hi), n) for (lo, hi), n in zip(bands, args.quality_pairs, strict=True)]
+        quality_backends = [b for b in args.backends if b != "full"]
+        quality = measure(
+            shallow, plan, candidates=args.candidates, backends=quality_backends, reference="flash"
+        )
+    result = {
+        "command": command,
+        "cpu": cpu_model(),
+        "threads": args.threads,
+        "layers": args.layers,
+        "quality_layers": args.quality_layers,
+        "rounds": args.rounds,
+        "full_max": args.full_max,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "minutes": round((time.perf_counter() - started) / 60, 1),
+        "speed": timed,
+        "quality": quality,
+    }
+    args.output_prefix.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    text = (
+        f"    {command}\n\n"
+        f"ModernBERT-base shape reranker (random weights), {result['cpu']}; load average "
+        f"(1, 5, 15 min) before {result['load_before']}, after {result['load_after']}; "
+        f"{result['minutes']} min in all.\n\n"
+        + speed_table(result)
+        + "\n\n"
+        + quality_table(result)
+    )
+    args.output_prefix.with_suffix(".md").write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
