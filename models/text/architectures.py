@@ -1,5 +1,6 @@
 """The BERT-family architectures we load: each one's ``config.json`` read into a
-:class:`~models.text.config.BertConfig`, and its checkpoint's tensor names mapped onto ours.
+:class:`~models.text.config.BertConfig`, and the task heads its checkpoints may hold beside the
+encoder (:data:`KNOWN_HEAD_PREFIXES`); :mod:`models.text.checkpoint` maps the tensor names.
 
 Supported ``model_type`` values and their papers:
 
@@ -11,9 +12,9 @@ Supported ``model_type`` values and their papers:
 - ``modernbert`` (Warner et al. 2024): pre-LN, rotary positions, GeGLU, no biases, local layers
   with a sliding window between global ones.
 
-Our names (``models.text.bert``): ``embeddings.{word,position,token_type,norm}``,
-``layers.{i}.{qkv,attn_out,attn_norm,ffn_in,ffn_out,ffn_norm}``, ``relative_bias``,
-``final_norm``. Q, K and V are fused into one ``qkv`` matrix (rows q; k; v).
+A folder is served only when it can be served exactly: ``config.json``'s sizes must be integers
+within sane bounds (the refusal names the key), and :mod:`models.text.checkpoint` refuses a tensor
+that neither the encoder nor a known head uses.
 """
 
 from __future__ import annotations
@@ -21,11 +22,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import torch
-from torch import Tensor
-
 from models.text.config import BertConfig
 
+_MPNET_PADDING_IDX = 1  # transformers' modeling_mpnet.py: MPNetEmbeddings.padding_idx
 # What a checkpoint's hidden_act may say, and which of our activations computes it.
 _ACTIVATIONS = {
     "gelu": "gelu",
@@ -36,9 +35,33 @@ _ACTIVATIONS = {
     "silu": "silu",
     "swish": "silu",
 }
-# Prefixes a checkpoint saved from a task model (e.g. ``BertForMaskedLM``) puts on the encoder's
-# tensors; a checkpoint of the bare model (what sentence-transformers saves) has none.
-_PREFIXES = ("bert.", "roberta.", "distilbert.", "mpnet.", "model.")
+# The task heads transformers puts beside (or, for the pooler, inside) the encoder, which an
+# embedding does not use: a checkpoint may hold them and still be served as an encoder. Read
+# from transformers' ``modeling_*.py`` of each architecture we load; the classification loader
+# (:mod:`models.text.heads`) reads some of them itself from the same file.
+KNOWN_HEAD_PREFIXES: tuple[str, ...] = (
+    "pooler.",  # BertModel, RobertaModel (+ XLM-R, CamemBERT), MPNetModel: add_pooling_layer
+    "classifier.",  # ...ForSequenceClassification / TokenClassification / MultipleChoice
+    "pre_classifier.",  # DistilBertForSequenceClassification / MultipleChoice
+    "qa_outputs.",  # ...ForQuestionAnswering
+    "head.",  # ModernBertPredictionHead (masked LM and every classification task)
+    "decoder.",  # ModernBertForMaskedLM's output projection
+    "lm_head.",  # RobertaLMHead (+ XLM-R, CamemBERT), MPNetLMHead
+    "cls.",  # BertForPreTraining / MaskedLM / NextSentencePrediction / LMHeadModel
+    "vocab_transform.",  # DistilBertForMaskedLM
+    "vocab_layer_norm.",
+    "vocab_projector.",
+)
+# Upper bounds far above any published encoder: a larger value is a broken config.json, refused
+# before anything is built from it (the memory and work estimates multiply these sizes).
+_SIZE_LIMITS = {
+    "vocab_size": 1 << 24,
+    "hidden_size": 1 << 16,
+    "num_hidden_layers": 1 << 10,
+    "num_attention_heads": 1 << 10,
+    "intermediate_size": 1 << 18,
+    "max_position_embeddings": 1 << 20,
+}
 
 
 def _activation(raw: Mapping[str, Any], key: str) -> str:
@@ -50,17 +73,33 @@ def _activation(raw: Mapping[str, Any], key: str) -> str:
     return _ACTIVATIONS[name]
 
 
-def _shape(raw: Mapping[str, Any]) -> dict[str, Any]:
-    """The sizes every BERT-style ``config.json`` names the same way."""
-    keys = (
-        "vocab_size",
-        "hidden_size",
-        "num_hidden_layers",
-        "num_attention_heads",
-        "intermediate_size",
-        "max_position_embeddings",
-    )
-    return {key: int(raw[key]) for key in keys}
+def _count(raw: Mapping[str, Any], key: str, limit: int, low: int = 1) -> int:
+    """``raw[key]``, which must be an integer in ``[low, limit]`` (``true`` is no integer)."""
+    value = raw[key]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"config.json {key} must be an integer, got {value!r}")
+    if not low <= value <= limit:
+        raise ValueError(f"config.json {key} is {value}, outside [{low}, {limit}]")
+    return value
+
+
+def _optional_count(raw: Mapping[str, Any], key: str, default: int, low: int = 1) -> int:
+    """An optional integer setting (absent or null: ``default``), checked as :func:`_count`."""
+    return default if raw.get(key) is None else _count(raw, key, 1 << 20, low)
+
+
+def _eps(raw: Mapping[str, Any], key: str, default: float) -> float:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < 1:
+        raise ValueError(f"config.json {key} must be a number in (0, 1), got {value!r}")
+    return float(value)
+
+
+def _shape(raw: Mapping[str, Any], names: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The six sizes of the encoder, each checked (:func:`_count`); ``names`` maps ours to the
+    config.json keys where they differ (DistilBERT's ``dim``, ``n_layers``, ...)."""
+    names = names or {}
+    return {key: _count(raw, names.get(key, key), limit) for key, limit in _SIZE_LIMITS.items()}
 
 
 def _bert(raw: Mapping[str, Any], offset_positions: bool) -> BertConfig:
@@ -69,11 +108,11 @@ def _bert(raw: Mapping[str, Any], offset_positions: bool) -> BertConfig:
             f"position_embedding_type {raw['position_embedding_type']!r} is not supported "
             "(absolute only)"
         )
-    pad = int(raw.get("pad_token_id") or 0)
+    pad = _optional_count(raw, "pad_token_id", 0, low=0)
     return BertConfig(
         **_shape(raw),
-        type_vocab_size=raw.get("type_vocab_size", 2),
-        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
+        type_vocab_size=_optional_count(raw, "type_vocab_size", 2, low=0),
+        layer_norm_eps=_eps(raw, "layer_norm_eps", 1e-12),
         pad_token_id=pad,
         architecture=raw["model_type"],
         activation=_activation(raw, "hidden_act"),
@@ -82,32 +121,36 @@ def _bert(raw: Mapping[str, Any], offset_positions: bool) -> BertConfig:
 
 
 def _distilbert(raw: Mapping[str, Any]) -> BertConfig:
+    names = {
+        "hidden_size": "dim",
+        "num_hidden_layers": "n_layers",
+        "num_attention_heads": "n_heads",
+        "intermediate_size": "hidden_dim",
+    }
     return BertConfig(
-        vocab_size=raw["vocab_size"],
-        hidden_size=raw["dim"],
-        num_hidden_layers=raw["n_layers"],
-        num_attention_heads=raw["n_heads"],
-        intermediate_size=raw["hidden_dim"],
-        max_position_embeddings=raw["max_position_embeddings"],
+        **_shape(raw, names),
         type_vocab_size=0,
         layer_norm_eps=1e-12,  # fixed in DistilBERT's code, not in its config
-        pad_token_id=int(raw.get("pad_token_id") or 0),
+        pad_token_id=_optional_count(raw, "pad_token_id", 0, low=0),
         architecture="distilbert",
         activation=_activation(raw, "activation"),
     )
 
 
 def _mpnet(raw: Mapping[str, Any]) -> BertConfig:
-    pad = int(raw.get("pad_token_id", 1))
+    # transformers' MPNetEmbeddings fixes padding_idx = 1 whatever config.json's pad_token_id
+    # says, so positions start at 2 even under a BERT tokenizer (pad 0), as fine-tunes ship.
+    # (It also gives a token whose id is 1 the padding position; a BERT vocabulary's id 1 is
+    # ``[unused0]``, which no text tokenizes to.)
     return BertConfig(
         **_shape(raw),
         type_vocab_size=0,
-        layer_norm_eps=raw.get("layer_norm_eps", 1e-12),
-        pad_token_id=pad,
+        layer_norm_eps=_eps(raw, "layer_norm_eps", 1e-12),
+        pad_token_id=_optional_count(raw, "pad_token_id", 1, low=0),
         architecture="mpnet",
         activation=_activation(raw, "hidden_act"),
-        position_offset=pad + 1,
-        relative_buckets=raw.get("relative_attention_num_buckets", 32),
+        position_offset=_MPNET_PADDING_IDX + 1,
+        relative_buckets=_optional_count(raw, "relative_attention_num_buckets", 32),
     )
 
 
@@ -115,10 +158,10 @@ def _modernbert_layers(raw: Mapping[str, Any]) -> tuple[list[str], list[float]]:
     """Each layer's kind (``full_attention`` / ``sliding_attention``) and rotary base, from
     either transformers 5's ``layer_types`` + ``rope_parameters`` or 4.x's
     ``global_attn_every_n_layers`` + ``global_rope_theta`` / ``local_rope_theta``."""
-    n = raw["num_hidden_layers"]
+    n = _count(raw, "num_hidden_layers", _SIZE_LIMITS["num_hidden_layers"])
+    every = _optional_count(raw, "global_attn_every_n_layers", 3)
     kinds = raw.get("layer_types") or [
-        "sliding_attention" if i % raw.get("global_attn_every_n_layers", 3) else "full_attention"
-        for i in range(n)
+        "sliding_attention" if i % every else "full_attention" for i in range(n)
     ]
     rope = raw.get("rope_parameters") or {}
     thetas = {
@@ -142,13 +185,14 @@ def _modernbert_layers(raw: Mapping[str, Any]) -> tuple[list[str], list[float]]:
 def _modernbert(raw: Mapping[str, Any]) -> BertConfig:
     if bool(raw.get("attention_bias", False)) != bool(raw.get("mlp_bias", False)):
         raise ValueError("attention_bias and mlp_bias must agree")
+    shape = _shape(raw)
     kinds, thetas = _modernbert_layers(raw)
-    half = int(raw.get("local_attention", 128)) // 2
+    half = _optional_count(raw, "local_attention", 128, low=2) // 2
     return BertConfig(
-        **_shape(raw),
+        **shape,
         type_vocab_size=0,
-        layer_norm_eps=raw.get("norm_eps", 1e-5),
-        pad_token_id=int(raw.get("pad_token_id") or 0),
+        layer_norm_eps=_eps(raw, "norm_eps", 1e-5),
+        pad_token_id=_optional_count(raw, "pad_token_id", 0, low=0),
         architecture="modernbert",
         activation=_activation(raw, "hidden_activation"),
         absolute_positions=False,
@@ -177,9 +221,12 @@ def read_config(raw: Mapping[str, Any]) -> BertConfig:
     """A transformers ``config.json`` (as a dict) as our :class:`BertConfig`.
 
     Raises:
-        ValueError: an architecture we do not load, or a setting it uses that we do not
-            implement (the message names it); a missing key as ``config.json lacks ...``.
+        ValueError: an architecture we do not load, a setting it uses that we do not
+            implement, or a size that is no positive integer or is absurd (the message names
+            it); a missing key as ``config.json lacks ...``.
     """
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"config.json must hold a JSON object, not {type(raw).__name__}")
     model_type = raw.get("model_type")
     if model_type not in _READERS:
         raise ValueError(
@@ -190,117 +237,5 @@ def read_config(raw: Mapping[str, Any]) -> BertConfig:
         return _READERS[model_type](raw)
     except KeyError as exc:
         raise ValueError(f"config.json lacks {exc.args[0]!r}, which {model_type} needs") from None
-
-
-# ----------------------------------------------------------------------------- tensor names
-
-
-def _strip_prefix(tensors: Mapping[str, Tensor]) -> dict[str, Tensor]:
-    """The encoder's tensors without a task model's prefix (``bert.``, ``model.``, ...)."""
-    for prefix in _PREFIXES:
-        if any(name.startswith(prefix + "embeddings.") for name in tensors):
-            return {n[len(prefix) :]: t for n, t in tensors.items() if n.startswith(prefix)}
-    return dict(tensors)
-
-
-def _affine(out: dict[str, Tensor], dst: str, get: Callable[[str], Tensor], src: str) -> None:
-    """A linear layer's or a LayerNorm's weight and bias, renamed."""
-    out[dst + ".weight"] = get(src + ".weight")
-    out[dst + ".bias"] = get(src + ".bias")
-
-
-def _qkv(out: dict[str, Tensor], dst: str, get: Callable[[str], Tensor], srcs: list[str]) -> None:
-    out[dst + ".weight"] = torch.cat([get(s + ".weight") for s in srcs])
-    out[dst + ".bias"] = torch.cat([get(s + ".bias") for s in srcs])
-
-
-def _bert_layers(get: Callable[[str], Tensor], config: BertConfig) -> dict[str, Tensor]:
-    """BERT / RoBERTa / XLM-R / CamemBERT (``encoder.layer.i.attention.self.query`` ...),
-    MPNet (``encoder.layer.i.attention.attn.q`` ...) and DistilBERT
-    (``transformer.layer.i.attention.q_lin`` ...)."""
-    out: dict[str, Tensor] = {}
-    for i in range(config.num_hidden_layers):
-        dst = f"layers.{i}."
-        if config.architecture == "distilbert":
-            src = f"transformer.layer.{i}."
-            names = {
-                "qkv": [src + f"attention.{p}_lin" for p in "qkv"],
-                "attn_out": src + "attention.out_lin",
-                "attn_norm": src + "sa_layer_norm",
-                "ffn_in": src + "ffn.lin1",
-                "ffn_out": src + "ffn.lin2",
-                "ffn_norm": src + "output_layer_norm",
-            }
-        else:
-            src = f"encoder.layer.{i}."
-            mpnet = config.architecture == "mpnet"
-            names = {
-                "qkv": [src + "attention.attn." + p for p in "qkv"]
-                if mpnet
-                else [src + "attention.self." + p for p in ("query", "key", "value")],
-                "attn_out": src + ("attention.attn.o" if mpnet else "attention.output.dense"),
-                "attn_norm": src
-                + ("attention.LayerNorm" if mpnet else "attention.output.LayerNorm"),
-                "ffn_in": src + "intermediate.dense",
-                "ffn_out": src + "output.dense",
-                "ffn_norm": src + "output.LayerNorm",
-            }
-        qkv = names.pop("qkv")
-        assert isinstance(qkv, list)
-        _qkv(out, dst + "qkv", get, qkv)
-        for ours, theirs in names.items():
-            assert isinstance(theirs, str)
-            _affine(out, dst + ours, get, theirs)
-    return out
-
-
-def _modernbert_tensors(get: Callable[[str], Tensor], config: BertConfig) -> dict[str, Tensor]:
-    out: dict[str, Tensor] = {"embeddings.word.weight": get("embeddings.tok_embeddings.weight")}
-
-    def take(dst: str, src: str, has_bias: bool) -> None:
-        out[dst + ".weight"] = get(src + ".weight")
-        if has_bias:
-            out[dst + ".bias"] = get(src + ".bias")
-
-    take("embeddings.norm", "embeddings.norm", config.norm_bias)
-    for i in range(config.num_hidden_layers):
-        src, dst = f"layers.{i}.", f"layers.{i}."
-        if i > 0:  # layer 0's pre-attention norm is the embeddings' norm
-            take(dst + "attn_norm", src + "attn_norm", config.norm_bias)
-        take(dst + "qkv", src + "attn.Wqkv", config.bias)
-        take(dst + "attn_out", src + "attn.Wo", config.bias)
-        take(dst + "ffn_norm", src + "mlp_norm", config.norm_bias)
-        take(dst + "ffn_in", src + "mlp.Wi", config.bias)
-        take(dst + "ffn_out", src + "mlp.Wo", config.bias)
-    take("final_norm", "final_norm", config.norm_bias)
-    return out
-
-
-def state_from_checkpoint(tensors: Mapping[str, Tensor], config: BertConfig) -> dict[str, Tensor]:
-    """A checkpoint's tensors under our names (Q, K, V fused); unused ones (poolers, heads,
-    ``position_ids`` buffers) are left out.
-
-    Raises:
-        ValueError: a tensor the architecture needs is missing (the message names it).
-    """
-    found = _strip_prefix(tensors)
-
-    def get(name: str) -> Tensor:
-        try:
-            return found[name]
-        except KeyError:
-            raise ValueError(f"model.safetensors lacks {name!r}") from None
-
-    if config.architecture == "modernbert":
-        return _modernbert_tensors(get, config)
-    out = {
-        "embeddings.word.weight": get("embeddings.word_embeddings.weight"),
-        "embeddings.position.weight": get("embeddings.position_embeddings.weight"),
-        "embeddings.norm.weight": get("embeddings.LayerNorm.weight"),
-        "embeddings.norm.bias": get("embeddings.LayerNorm.bias"),
-    }
-    if config.type_vocab_size:
-        out["embeddings.token_type.weight"] = get("embeddings.token_type_embeddings.weight")
-    if config.relative_buckets:
-        out["relative_bias.weight"] = get("encoder.relative_attention_bias.weight")
-    return out | _bert_layers(get, config)
+    except (TypeError, AttributeError) as exc:  # a setting of the wrong JSON type
+        raise ValueError(f"config.json is malformed for {model_type}: {exc}") from None

@@ -4,18 +4,46 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
+
+import torch
 
 from models.attention import BACKENDS, AttentionError, get_backend
-
-if TYPE_CHECKING:
-    from models.text.encoder import SentenceEncoder
+from models.text.bert import BertEncoder
 
 QUALITY_FILE = Path(__file__).with_name("quality.json")  # the shipped MiniLM's
 
 
-def describe(encoder: SentenceEncoder) -> dict[str, Any]:
+class Described(Protocol):
+    """What a card is made from: a served text model's network, limits and settings (a
+    :class:`~models.text.encoder.SentenceEncoder` is one), so this module need not know the
+    encoder class that imports it."""
+
+    model: BertEncoder
+    name: str
+    source: str
+    dim: int
+    max_tokens: int
+    default_max_tokens: int
+    normalize: bool
+    prompts: dict[str, str]
+    default_prompt_name: str | None
+    device: torch.device
+    dtype: torch.dtype
+    default_attention: str
+
+    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Resolved options for ``backend``; :class:`AttentionError` when it cannot run."""
+        ...
+
+    def quality(self) -> dict[str, Any]:
+        """Measured quality per backend ({} when none was measured)."""
+        ...
+
+
+def describe(encoder: Described) -> dict[str, Any]:
     """What ``GET /models`` shows: architecture, limits, pooling, attention backends (and why
     any is refused) and measured quality."""
     supported, unavailable = [], {}

@@ -9,7 +9,7 @@ segment embeddings, biased linear layers, an exact-GELU feed-forward block.
 What the other architectures change, field by field:
 
 ========================  =====================================================================
-``position_offset``       RoBERTa, XLM-RoBERTa, MPNet: positions start at ``pad_token_id + 1``
+``position_offset``       RoBERTa, XLM-RoBERTa: positions start at ``pad_token_id + 1``; MPNet: 2
 ``type_vocab_size``       0 where there are no segment embeddings (DistilBERT, MPNet, ModernBERT)
 ``relative_buckets``      MPNet: a learned relative position bias added to every layer's scores
 ``rotary_thetas``         ModernBERT: rotary positions (Su et al. 2021), one base per layer

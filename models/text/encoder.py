@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.attention import BACKENDS, AttentionError, InputSpec, check, get_backend
+from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
@@ -29,7 +29,7 @@ from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE, describe, load_quality
 from models.text.folder import read_text_folder
 from models.text.memory import forward_bytes, forward_work
-from models.text.tokenizer import TextTokenizer
+from models.text.tokenizer import TextTokenizer, with_prompt
 from models.text.weights import load_network, model_dir
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -149,14 +149,16 @@ class SentenceEncoder:
             quality_file: measured quality (default: ``quality.json`` in the folder).
 
         Raises:
-            ValueError: what is wrong with the folder (missing file, unsupported architecture or
-                module, weights that do not fit the config).
+            ValueError: what is wrong with the folder (missing or unreadable file, unsupported
+                architecture or module, a config size out of range, a module path leading out
+                of the folder, weights that do not fit the config or that nothing uses).
         """
         path = Path(folder)
         spec = read_text_folder(path)
         limit = spec.max_tokens if max_tokens is None else max_tokens
-        model = load_network(spec, torch.device(device), dtype)
+        # The tokenizer first: a broken one is refused before the weights are read.
         tokenizer = TextTokenizer(spec.weights / "tokenizer.json", limit, spec.lowercase)
+        model = load_network(spec, torch.device(device), dtype)
         return cls(
             model,
             tokenizer,
@@ -183,10 +185,7 @@ class SentenceEncoder:
                 ``max_tokens`` without ``truncate`` (the message names the index, its length
                 and the limit).
         """
-        prompt = self.prompt(prompt_name)
-        if prompt and isinstance(texts, list):
-            texts = [prompt + t if isinstance(t, str) else t for t in texts]
-        return self.tokenizer(texts, truncate=truncate)
+        return self.tokenizer(with_prompt(self.prompt(prompt_name), texts), truncate=truncate)
 
     def prompt(self, prompt_name: str | None) -> str:
         """The text ``prompt_name`` stands for (the default prompt when None; "" when none).
@@ -237,7 +236,8 @@ class SentenceEncoder:
             AttentionError: unknown backend, invalid option, or a backend that cannot run this
                 model's self-attention (padded, non-causal, head dim 32) on its device/dtype.
         """
-        resolved = get_backend(backend).resolve_options(options)
+        chosen = get_backend(backend)
+        resolved = chosen.resolve_options(options)  # an option problem raises here, naming it
         spec = InputSpec(
             lq=self.max_tokens,
             lk=self.max_tokens,
@@ -248,13 +248,10 @@ class SentenceEncoder:
             has_padding_mask=True,
             has_score_bias=self.model.config.relative_buckets > 0,
         )
-        try:
-            check(backend, spec, options)
-        except AttentionError as exc:
-            if not get_backend(backend).unsupported_reasons(spec, resolved):
-                raise  # an option problem: the message already says what to fix
+        reasons = chosen.unsupported_reasons(spec, resolved)
+        if reasons:
             able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
-            raise AttentionError(f"{exc}; {self.name} runs: {', '.join(able)}") from None
+            raise AttentionError(f"{'; '.join(reasons)}; {self.name} runs: {', '.join(able)}")
         return resolved
 
     # ------------------------------------------------------------------ compilation
@@ -367,26 +364,26 @@ class SentenceEncoder:
     ) -> Tensor:
         """``tokenize`` then ``embed``: ``[len(texts), dim]`` float32 on CPU (``normalize``
         None: as the model's folder says). ``long_text``: ``"error"`` (default), ``"truncate"``
-        (as ``truncate=True``) or ``"windows"`` (:meth:`windows`, then :func:`windows.merge`)."""
+        (as ``truncate=True``) or ``"windows"`` (:meth:`split_windows`, :func:`windows.merge`)."""
         self.check_attention(backend, options)  # refuse before tokenizing
         unit = self.normalize if normalize is None else normalize
         skip = self.pool_skip(prompt_name)
         if long_text == "windows":
-            split = self.windows(texts, prompt_name)
+            split = self.split_windows(texts, prompt_name)
             vectors = self.embed(split.rows, backend, options, False, skip=skip)
             return windows.merge(vectors, split, unit)
         token_ids = self.tokenize(texts, truncate or long_text == "truncate", prompt_name)
         return self.embed(token_ids, backend, options, unit, skip=skip)
 
-    def windows(self, texts: list[str], prompt_name: str | None = None) -> windows.Windowed:
+    def split_windows(self, texts: list[str], prompt_name: str | None = None) -> windows.Windowed:
         """Rows for ``texts`` with every text over ``max_tokens`` cut into overlapping windows,
         each carrying the special tokens and the prompt (:mod:`models.text.windows`)."""
         prompt = self.prompt(prompt_name)
         keep = 0
         if prompt:
-            texts = [prompt + t if isinstance(t, str) else t for t in texts]
             keep = max(0, self.tokenizer.prompt_length(prompt) - self.tokenizer.leading_special())
-        return windows.split_texts(self.tokenizer.with_special_mask(texts), self.max_tokens, keep)
+        rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts))
+        return windows.split_texts(rows, self.max_tokens, keep)
 
     # ------------------------------------------------------------------ card
 

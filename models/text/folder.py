@@ -11,7 +11,8 @@ Two layouts are understood (and told apart by what the folder holds):
   sentence-transformers would load it (mean pooling, no normalisation).
 
 Any other module in ``modules.json`` (``Dense``, ``LayerNorm``, ...) is refused by name rather than
-skipped, since leaving it out would change the embeddings.
+skipped, since leaving it out would change the embeddings. A module's ``path`` must stay inside the
+folder (no absolute path, no ``..``, no link leading out): a folder is data, not directions.
 """
 
 from __future__ import annotations
@@ -69,8 +70,16 @@ def _json(path: Path) -> Any:
         raise ValueError(f"{path.name} is not valid JSON ({exc})") from None
 
 
+def _object(path: Path) -> dict[str, Any]:
+    """A JSON file that must hold an object."""
+    raw = _json(path)
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path.name} must hold a JSON object, not {type(raw).__name__}")
+    return raw
+
+
 def _optional_json(path: Path) -> dict[str, Any]:
-    return dict(_json(path)) if path.is_file() else {}
+    return _object(path) if path.is_file() else {}
 
 
 def is_text_folder(path: Path) -> bool:
@@ -85,7 +94,9 @@ def is_text_folder(path: Path) -> bool:
     return isinstance(raw, dict) and raw.get("model_type") in ARCHITECTURES
 
 
-def _module_kind(entry: dict[str, Any]) -> str:
+def _module_kind(entry: Any) -> str:
+    if not isinstance(entry, dict):
+        raise ValueError(f"modules.json entries must be JSON objects, got {entry!r}")
     kind = str(entry.get("type", "")).rsplit(".", 1)[-1]
     if kind not in _MODULE_KINDS:
         raise ValueError(
@@ -94,6 +105,16 @@ def _module_kind(entry: dict[str, Any]) -> str:
             f"{', '.join(_MODULE_KINDS)})"
         )
     return kind
+
+
+def _module_dir(root: Path, entry: dict[str, Any]) -> Path:
+    """The folder of a ``modules.json`` entry, which must resolve (links followed) inside
+    ``root``: an absolute path or a ``..`` would have us read files the folder does not hold."""
+    given = str(entry.get("path", ""))
+    folder = (root / given).resolve()
+    if Path(given).is_absolute() or not folder.is_relative_to(root.resolve()):
+        raise ValueError(f"modules.json path {given!r} leads outside the model folder")
+    return root / given
 
 
 def _pooling(raw: dict[str, Any], hidden: int) -> Pooling:
@@ -166,7 +187,7 @@ def read_text_folder(path: Path) -> TextFolder:
     modules = _json(path / "modules.json")
     if not isinstance(modules, list) or not modules:
         raise ValueError("modules.json must list the model's modules")
-    kinds = [(_module_kind(entry), path / str(entry.get("path", ""))) for entry in modules]
+    kinds = [(_module_kind(entry), _module_dir(path, entry)) for entry in modules]
     order = [kind for kind, _ in kinds]
     if order not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise ValueError(
@@ -175,9 +196,12 @@ def read_text_folder(path: Path) -> TextFolder:
     weights, config = _weights_folder(kinds[0][1])
     transformer = _optional_json(weights / "sentence_bert_config.json")
     pooling_dir = dict(kinds)["Pooling"]
-    pooling = _pooling(dict(_json(pooling_dir / "config.json")), config.hidden_size)
+    pooling = _pooling(_object(pooling_dir / "config.json"), config.hidden_size)
     st_config = _optional_json(path / "config_sentence_transformers.json")
-    prompts = {str(k): str(v) for k, v in (st_config.get("prompts") or {}).items()}
+    given_prompts = st_config.get("prompts") or {}
+    if not isinstance(given_prompts, dict):
+        raise ValueError("config_sentence_transformers.json prompts must be a JSON object")
+    prompts = {str(k): str(v) for k, v in given_prompts.items()}
     default_prompt = st_config.get("default_prompt_name")
     if default_prompt is not None and default_prompt not in prompts:
         raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")

@@ -16,11 +16,34 @@ from tokenizers import Tokenizer
 from models.errors import ModelInputError
 
 
+def with_prompt(prompt: str, texts: list[str]) -> list[str]:
+    """``prompt`` before each text, as sentence-transformers does. Anything that is no list of
+    strings passes unchanged, for :class:`TextTokenizer` to refuse naming the bad input."""
+    if not prompt or not isinstance(texts, list | tuple):
+        return texts
+    return [prompt + t if isinstance(t, str) else t for t in texts]
+
+
+def _read(path: str | Path) -> Tokenizer:
+    """``Tokenizer.from_file``, a file it cannot read as ``ValueError`` naming the file."""
+    try:
+        return Tokenizer.from_file(str(path))
+    # tokenizers raises a bare ``Exception`` for malformed JSON or an unknown model kind, and
+    # OSError-like ``Exception``s for a missing file: nothing narrower to catch.
+    except Exception as exc:
+        detail = " ".join(str(exc).split())
+        raise ValueError(f"{Path(path).name} cannot be read by tokenizers ({detail})") from None
+
+
 class TextTokenizer:
-    """Texts to token ids (with ``[CLS]``/``[SEP]``), at most ``max_tokens`` per text."""
+    """Texts to token ids (with ``[CLS]``/``[SEP]``), at most ``max_tokens`` per text.
+
+    Raises:
+        ValueError: the tokenizer file cannot be read (the message names it and the problem).
+    """
 
     def __init__(self, path: str | Path, max_tokens: int, lowercase: bool = False) -> None:
-        self._tokenizer = Tokenizer.from_file(str(path))
+        self._tokenizer = _read(path)
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
         self._cutting = Tokenizer.from_str(self._tokenizer.to_str())

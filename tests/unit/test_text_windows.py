@@ -72,7 +72,7 @@ def test_texts_within_the_limit_embed_exactly_as_without_windows(encoder) -> Non
 
 def test_a_long_text_is_the_weighted_mean_of_its_windows(encoder) -> None:
     text = " ".join(f"word{i}" for i in range(150))  # several hundred tokens, limit 64
-    split = encoder.windows([text])
+    split = encoder.split_windows([text])
     assert len(split.rows) >= 4 and all(len(r) <= 64 for r in split.rows)
     alone = torch.cat([encoder.embed([r], normalize=False) for r in split.rows])
     weights = torch.tensor(split.weights, dtype=torch.float32)[:, None]

@@ -6,7 +6,8 @@ sentence-transformers (or transformers) saves them, and their reference embeddin
 
 Nothing is downloaded: the tokenizer is a WordPiece trained here on the standard library's
 docstrings (BERT-style ``[CLS] A [SEP]`` or RoBERTa-style ``<s> A </s>`` with pad id 1, as each
-architecture's real tokenizers are), and the weights are drawn from a seed. They are drawn wider
+architecture's real tokenizers are; ``tokenizer="bert"`` gives any architecture the BERT one, with
+pad id 0, as MPNet fine-tunes ship), and the weights are drawn from a seed. They are drawn wider
 than transformers' default initialisation (std 0.02), which makes every attention row nearly
 uniform and would let a wrong score term slip through an exactness test.
 """
@@ -47,13 +48,24 @@ class _Style:
     end: str
     pad: str
     unk: str
+    mask: str
 
 
 _BERT_STYLE = _Style(
-    ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), "[CLS]", "[SEP]", "[PAD]", "[UNK]"
+    ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"), "[CLS]", "[SEP]", "[PAD]", "[UNK]", "[MASK]"
 )
 _ROBERTA_STYLE = _Style(
-    ("<s>", "<pad>", "</s>", "<unk>", "<mask>"), "<s>", "</s>", "<pad>", "<unk>"
+    ("<s>", "<pad>", "</s>", "<unk>", "<mask>"), "<s>", "</s>", "<pad>", "<unk>", "<mask>"
+)
+# A real BERT vocabulary's id 1 is ``[unused0]``, which no text tokenizes to; under MPNet that
+# matters, since transformers gives id 1 the padding position whatever pad_token_id says.
+_BERT_VOCAB_STYLE = _Style(
+    ("[PAD]", "[unused0]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"),
+    "[CLS]",
+    "[SEP]",
+    "[PAD]",
+    "[UNK]",
+    "[MASK]",
 )
 _STYLE = {
     "bert": _BERT_STYLE,
@@ -87,12 +99,11 @@ def _tokenizer_json(style: _Style) -> str:
     return str(tok.to_str())
 
 
-def _save_tokenizer(folder: Path, architecture: str, max_length: int) -> int:
+def _save_tokenizer(folder: Path, style: _Style, max_length: int) -> int:
     """Write the tokenizer files transformers' ``AutoTokenizer`` reads; returns the vocab size."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    style = _STYLE[architecture]
     tokenizer = Tokenizer.from_str(_tokenizer_json(style))
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
@@ -102,7 +113,7 @@ def _save_tokenizer(folder: Path, architecture: str, max_length: int) -> int:
         sep_token=style.end,
         pad_token=style.pad,
         unk_token=style.unk,
-        mask_token=style.specials[4],
+        mask_token=style.mask,
         model_max_length=max_length,
     )
     fast.save_pretrained(str(folder))
@@ -146,8 +157,9 @@ def _config(architecture: str, vocab: int, pad: int, layers: int) -> Any:
         "xlm-roberta": tf.XLMRobertaConfig,
         "mpnet": tf.MPNetConfig,
     }
-    # RoBERTa-family positions start after the pad id: the table needs pad + 1 extra rows.
-    extra = pad + 1 if architecture in ("roberta", "xlm-roberta", "mpnet") else 0
+    # RoBERTa-family positions start after the pad id: the table needs pad + 1 extra rows;
+    # MPNet's after id 1 whatever the pad id (transformers' MPNetEmbeddings.padding_idx).
+    extra = {"roberta": pad + 1, "xlm-roberta": pad + 1, "mpnet": 2}.get(architecture, 0)
     return classes[architecture](max_position_embeddings=MAX_POSITIONS + extra, **shape)
 
 
@@ -165,18 +177,31 @@ def _widen(model: torch.nn.Module, seed: int) -> None:
                 param.copy_(0.2 * noise)
 
 
-def build_tiny_model(architecture: str, folder: Path, seed: int = 0, layers: int = 3) -> None:
-    """``save_pretrained`` a random ``architecture`` encoder plus its tokenizer into ``folder``."""
+def build_tiny_model(
+    architecture: str,
+    folder: Path,
+    seed: int = 0,
+    layers: int = 3,
+    *,
+    tokenizer: str | None = None,
+    task: str = "AutoModel",
+) -> None:
+    """``save_pretrained`` a random ``architecture`` model plus its tokenizer into ``folder``:
+    the bare encoder, or transformers' ``task`` class (``BertForMaskedLM``, ...) with its head.
+    ``tokenizer="bert"``: a BERT vocabulary (pad id 0) whatever the architecture."""
     import transformers as tf
 
     if architecture not in ARCHITECTURES:
         raise ValueError(f"unknown architecture {architecture!r}")
     folder.mkdir(parents=True, exist_ok=True)
-    style = _STYLE[architecture]
-    vocab = _save_tokenizer(folder, architecture, MAX_POSITIONS)
+    style = _BERT_VOCAB_STYLE if tokenizer == "bert" else _STYLE[architecture]
+    vocab = _save_tokenizer(folder, style, MAX_POSITIONS)
     config = _config(architecture, vocab, style.specials.index(style.pad), layers)
     torch.manual_seed(seed)
-    model = tf.AutoModel.from_config(config, attn_implementation="eager").eval()
+    if task == "AutoModel":
+        model = tf.AutoModel.from_config(config, attn_implementation="eager").eval()
+    else:  # a concrete class builds from a config with the private classmethod
+        model = getattr(tf, task)._from_config(config, attn_implementation="eager").eval()
     _widen(model, seed)
     model.save_pretrained(str(folder), safe_serialization=True)
 
@@ -205,13 +230,15 @@ def save_tiny_encoder(
     include_prompt: bool = True,
     seed: int = 0,
     layers: int = 3,
+    tokenizer: str | None = None,
 ) -> Path:
-    """A tiny ``architecture`` model saved by ``SentenceTransformer.save`` into ``folder``."""
+    """A tiny ``architecture`` model saved by ``SentenceTransformer.save`` into ``folder``
+    (``tokenizer``: as :func:`build_tiny_model`)."""
     from sentence_transformers import SentenceTransformer
 
     transformer_cls, pooling_cls, normalize_cls = _st_modules()
     with tempfile.TemporaryDirectory() as raw:
-        build_tiny_model(architecture, Path(raw), seed, layers)
+        build_tiny_model(architecture, Path(raw), seed, layers, tokenizer=tokenizer)
         transformer = transformer_cls(raw, max_seq_length=max_seq_length)
         modules = [
             transformer,

@@ -99,7 +99,7 @@ class TextServable:
     def _prepare_windows(self, request: TextInput) -> Work:
         """Every text over the limit as overlapping windows, all rows of one job (so they batch
         together); ``finish`` merges each text's rows back into one vector."""
-        split = self.encoder.windows(request.texts, request.prompt_name)
+        split = self.encoder.split_windows(request.texts, request.prompt_name)
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
 
         def finish(vectors: list[list[float]]) -> list[list[float]]:
