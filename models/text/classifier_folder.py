@@ -22,11 +22,14 @@ from typing import Any
 
 from models.text.architectures import ARCHITECTURES
 from models.text.config import BertConfig
-from models.text.folder import TextFolder
-from models.text.folder import _json as read_json
-from models.text.folder import _max_tokens as max_tokens_of
-from models.text.folder import _optional_json as read_optional_json
-from models.text.folder import _weights_folder as read_weights_folder
+from models.text.folder import (
+    TextFolder,
+    max_tokens_of,
+    module_dir,
+    read_json,
+    read_optional_json,
+    read_weights_folder,
+)
 from models.text.heads import HeadSpec
 from models.text.pooling import Pooling
 
@@ -75,9 +78,9 @@ def _weights_path(path: Path) -> Path:
     if not modules_file.is_file():
         return path
     modules = read_json(modules_file)
-    if not isinstance(modules, list) or len(modules) != 1:
+    if not isinstance(modules, list) or len(modules) != 1 or not isinstance(modules[0], dict):
         raise ValueError("modules.json of a cross-encoder must list exactly one Transformer module")
-    return path / str(modules[0].get("path", ""))
+    return module_dir(path, modules[0])
 
 
 def is_classifier_folder(path: Path) -> bool:

@@ -61,7 +61,12 @@ class TextFolder:
     layout: str = "sentence-transformers"
 
 
-def _json(path: Path) -> Any:
+def read_json(path: Path) -> Any:
+    """The JSON document in ``path``.
+
+    Raises:
+        ValueError: the file is missing or not valid JSON (the message names it).
+    """
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -72,13 +77,14 @@ def _json(path: Path) -> Any:
 
 def _object(path: Path) -> dict[str, Any]:
     """A JSON file that must hold an object."""
-    raw = _json(path)
+    raw = read_json(path)
     if not isinstance(raw, dict):
         raise ValueError(f"{path.name} must hold a JSON object, not {type(raw).__name__}")
     return raw
 
 
-def _optional_json(path: Path) -> dict[str, Any]:
+def read_optional_json(path: Path) -> dict[str, Any]:
+    """The JSON object in ``path``; ``{}`` when there is no such file."""
     return _object(path) if path.is_file() else {}
 
 
@@ -107,7 +113,7 @@ def _module_kind(entry: Any) -> str:
     return kind
 
 
-def _module_dir(root: Path, entry: dict[str, Any]) -> Path:
+def module_dir(root: Path, entry: dict[str, Any]) -> Path:
     """The folder of a ``modules.json`` entry, which must resolve (links followed) inside
     ``root``: an absolute path or a ``..`` would have us read files the folder does not hold."""
     given = str(entry.get("path", ""))
@@ -132,11 +138,11 @@ def _pooling(raw: dict[str, Any], hidden: int) -> Pooling:
     return Pooling(modes, bool(raw.get("include_prompt", True)))
 
 
-def _max_tokens(weights: Path, config: BertConfig, given: int | None) -> int:
+def max_tokens_of(weights: Path, config: BertConfig, given: int | None) -> int:
     """``max_seq_length`` (sentence_bert_config.json), else the tokenizer's
     ``model_max_length``, capped at what the position scheme covers."""
     if given is None:
-        tokenizer_config = _optional_json(weights / "tokenizer_config.json")
+        tokenizer_config = read_optional_json(weights / "tokenizer_config.json")
         length = tokenizer_config.get("model_max_length")
         given = int(length) if isinstance(length, int | float) and length < _UNLIMITED else None
     cap = config.max_tokens
@@ -149,7 +155,12 @@ def _max_tokens(weights: Path, config: BertConfig, given: int | None) -> int:
     return int(given)
 
 
-def _weights_folder(path: Path) -> tuple[Path, BertConfig]:
+def read_weights_folder(path: Path) -> tuple[Path, BertConfig]:
+    """``path`` and its encoder's shape, once the files every encoder folder needs are there.
+
+    Raises:
+        ValueError: a missing file or an unsupported ``config.json``.
+    """
     for name in ("config.json", "tokenizer.json"):
         if not (path / name).is_file():
             raise ValueError(f"lacks {name}")
@@ -163,7 +174,7 @@ def _weights_folder(path: Path) -> tuple[Path, BertConfig]:
             else ""
         )
         raise ValueError(f"lacks model.safetensors{hint}")
-    return path, read_config(_json(path / "config.json"))
+    return path, read_config(read_json(path / "config.json"))
 
 
 def read_text_folder(path: Path) -> TextFolder:
@@ -174,30 +185,30 @@ def read_text_folder(path: Path) -> TextFolder:
             contradict each other; the message says which (the caller names the folder).
     """
     if not (path / "modules.json").is_file():
-        weights, config = _weights_folder(path)
+        weights, config = read_weights_folder(path)
         return TextFolder(
             path,
             weights,
             config,
             Pooling(("mean",)),
             normalize=False,
-            max_tokens=_max_tokens(weights, config, None),
+            max_tokens=max_tokens_of(weights, config, None),
             layout="transformers",
         )
-    modules = _json(path / "modules.json")
+    modules = read_json(path / "modules.json")
     if not isinstance(modules, list) or not modules:
         raise ValueError("modules.json must list the model's modules")
-    kinds = [(_module_kind(entry), _module_dir(path, entry)) for entry in modules]
+    kinds = [(_module_kind(entry), module_dir(path, entry)) for entry in modules]
     order = [kind for kind, _ in kinds]
     if order not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
         raise ValueError(
             f"modules.json lists {order}; attnserve runs Transformer, Pooling[, Normalize]"
         )
-    weights, config = _weights_folder(kinds[0][1])
-    transformer = _optional_json(weights / "sentence_bert_config.json")
+    weights, config = read_weights_folder(kinds[0][1])
+    transformer = read_optional_json(weights / "sentence_bert_config.json")
     pooling_dir = dict(kinds)["Pooling"]
     pooling = _pooling(_object(pooling_dir / "config.json"), config.hidden_size)
-    st_config = _optional_json(path / "config_sentence_transformers.json")
+    st_config = read_optional_json(path / "config_sentence_transformers.json")
     given_prompts = st_config.get("prompts") or {}
     if not isinstance(given_prompts, dict):
         raise ValueError("config_sentence_transformers.json prompts must be a JSON object")
@@ -211,7 +222,7 @@ def read_text_folder(path: Path) -> TextFolder:
         config,
         pooling,
         normalize="Normalize" in order,
-        max_tokens=_max_tokens(weights, config, transformer.get("max_seq_length")),
+        max_tokens=max_tokens_of(weights, config, transformer.get("max_seq_length")),
         lowercase=bool(transformer.get("do_lower_case", False)),
         prompts=prompts,
         default_prompt_name=default_prompt,

@@ -161,7 +161,7 @@ def load_head(
     Raises:
         ValueError: a head tensor is missing or its shape does not fit ``config.json``.
     """
-    from models.text.weights import _read_tensors as read_tensors
+    from models.text.weights import read_tensors
 
     tensors = read_tensors(weights, torch.device("cpu"))
     names = head_tensor_names(spec.architecture, list(tensors))

@@ -72,7 +72,7 @@ def _shards(weights: Path) -> list[str]:
     return shards
 
 
-def _read_tensors(weights: Path, device: torch.device) -> dict[str, Tensor]:
+def read_tensors(weights: Path, device: torch.device) -> dict[str, Tensor]:
     """Every tensor of ``model.safetensors`` (or of the shards its index names), memory-mapped
     onto ``device``.
 
@@ -108,7 +108,7 @@ def load_network(
     """
     with torch.device("meta"):
         model = BertEncoder(folder.config, folder.pooling)
-    tensors = _read_tensors(folder.weights, device)
+    tensors = read_tensors(folder.weights, device)
     try:  # RuntimeError: shapes that do not fit (fusing Q, K and V, or the module's own)
         state = state_from_checkpoint(tensors, folder.config)
         state = {k: v.to(dtype) for k, v in state.items()}
