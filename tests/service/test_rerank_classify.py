@@ -387,3 +387,27 @@ def test_long_documents_as_windows_score_as_their_best_window(
         "invalid_request",
         "contradict",
     )
+
+
+def test_model_dir_serves_cross_encoders_and_classifiers(
+    folders: dict[str, Path], tmp_path: Path
+) -> None:
+    import shutil
+
+    from service.engine.registry import load_servables
+    from service.engine.servables.classify import ClassifierServable
+    from service.settings import Settings
+
+    for name in (_rerank_name("bert"), _classify_name("mpnet")):
+        shutil.copytree(folders[name], tmp_path / name)
+    given = str(folders[_classify_name("distilbert")])
+    settings = Settings(models=(given,), model_dir=tmp_path, device="cpu")
+    by_name = {s.name: s for s in load_servables(settings, "cpu")}
+    assert set(by_name) == {
+        _rerank_name("bert"),
+        _classify_name("mpnet"),
+        _classify_name("distilbert"),
+    }
+    assert all(isinstance(s, ClassifierServable) for s in by_name.values())
+    assert by_name[_rerank_name("bert")].task == "rerank"
+    assert by_name[_classify_name("mpnet")].task == "classify"
