@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from models.attention import attend
 from models.attention.sliding_window import sliding_window_attention
-from models.text import fused_linear
+from models.text import fused_linear, serial
 from models.text.config import BertConfig
 from models.text.pooling import Pooling, pool
 from models.text.positions import apply_rotary, relative_bias, relative_buckets, rotary_tables
@@ -283,10 +283,12 @@ class BertEncoder(nn.Module):
     ) -> Tensor:
         """Token states ``[t, c]`` for a packed batch, global attention computed by ``backend``."""
         ctx = self._context(batch, backend, dict(options or {}))
-        x = self.embeddings(batch.input_ids, batch.positions, batch.token_types)  # [t, c]
-        for layer in self.layers:
-            x = layer(x, ctx)
-        return x if self.final_norm is None else self.final_norm(x)
+        # A short forward runs on one thread where OpenMP helpers sleep between ops (serial.py).
+        with serial.threads_for(int(batch.input_ids.shape[0]), batch.input_ids.device):
+            x = self.embeddings(batch.input_ids, batch.positions, batch.token_types)  # [t, c]
+            for layer in self.layers:
+                x = layer(x, ctx)
+            return x if self.final_norm is None else self.final_norm(x)
 
     def pooled(
         self,

@@ -21,6 +21,13 @@ call, which for one short text (a few dozen rows) costs a large share of the mat
 (``python -m benchmarks.batch_one``). The packed copy costs one more copy of each linear weight in
 memory; it is rebuilt when the weight changes (new storage, in-place update or dtype).
 
+Below :data:`MKL_MAX_ROWS` rows (one short text) on one thread (:mod:`models.text.serial`),
+float32 layers without a GELU run on MKL's GEMM instead: with the weight laid out ``[i, o]`` in memory (MKL's no-transpose operand) it is faster
+than oneDNN's packed matmul there, with the residual folded in as ``addmm_``'s beta = 1
+(``python -m benchmarks.batch_one``). :func:`prepack` lays each float32 weight out that way: the
+parameter stays ``[o, i]`` (a transposed view of ``[i, o]`` storage), so no extra copy is kept, and
+every other path reads it through its strides as before.
+
 A layer that is not a plain ``nn.Linear`` (an int8 dynamically quantized one, see
 :mod:`models.precision`) runs as its own module: its weight is packed for its own kernel, and
 GELU or the residual add follow it as separate ops.
@@ -37,6 +44,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 MIN_ROWS = 4
+# Row counts up to this run plain/residual float32 linears on MKL's GEMM over the [i, o] weight.
+MKL_MAX_ROWS = 64
 _FUSED_DTYPES = (torch.float32, torch.bfloat16)
 # Row count oneDNN is told to expect when it picks the packed layout; any row count runs on it.
 PACK_ROWS_HINT = 32
@@ -77,7 +86,7 @@ def _packed_weight(layer: nn.Linear) -> Tensor:
     hit = _PACKED.get(layer)
     if hit is not None and hit[0] == key:
         return hit[1]
-    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach(), PACK_ROWS_HINT)
+    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().contiguous(), PACK_ROWS_HINT)
     _PACKED[layer] = (key, packed)
     return packed
 
@@ -93,6 +102,9 @@ def prepack(model: nn.Module) -> None:
             if not isinstance(layer, nn.Linear):
                 continue
             w = layer.weight
+            if w.device.type == "cpu" and w.dtype == torch.float32 and w.is_contiguous():
+                # The same values, stored [i, o]: ``w.t()`` is then MKL's no-transpose operand.
+                layer.weight = nn.Parameter(w.t().contiguous().t(), requires_grad=w.requires_grad)
             if w.device.type == "cpu" and w.dtype in _FUSED_DTYPES:
                 _packed_weight(layer)
 
@@ -107,10 +119,28 @@ def _fused(x: Tensor) -> bool:
     )
 
 
+def _mkl(x: Tensor, layer: nn.Linear) -> bool:
+    """True when ``x`` is few enough rows for MKL over a weight :func:`prepack` laid out
+    ``[i, o]`` (float32 CPU, inference, one thread: with more, each MKL call is one more OpenMP
+    region to wake helpers for, where oneDNN's packed matmul stays ahead)."""
+    w = layer.weight
+    return (
+        x.shape[0] <= MKL_MAX_ROWS
+        and x.dtype == torch.float32
+        and x.device.type == "cpu"
+        and w.stride(0) == 1
+        and not torch.is_grad_enabled()
+        and torch.get_num_threads() == 1
+    )
+
+
 def linear(x: Tensor, layer: nn.Module) -> Tensor:
     """``layer(x)``: ``[t, i] -> [t, o]``."""
     if not isinstance(layer, nn.Linear):
         return layer(x)
+    if _mkl(x, layer):
+        w = layer.weight.t()  # [i, o], contiguous
+        return x @ w if layer.bias is None else torch.addmm(layer.bias, x, w)
     if _fused(x):
         return torch.ops.mkldnn._linear_pointwise(
             x, _packed_weight(layer), layer.bias, "none", [], ""
@@ -137,7 +167,7 @@ def residual_linear(x: Tensor, a: Tensor, layer: nn.Module) -> Tensor:
     """
     if not isinstance(layer, nn.Linear):
         return x.add_(layer(a))
-    if _fused(a):
+    if _fused(a) and not _mkl(a, layer):
         return torch.ops.mkldnn._linear_pointwise.binary(
             a, x, _packed_weight(layer), layer.bias, "add"
         )
