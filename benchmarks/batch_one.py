@@ -1,6 +1,6 @@
 """One short text per forward: attnserve before and after a change, beside ONNX Runtime.
 
-    .venv/bin/python -m benchmarks.batch_one --before REV [--rounds 3] [--threads 2]
+    .venv/bin/python -m benchmarks.batch_one --before REV [--rounds 3] [--threads 2] [--ops]
 
 Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's optimized float32
 graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
@@ -81,6 +81,9 @@ def main() -> None:
         "--peers-python", type=Path, default=ROOT / ".venv-peers" / "bin" / "python"
     )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
+    parser.add_argument(
+        "--ops", action="store_true", help="append the per-op table (benchmarks.batch_one_ops)"
+    )
     args = parser.parse_args()
 
     folder = peer_folder()
@@ -139,6 +142,13 @@ def main() -> None:
         "",
     ]
     text = "\n".join(header + lines)
+    if args.ops:  # this checkout's lone-text forward, per op, in the same environment
+        ops = subprocess.run(
+            [sys.executable, "-m", "benchmarks.batch_one_ops", "--threads", str(args.threads),
+             "--omp-wait-policy", args.omp_wait_policy],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        text += f"\n\nPer op, after (load {load_average()}): " + ops.strip()
     print("\n" + text)
     if args.out:
         args.out.write_text(text + "\n")
