@@ -42,7 +42,9 @@ def threads_for(tokens: int, device: torch.device) -> Iterator[None]:
     the module docstring); otherwise leave the thread count alone. Restores it afterwards.
 
     ``torch.set_num_threads`` sets the calling thread's OpenMP thread count (the forward runs on
-    that thread) and the default a thread started meanwhile would take.
+    that thread) and the default a thread starting torch work meanwhile would take; the server
+    runs all its CPU torch work on one thread (``service/engine/batching/device.py``,
+    ``torch_thread``), so no other forward sees the switch.
     """
     if torch.compiler.is_compiling():  # a compiled graph has no place for a thread switch
         yield
