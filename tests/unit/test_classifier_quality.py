@@ -12,15 +12,8 @@ import pytest
 import torch
 
 from models.text.classifier import TextClassifier
-from models.text.classifier_quality import (
-    build_corpus,
-    graded_relevance,
-    kendall_tau_b,
-    label_figures,
-    main,
-    measure,
-    ndcg_at_k,
-)
+from models.text.classifier_quality import build_corpus, main, measure
+from models.text.ranking import graded_relevance, kendall_tau_b, label_figures, ndcg_at_k
 from service.cli import main as cli_main
 from tests.utils.tiny_classifiers import save_tiny_classifier
 
