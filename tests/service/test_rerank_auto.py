@@ -1,0 +1,74 @@
+"""``attention: "auto"`` for a reranker: with the folder's ``quality.json`` written by
+``attnserve evaluate``, the server picks the fastest backend whose measured ranking loss fits the
+request's budget, and the exact one when none does (or when nothing was measured)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.quality_loss import classifier_losses
+from models.text.classifier_quality import main as evaluate
+from tests.service.helpers import folders_client
+from tests.utils.tiny_classifiers import DOCUMENTS, QUERIES, save_tiny_classifier
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = save_tiny_classifier(
+        tmp_path_factory.mktemp("auto") / "rerank-auto", "roberta", 1, cross_encoder=True
+    )
+    evaluate([str(folder), "--pairs-per-band", "20"])
+    return folder
+
+
+def _auto(client: Any, budget: float | None) -> Any:
+    body: dict[str, Any] = {
+        "query": QUERIES[0],
+        "documents": DOCUMENTS[:3],
+        "attention": "auto",
+        "truncate": True,
+    }
+    if budget is not None:
+        body["max_quality_loss"] = budget
+    return client.post("/v1/rerank", json=body)
+
+
+def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
+    from models.text.classifier import TextClassifier
+
+    quality = json.loads((measured / "quality.json").read_text())
+    assert quality["task"] == "rerank"
+    rows = TextClassifier.from_folder(measured).tokenize(
+        [(QUERIES[0], d) for d in DOCUMENTS[:3]], truncate=True
+    )
+    losses = classifier_losses(quality, max(len(r) for r in rows))
+    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    with folders_client([measured]) as client:
+        card = client.get("/models/rerank-auto").json()
+        assert card["quality"]["backends"].keys() >= {"flash", "nystrom"}
+        # The card's auto table carries the measured losses of the band.
+        table = {row["backend"]: row["quality_loss"] for row in card["auto"]["by_length"]["64"]}
+        expected = classifier_losses(quality, 64)
+        assert table.keys() == {b for b in expected if b in card["served_backends"]}
+        for backend, loss in table.items():
+            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
+        for budget in (0.0, 0.2, 1.0):
+            r = _auto(client, budget)
+            assert r.status_code == 200, r.text
+            ran = r.json()["attention"]
+            assert losses[ran][0] <= budget, (budget, ran, losses)
+            assert ran in r.headers["x-attention-choice"]
+        # A zero budget leaves only exact attention.
+        assert _auto(client, 0.0).json()["attention"] in ("flash", "full")
+
+
+def test_auto_without_figures_runs_exact_attention(tmp_path: Path) -> None:
+    folder = save_tiny_classifier(tmp_path / "rerank-plain", "bert", 1, cross_encoder=True)
+    with folders_client([folder]) as client:
+        r = _auto(client, 1.0)
+        assert r.status_code == 200, r.text
+        assert r.json()["attention"] in ("flash", "full")
