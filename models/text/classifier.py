@@ -17,10 +17,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention import BACKENDS, AttentionError, InputSpec, check, get_backend
+from models.attention import BACKENDS, AttentionError, get_backend
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.text import fused_linear
+from models.text.attention_check import check_text_attention
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import load_quality
@@ -155,32 +156,22 @@ class TextClassifier:
     # ------------------------------------------------------------------ attention
 
     def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Resolved options for ``backend`` on this model's device and dtype.
+        """Resolved options for ``backend`` on this model's device and dtype
+        (:func:`models.text.attention_check.check_text_attention`).
 
         Raises:
             AttentionError: unknown backend, invalid option, or a backend that cannot run this
                 model's self-attention on its device/dtype (the message lists those that can).
         """
-        resolved = get_backend(backend).resolve_options(options)
-        spec = InputSpec(
-            lq=self.max_tokens,
-            lk=self.max_tokens,
-            head_dim=self.model.config.head_dim,
-            dtype=self.dtype,
-            device_type=self.device.type,
-            causal=False,
-            has_padding_mask=True,
-            has_score_bias=self.model.config.relative_buckets > 0,
+        return check_text_attention(
+            self.model.config,
+            self.max_tokens,
+            self.dtype,
+            self.device,
+            self.name,
+            backend,
+            options,
         )
-        reasons = get_backend(backend).unsupported_reasons(spec, resolved)
-        if reasons:
-            able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
-            raise AttentionError(
-                f"{backend} cannot run {self.name}: {'; '.join(reasons)}; "
-                f"{self.name} runs: {', '.join(able)}"
-            )
-        check(backend, spec, options)
-        return resolved
 
     # ------------------------------------------------------------------ inference
 

@@ -18,12 +18,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
 from models.precision import DEFAULT_PRECISION
 from models.text import fused_linear, windows
+from models.text.attention_check import check_text_attention
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE, describe, load_quality
@@ -230,29 +230,22 @@ class SentenceEncoder:
     # ------------------------------------------------------------------ attention
 
     def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Resolved options for ``backend`` on this model's device and dtype.
+        """Resolved options for ``backend`` on this model's device and dtype
+        (:func:`models.text.attention_check.check_text_attention`).
 
         Raises:
             AttentionError: unknown backend, invalid option, or a backend that cannot run this
-                model's self-attention (padded, non-causal, head dim 32) on its device/dtype.
+                model's self-attention on its device/dtype (the message lists those that can).
         """
-        chosen = get_backend(backend)
-        resolved = chosen.resolve_options(options)  # an option problem raises here, naming it
-        spec = InputSpec(
-            lq=self.max_tokens,
-            lk=self.max_tokens,
-            head_dim=self.model.config.head_dim,
-            dtype=self.dtype,
-            device_type=self.device.type,
-            causal=False,
-            has_padding_mask=True,
-            has_score_bias=self.model.config.relative_buckets > 0,
+        return check_text_attention(
+            self.model.config,
+            self.max_tokens,
+            self.dtype,
+            self.device,
+            self.name,
+            backend,
+            options,
         )
-        reasons = chosen.unsupported_reasons(spec, resolved)
-        if reasons:
-            able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
-            raise AttentionError(f"{'; '.join(reasons)}; {self.name} runs: {', '.join(able)}")
-        return resolved
 
     # ------------------------------------------------------------------ compilation
 
