@@ -264,6 +264,22 @@ def _dynamic(wrapped: nn.Sequential, quantize: Any, qconfig: Any) -> nn.Module:
     return out[0]
 
 
+def needs_conversion(current: str, target: str) -> bool:
+    """Whether a model loaded in ``current`` must be converted to serve ``target``: False when
+    they agree; conversions start from float32 only.
+
+    Raises:
+        ValueError: ``current`` is not float32, or ``target`` is not a known precision.
+    """
+    if target == current:
+        return False
+    if current != DEFAULT_PRECISION:
+        raise ValueError(f"convert from the float32 weights, not from {current}")
+    if target not in PRECISION_NAMES:
+        raise ValueError(f"unknown precision {target!r}; valid: {', '.join(PRECISION_NAMES)}")
+    return True
+
+
 def convert(
     model: nn.Module,
     precision: str,

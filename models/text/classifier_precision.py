@@ -10,8 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from models.names import DEFAULT_PRECISION, PRECISION_NAMES
-from models.precision import DTYPES, convert, input_ranges
+from models.precision import DTYPES, convert, input_ranges, needs_conversion
 
 if TYPE_CHECKING:
     from torch import nn
@@ -38,12 +37,8 @@ def in_precision(classifier: TextClassifier, precision: str) -> TextClassifier:
     Raises:
         ValueError: ``classifier`` is not float32, or an unknown precision.
     """
-    if precision == classifier.precision:
+    if not needs_conversion(classifier.precision, precision):
         return classifier
-    if classifier.precision != DEFAULT_PRECISION:
-        raise ValueError(f"convert from the float32 classifier, not from {classifier.precision}")
-    if precision not in PRECISION_NAMES:
-        raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}")
     ranges = None
     if precision == "int8":
         ranges = input_ranges(classifier.model, lambda model: _calibrate(classifier, model))

@@ -10,8 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from models.names import DEFAULT_PRECISION, PRECISION_NAMES
-from models.precision import DTYPES, convert, input_ranges
+from models.precision import DTYPES, convert, input_ranges, needs_conversion
 
 if TYPE_CHECKING:
     from models.text.encoder import SentenceEncoder
@@ -50,12 +49,8 @@ def in_precision(
         ValueError: ``encoder`` is not float32 (convert from the float32 weights), or an
             unknown precision.
     """
-    if precision == encoder.precision:
+    if not needs_conversion(encoder.precision, precision):
         return encoder
-    if encoder.precision != DEFAULT_PRECISION:
-        raise ValueError(f"convert from the float32 encoder, not from {encoder.precision}")
-    if precision not in PRECISION_NAMES:
-        raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}")
     ranges = None
     if precision == "int8" and smooth:
         ranges = input_ranges(encoder.model, lambda model: calibrate(encoder, model))

@@ -12,12 +12,36 @@ from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
     ClassifyRequest,
     ClassifyResponse,
-    ClassifyUsage,
     LabelScore,
+    PairUsage,
     PredictRequest,
+    RerankRequest,
+    TeiRerankRequest,
 )
 
 router = APIRouter(tags=["classify"], route_class=FastJSONRoute)
+
+
+ScoredBody = RerankRequest | TeiRerankRequest | PredictRequest | ClassifyRequest
+
+
+def job_of(
+    body: ScoredBody, inputs: list[str | tuple[str, str]], what: str = "input"
+) -> ClassifyInput:
+    """The engine's job for any rerank / classify body: its inputs and the fields they share
+    (a rerank body's ``long_text`` rule; the others cut on ``truncate``)."""
+    rule = getattr(body, "long_text_rule", "truncate" if body.truncate else "error")
+    return ClassifyInput(
+        inputs,
+        body.attention,
+        body.attention_options,
+        rule == "truncate",
+        body.raw_scores,
+        body.max_quality_loss,
+        body.precision,
+        what=what,
+        windows=rule == "windows",
+    )
 
 
 def labelled(scores: list[float], labels: list[str]) -> list[LabelScore]:
@@ -37,15 +61,7 @@ async def predict(
     """Label scores for one input (a list) or a list of inputs (a list of lists), as
     text-embeddings-inference answers."""
     inputs, listed = body.batch
-    job = ClassifyInput(
-        inputs,
-        body.attention,
-        body.attention_options,
-        body.truncate,
-        body.raw_scores,
-        body.max_quality_loss,
-        body.precision,
-    )
+    job = job_of(body, inputs)
     answer = await engine.classify(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)
@@ -58,15 +74,7 @@ async def classify(
     body: ClassifyRequest, request: Request, response: Response, engine: EngineDep
 ) -> ClassifyResponse:
     """infinity's classify: per text, every label with its score, best first."""
-    job = ClassifyInput(
-        list(body.input),
-        body.attention,
-        body.attention_options,
-        body.truncate,
-        body.raw_scores,
-        body.max_quality_loss,
-        body.precision,
-    )
+    job = job_of(body, list(body.input))
     answer = await engine.classify(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)
@@ -75,5 +83,5 @@ async def classify(
         attention=answer.attention,
         precision=answer.precision,
         data=[labelled(row, labels) for row in answer.value],
-        usage=ClassifyUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
+        usage=PairUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
     )

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request, Response
 
-from service.engine.servables.base import ClassifyInput
+from service.http.routes.classify import job_of
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
+    PairUsage,
     RerankDocument,
     RerankRequest,
     RerankResponse,
     RerankResult,
-    RerankUsage,
     TeiRank,
     TeiRerankRequest,
 )
@@ -37,17 +37,7 @@ async def rerank(
     body: RerankRequest, request: Request, response: Response, engine: EngineDep
 ) -> RerankResponse:
     """Score each document against the query with a cross-encoder; results best first."""
-    job = ClassifyInput(
-        [(body.query, d) for d in body.documents],
-        body.attention,
-        body.attention_options,
-        body.long_text_rule == "truncate",
-        body.raw_scores,
-        body.max_quality_loss,
-        body.precision,
-        what="document",
-        windows=body.long_text_rule == "windows",
-    )
+    job = job_of(body, [(body.query, d) for d in body.documents], "document")
     answer = await engine.rerank(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     ranked = best_first(answer.value)[: body.top_n]
@@ -64,7 +54,7 @@ async def rerank(
         attention=answer.attention,
         precision=answer.precision,
         results=results,
-        usage=RerankUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
+        usage=PairUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
     )
 
 
@@ -78,17 +68,7 @@ async def tei_rerank(
     body: TeiRerankRequest, request: Request, response: Response, engine: EngineDep
 ) -> list[TeiRank]:
     """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first."""
-    job = ClassifyInput(
-        [(body.query, t) for t in body.texts],
-        body.attention,
-        body.attention_options,
-        body.long_text_rule == "truncate",
-        body.raw_scores,
-        body.max_quality_loss,
-        body.precision,
-        what="text",
-        windows=body.long_text_rule == "windows",
-    )
+    job = job_of(body, [(body.query, t) for t in body.texts], "text")
     answer = await engine.rerank(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     return [

@@ -75,6 +75,17 @@ def precision_out() -> Any:
     return Field(DEFAULT_PRECISION, description="The precision that ran (see precision).")
 
 
+def long_text_rule(truncate: bool, long_text: str | None) -> str:
+    """``error``, ``truncate`` or ``windows`` from a body's ``long_text`` and ``truncate``.
+
+    Raises:
+        ValueError: ``truncate=true`` beside another ``long_text`` (a 422 naming both).
+    """
+    if truncate and long_text not in (None, "truncate"):
+        raise ValueError(f"truncate=true and long_text={long_text} contradict each other; send one")
+    return long_text or ("truncate" if truncate else "error")
+
+
 # ----------------------------------------------------------------------------- models, health
 
 

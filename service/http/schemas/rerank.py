@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
@@ -50,16 +51,13 @@ class LongDocuments(Extensions):
 
     @model_validator(mode="after")
     def _one_long_text_rule(self) -> LongDocuments:
-        if self.truncate and self.long_text not in (None, "truncate"):
-            raise ValueError(
-                f"truncate=true and long_text={self.long_text} contradict each other; send one"
-            )
+        long_text_rule(self.truncate, self.long_text)
         return self
 
     @property
     def long_text_rule(self) -> str:
         """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
-        return self.long_text or ("truncate" if self.truncate else "error")
+        return long_text_rule(self.truncate, self.long_text)
 
 
 # ----------------------------------------------------------------------------- Cohere-style rerank
@@ -95,8 +93,8 @@ class RerankResult(BaseModel):
     document: RerankDocument | None = None
 
 
-class RerankUsage(BaseModel):
-    prompt_tokens: int = Field(description="Tokens the model read over all pairs.")
+class PairUsage(BaseModel):
+    prompt_tokens: int = Field(description="Tokens the model read over all inputs.")
     total_tokens: int
 
 
@@ -106,7 +104,7 @@ class RerankResponse(BaseModel):
     attention: str
     precision: str = precision_out()
     results: list[RerankResult] = Field(description="Sorted by relevance_score, best first.")
-    usage: RerankUsage
+    usage: PairUsage
 
 
 # ----------------------------------------------------------------------------- TEI rerank
@@ -179,15 +177,10 @@ class ClassifyRequest(Extensions):
     max_quality_loss: float | None = quality_budget(CLASSIFY_METRIC, "classify")
 
 
-class ClassifyUsage(BaseModel):
-    prompt_tokens: int
-    total_tokens: int
-
-
 class ClassifyResponse(BaseModel):
     object: Literal["classify"] = "classify"
     model: str
     attention: str
     precision: str = precision_out()
     data: list[list[LabelScore]] = Field(description="Per input, labels by score, best first.")
-    usage: ClassifyUsage
+    usage: PairUsage

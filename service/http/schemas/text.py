@@ -9,6 +9,7 @@ from pydantic import BaseModel, Field, StrictBool, model_validator
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
@@ -57,16 +58,13 @@ class EncodeRequest(StrictRequest):
 
     @model_validator(mode="after")
     def _one_long_text_rule(self) -> EncodeRequest:
-        if self.truncate and self.long_text not in (None, "truncate"):
-            raise ValueError(
-                f"truncate=true and long_text={self.long_text} contradict each other; send one"
-            )
+        long_text_rule(self.truncate, self.long_text)
         return self
 
     @property
     def long_text_rule(self) -> str:
         """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
-        return self.long_text or ("truncate" if self.truncate else "error")
+        return long_text_rule(self.truncate, self.long_text)
 
     prompt_name: str | None = Field(
         None,
