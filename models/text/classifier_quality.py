@@ -57,7 +57,7 @@ from models.attention import BACKENDS, AttentionError
 from models.text.classifier import TextClassifier
 from models.text.corpus import load_snapshot, stdlib_docstrings
 from models.text.pairs import PairRow
-from models.text.quality import bands_for, reference_for
+from models.text.quality import bands_for, reference_for, write_quality
 from models.text.ranking import label_figures, rank_figures
 
 CANDIDATES = 20  # per query: the right document and 19 others
@@ -353,16 +353,7 @@ def main(argv: list[str] | None = None) -> None:
         tuple(args.precisions),
         args.candidates,
     )
-    # Precisions measured before and not now are kept (the float32 reference is the same).
-    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
-    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in args.precisions}
-    if kept:
-        result["precisions"] = {**kept, **result.get("precisions", {})}
-    elapsed = time.perf_counter() - start
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{elapsed:.0f} s\n")
-    print(markdown(result))
-    print(f"\nwrote {output}")
+    write_quality(output, result, args.precisions, time.perf_counter() - start, markdown)
 
 
 if __name__ == "__main__":

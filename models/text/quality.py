@@ -27,6 +27,7 @@ import argparse
 import json
 import statistics
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -207,6 +208,25 @@ def measure(
     return result
 
 
+def write_quality(
+    output: Path,
+    result: dict[str, Any],
+    measured: Sequence[str],
+    elapsed: float,
+    render: Callable[[dict[str, Any]], str],
+) -> None:
+    """Write ``result`` to ``output`` and print it (``render``); the figures of precisions
+    measured before and not in ``measured`` are kept (the float32 reference is the same)."""
+    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
+    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in measured}
+    if kept:
+        result["precisions"] = {**kept, **result.get("precisions", {})}
+    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    print(f"{elapsed:.0f} s\n")
+    print(render(result))
+    print(f"\nwrote {output}")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="attnserve evaluate", description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -244,16 +264,7 @@ def main(argv: list[str] | None = None) -> None:
     result = measure(
         encoder, args.per_bin, args.max_tokens or encoder.max_tokens, tuple(args.precisions)
     )
-    # Precisions measured before and not now are kept (the float32 reference is the same).
-    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
-    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in args.precisions}
-    if kept:
-        result["precisions"] = {**kept, **result.get("precisions", {})}
-    elapsed = time.perf_counter() - start
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{elapsed:.0f} s\n")
-    print(markdown(result))
-    print(f"\nwrote {output}")
+    write_quality(output, result, args.precisions, time.perf_counter() - start, markdown)
 
 
 if __name__ == "__main__":
