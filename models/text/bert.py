@@ -299,7 +299,10 @@ class BertEncoder(nn.Module):
     ) -> Tensor:
         """One vector per text, ``[b, c * modes]``, pooled as the model's ``pooling`` says
         (:mod:`models.text.pooling`); ``skip`` leading tokens per text stay out of it."""
-        x = self(batch, backend, options)
-        # Pooled in float32 whatever the weights' precision: a mean over hundreds of tokens
-        # summed in bfloat16 (7 mantissa bits) would add rounding the layers did not make.
-        return pool(x.float(), batch.rows, batch.positions, batch.lengths, self.pooling, skip)
+        # The pooling ops join the forward's one-thread switch: alone they would each wait for
+        # a sleeping OpenMP helper again (serial.py).
+        with serial.threads_for(int(batch.input_ids.shape[0]), batch.input_ids.device):
+            x = self(batch, backend, options)
+            # Pooled in float32 whatever the weights' precision: a mean over hundreds of tokens
+            # summed in bfloat16 (7 mantissa bits) would add rounding the layers did not make.
+            return pool(x.float(), batch.rows, batch.positions, batch.lengths, self.pooling, skip)

@@ -20,7 +20,7 @@ from torch import Tensor
 from models.attention import BACKENDS, AttentionError, get_backend
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
-from models.text import fused_linear
+from models.text import fused_linear, serial
 from models.text.attention_check import check_text_attention
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
@@ -210,8 +210,10 @@ class TextClassifier:
                 self.device,
                 [r.types for r in members] if segments else None,
             )
-            states = self.model(batch, backend, chosen)  # [t, c]
-            out[list(sub.indices)] = self.head(states, batch.rows, batch.lengths).cpu()
+            # The head joins the forward's one-thread switch for a short pair (serial.py).
+            with serial.threads_for(int(batch.input_ids.shape[0]), self.device):
+                states = self.model(batch, backend, chosen)  # [t, c]
+                out[list(sub.indices)] = self.head(states, batch.rows, batch.lengths).cpu()
         return out
 
     def scores(self, logits: Tensor, raw: bool = False) -> Tensor:
