@@ -1,0 +1,556 @@
+"""attnserve's ``/v1/rerank`` beside infinity-emb's ``/rerank`` and a LitServe ``CrossEncoder`` app.
+
+    .venv/bin/python -m benchmarks.peers.rerank_run [--seconds 12] [--rounds 2] [--clients 1 8]
+        [--threads 2] [--servers attnserve infinity litserve litserve-1]
+
+The /encode peer harness (:mod:`.run`, :mod:`.servers`, :mod:`.driver`) on a rerank workload:
+each request is one query and 16 documents (:mod:`.rerank_workload`), every server loads the same
+``CrossEncoder.save`` folder by path.
+
+1. In-process rows, each in its own process: sentence-transformers' ``CrossEncoder.predict``
+   (peers' interpreter) and attnserve's ``TextClassifier`` (:mod:`.rerank_inprocess`), per
+   request and in passes of 32 pairs. ``CrossEncoder.predict``'s scores are the reference:
+   attnserve's in-process scores must be within ``--tolerance`` of them.
+2. ``--rounds`` rounds; in each, every server in turn: start it, wait for a right answer, check
+   its scores of the first :data:`GUARD` requests against the reference (within
+   ``--tolerance``, in request order, after sorting by index), drive it at each ``--clients``
+   count, stop it and check with psutil that none of its process tree is left
+   (:meth:`.servers.ServerProcess.stop`) before the next starts.
+3. Writes ``<out-dir>/<name>.md`` and ``.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.peers import report
+from benchmarks.peers.driver import LoadResult, build_request, call_once, run_load
+from benchmarks.peers.rerank_workload import (
+    DOCS,
+    NAME,
+    REQUESTS,
+    RerankRequest,
+    rerank_folder,
+    rerank_requests,
+)
+from benchmarks.peers.run import machine_cpu_seconds
+from benchmarks.peers.servers import (
+    HOST,
+    ROOT,
+    Launch,
+    ServerProcess,
+    Stopped,
+    default_infinity_python,
+    default_peers_python,
+    free_port,
+    server_env,
+    versions,
+)
+
+BATCH = 32  # pairs per forward pass, every server
+GUARD = 8  # requests whose scores each server must get right before it is timed
+BASELINE = "litserve"
+NOTES = (
+    "Notes. infinity-emb returns the model's raw logits through a sigmoid of its own "
+    "(`raw_scores: false`), whatever activation the folder saved; this folder saves Sigmoid, so "
+    "its scores match `CrossEncoder.predict`. The in-process rows run once, before the rounds, "
+    "not alternated with the servers: their CPU ms per request is the steadier figure to set "
+    "beside the servers'. The tokenizer's warning about sequences over 256 tokens during set-up "
+    "comes from filtering the documents; none of those is sent."
+)
+
+
+# ----------------------------------------------------------------------------- the servers
+
+
+@dataclass(frozen=True)
+class RerankPeer:
+    """One rerank server: how it starts, where a request goes, what the body is."""
+
+    name: str
+    path: str
+    body: Callable[[RerankRequest], dict[str, Any]]
+    command: Callable[[Launch], list[str]]
+    interpreter: str  # attnserve, peers or infinity
+    packages: tuple[str, ...]
+    config: str
+
+
+def _attnserve(launch: Launch) -> list[str]:
+    script = launch.python.parent / "attnserve"
+    entry = [str(script)] if script.is_file() else [str(launch.python), "-m", "service"]
+    return [
+        *entry, "serve",
+        "--host", HOST, "--port", str(launch.port), "--device", "cpu",
+        "--models", str(launch.folder),
+        "--torch-threads", str(launch.threads),
+        "--max-batch-size", str(BATCH),
+        "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _infinity(launch: Launch) -> list[str]:
+    return [
+        str(launch.infinity_python.parent / "infinity_emb"), "v2",
+        "--model-id", str(launch.folder),
+        "--served-model-name", NAME,
+        "--engine", "torch", "--device", "cpu",
+        "--batch-size", str(BATCH),
+        "--no-vector-disk-cache",
+        "--host", HOST, "--port", str(launch.port),
+        "--log-level", "warning",
+    ]  # fmt: skip
+
+
+def _litserve(requests_per_batch: int) -> Callable[[Launch], list[str]]:
+    def command(launch: Launch) -> list[str]:
+        return [
+            str(launch.peers_python), "-m", "benchmarks.peers.rerank_litserve_app",
+            "--folder", str(launch.folder),
+            "--host", HOST, "--port", str(launch.port),
+            "--threads", str(launch.threads),
+            "--max-batch-size", str(requests_per_batch),
+        ]  # fmt: skip
+
+    return command
+
+
+def _cohere(r: RerankRequest) -> dict[str, Any]:
+    return {"model": NAME, "query": r.query, "documents": r.documents, "return_documents": False}
+
+
+_ST = ("sentence-transformers", "transformers", "torch")
+PEERS: dict[str, RerankPeer] = {
+    "attnserve": RerankPeer(
+        "attnserve", "/v1/rerank", _cohere, _attnserve, "attnserve",
+        ("attnserve", "torch", "fastapi", "uvicorn"),
+        f"attnserve serve --models FOLDER --max-batch-size {BATCH} (pairs), max wait 5 ms, "
+        "attention flash (its defaults)",
+    ),
+    "infinity": RerankPeer(
+        "infinity", "/rerank", _cohere, _infinity, "infinity",
+        ("infinity-emb", *_ST, "fastapi", "uvicorn"),
+        f"infinity_emb v2 --engine torch --device cpu --batch-size {BATCH} (pairs), no disk cache",
+    ),
+    "litserve": RerankPeer(
+        "litserve", "/predict", lambda r: {"query": r.query, "documents": r.documents},
+        _litserve(32), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        "LitAPI max_batch_size=32 (requests), batch_timeout=0.01, CrossEncoder.predict of all "
+        f"their pairs, batch_size={BATCH}; one worker, cpu, fast_queue off",
+    ),
+    "litserve-1": RerankPeer(
+        "litserve-1", "/predict", lambda r: {"query": r.query, "documents": r.documents},
+        _litserve(1), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        "LitAPI max_batch_size=1: CrossEncoder.predict of one request's pairs per call; "
+        "one worker, cpu, fast_queue off",
+    ),
+}  # fmt: skip
+
+
+def scores_in_order(answer: Any, count: int) -> list[float]:
+    """The scores of a Cohere-shaped answer (``results`` best first), back in request order."""
+    out = [math.nan] * count
+    for item in answer["results"]:
+        out[int(item["index"])] = float(item["relevance_score"])
+    return out
+
+
+class RerankServer(ServerProcess):
+    """A :class:`.servers.ServerProcess` whose requests are rerank requests."""
+
+    def __init__(self, peer: RerankPeer, launch: Launch, log: Path, wait_policy: str) -> None:
+        self.peer = peer  # type: ignore[assignment]  # stop() only reads its name
+        self.port = launch.port
+        self.log_path = log
+        self._log = log.open("w")
+        self.proc = subprocess.Popen(
+            peer.command(launch),
+            cwd=ROOT,
+            env=server_env(launch.threads, wait_policy),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def rerank_request(self, r: RerankRequest) -> bytes:
+        body = json.dumps(self.peer.body(r)).encode()  # type: ignore[arg-type]
+        return build_request(HOST, self.port, self.peer.path, body)
+
+    def scores(self, r: RerankRequest) -> list[float]:
+        status, body = call_once(HOST, self.port, self.rerank_request(r), timeout=60.0)
+        if not 200 <= status < 300:
+            raise RuntimeError(f"{self.peer.name} answered {status}: {body[:300]!r}")
+        return scores_in_order(json.loads(body), len(r.documents))
+
+    def wait_ready(self, r: RerankRequest, timeout: float = 300.0) -> None:
+        """Post ``r`` until a 2xx answer comes (503/404/no connection: still starting)."""
+        request = self.rerank_request(r)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.peer.name} exited; see {self.log_path}")
+            try:
+                status, body = call_once(HOST, self.port, request, timeout=60.0)
+            except (OSError, EOFError, TimeoutError, ValueError):
+                time.sleep(0.5)
+                continue
+            if 200 <= status < 300:
+                return
+            if status not in (502, 503, 404):
+                raise RuntimeError(f"{self.peer.name} answered {status}: {body[:300]!r}")
+            time.sleep(0.5)
+        raise RuntimeError(f"{self.peer.name} did not answer in {timeout} s; see {self.log_path}")
+
+
+# ----------------------------------------------------------------------------- the run
+
+
+def worst_diff(a: list[list[float]], b: list[list[float]]) -> float:
+    return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
+
+
+def in_process(
+    impl: str, python: Path, folder: Path, requests_file: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.json"
+        command = [
+            str(python), "-m", "benchmarks.peers.rerank_inprocess", impl,
+            "--folder", str(folder), "--requests", str(requests_file), "--out", str(out),
+            "--threads", str(args.threads), "--repeats", str(args.repeats),
+        ]  # fmt: skip
+        subprocess.run(
+            command, cwd=ROOT, env=server_env(args.threads, args.omp_wait_policy), check=True
+        )
+        return dict(json.loads(out.read_text()))
+
+
+@dataclass
+class Turn:
+    """One server's turn in a round."""
+
+    startup_s: float
+    diff: float  # worst |score - CrossEncoder.predict| over the GUARD requests
+    results: dict[int, LoadResult]
+    loads: dict[int, tuple[str, str]]
+    stopped: Stopped | None = None
+
+
+def serve_and_drive(
+    name: str,
+    args: argparse.Namespace,
+    folder: Path,
+    requests: list[RerankRequest],
+    reference: list[list[float]],
+    tag: str,
+) -> Turn:
+    launch = Launch(
+        free_port(),
+        args.threads,
+        folder,
+        Path(sys.executable),
+        args.peers_python,
+        args.infinity_python,
+    )
+    started = time.monotonic()
+    server = RerankServer(
+        PEERS[name], launch, args.log_dir / f"rerank-{name}-{tag}.log", args.omp_wait_policy
+    )
+    turn = Turn(0.0, math.nan, {}, {})
+    try:
+        server.wait_ready(requests[0])
+        turn.startup_s = time.monotonic() - started
+        got = [server.scores(r) for r in requests[:GUARD]]
+        turn.diff = worst_diff(got, reference[:GUARD])
+        if not turn.diff <= args.tolerance:
+            raise SystemExit(
+                f"{name}'s scores differ from CrossEncoder.predict's by {turn.diff:.2e}"
+            )
+        wire = [server.rerank_request(r) for r in requests]
+        for clients in args.clients:
+            before = load_average()
+            probes = {"server": server.cpu_seconds, "machine": machine_cpu_seconds}
+            result = run_load(HOST, launch.port, wire, clients, args.seconds, args.warmup, probes)
+            turn.results[clients] = result
+            turn.loads[clients] = (before, load_average())
+            errors = f"  errors {dict(result.errors)}" if result.errors else ""
+            print(
+                f"  {tag} {name:>10} x{clients:<2} {result.throughput:6.1f} req/s  "
+                f"p50 {result.pct(50):7.1f}  p99 {result.pct(99):7.1f} ms  |d| {turn.diff:.1e}{errors}",
+                flush=True,
+            )
+    finally:
+        turn.stopped = server.stop()
+        print(
+            f"  {tag} {name:>10} stopped: {turn.stopped.processes} process(es), gone after "
+            f"{turn.stopped.signal} in {turn.stopped.seconds:.1f} s"
+            + (
+                f"; outlived SIGTERM: {turn.stopped.outlived_term}"
+                if turn.stopped.outlived_term
+                else ""
+            ),
+            flush=True,
+        )
+    return turn
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Processes whose command line names the model folder (every server's does)."""
+    import psutil
+
+    found = []
+    for proc in psutil.process_iter(["pid", "cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or [])
+        if str(folder) in cmdline and proc.pid != os.getpid():
+            found.append(f"{proc.pid}: {cmdline[:100]}")
+    return found
+
+
+# ----------------------------------------------------------------------------- the page
+
+
+def _f(x: float, digits: int = 1) -> str:
+    return "-" if math.isnan(x) else f"{x:.{digits}f}"
+
+
+def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list[dict[str, Any]],
+             loads: dict[tuple[str, int], list[tuple[str, str]]]) -> str:  # fmt: skip
+    lines = [
+        f"# Rerank peers on the CPU: one query, {DOCS} documents per request",
+        "",
+        "```bash",
+        meta["command"],
+        "```",
+        "",
+        f"{meta['date']} · {meta['cpu_model']} · {meta['usable_cpus']} usable CPUs · "
+        f"{meta['threads']} torch threads per server · OMP_WAIT_POLICY={meta['omp_wait_policy']} · "
+        f"load average before {meta['load_before']}, after {meta['load_after']}",
+        "",
+        f"Model: `{NAME}`, all-MiniLM-L6-v2's encoder under a seeded one-logit head, saved by "
+        "`CrossEncoder.save` (`benchmarks/rerank_speed.py::build_cross_encoder`); every server "
+        f"loads that folder. {REQUESTS} distinct requests, each a docstring first line as query "
+        f"and {DOCS} stdlib docstrings of 40-120 words (every pair under 256 tokens: nobody "
+        f"truncates). {meta['seconds']:g} s measured after {meta['warmup_s']:g} s warm-up per "
+        f"client count, {meta['rounds']} rounds, servers alternating "
+        f"({', '.join(meta['servers'])}, ...), each process tree ended and checked gone before "
+        "the next starts. req/s: median of rounds; latency percentiles pool the rounds. "
+        "*other load*: cores busy with anything but the server and the driver during the "
+        "window. The machine is shared: read ratios, not absolutes.",
+        "",
+        "## Servers",
+        "",
+        "| server | clients | req/s (rounds) | docs/s | × LitServe | p50 ms | p95 ms | p99 ms | "
+        "server CPU ms/req | driver CPU ms/req | other load | errors | load 1-min (rounds) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+    ]
+    for s in summaries:
+        base = next((b for b in summaries if b.server == BASELINE and b.clients == s.clients), None)
+        ratio = s.rps / base.rps if base and base.rps else math.nan
+        rounds = ", ".join(f"{x:.1f}" for x in s.rps_rounds)
+        errors = ", ".join(f"{k}: {v}" for k, v in s.errors.items()) or "0"
+        spread = " / ".join(
+            f"{a.split()[0]}→{b.split()[0]}" for a, b in loads[(s.server, s.clients)]
+        )
+        lines.append(
+            f"| {s.server} | {s.clients} | {s.rps:.1f} ({rounds}) | {s.rps * DOCS:.0f} | "
+            f"{'-' if math.isnan(ratio) else f'{ratio:.2f}x'} | {_f(s.p50_ms)} | {_f(s.p95_ms)} | "
+            f"{_f(s.p99_ms)} | {_f(s.server_cpu_ms_per_request)} | "
+            f"{_f(s.driver_cpu_ms_per_request, 2)} | {_f(s.other_cores, 2)} | {errors} | {spread} |"
+        )
+    ce = {r["shape"]: r for r in inproc if r["impl"] == "cross-encoder"}
+    lines += [
+        "",
+        f"## In process (no HTTP; tokenization included; {meta['inprocess_requests']} requests, "
+        f"best of "
+        f"{meta['repeats']} passes)",
+        "",
+        "| implementation | shape | req/s | pairs/s | × CrossEncoder.predict | CPU ms/req | "
+        "max abs score diff |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in inproc:
+        base = ce.get(r["shape"])
+        ratio = r["req_per_s"] / base["req_per_s"] if base else math.nan
+        lines.append(
+            f"| {r['label']} | {r['shape']} | {r['req_per_s']:.1f} | {r['pairs_per_s']:.0f} | "
+            f"{ratio:.2f}x | {r['cpu_ms_per_request']:.1f} | {r['diff']} |"
+        )
+    lines += ["", "## Configurations", "", "| server | config | venv | versions | start-up s | "
+              f"max abs score diff ({GUARD} requests) | how it stopped |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, info in meta["server_info"].items():
+        vers = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
+        start = ", ".join(f"{x:.1f}" for x in info["startup_s"])
+        diff = f"{max(info['diff']):.1e}"
+        stops = "; ".join(
+            f"{s['processes']} proc, {s['signal']} {s['seconds']:.1f} s"
+            + (
+                f" (outlived SIGTERM: {', '.join(s['outlived_term'])})"
+                if s["outlived_term"]
+                else ""
+            )
+            for s in info["stops"]
+        )
+        lines.append(
+            f"| {name} | {info['config']} | {info['venv']} | {vers} | {start} | {diff} | {stops} |"
+        )
+    lines += ["", *meta["notes"], ""]
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--warmup", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--servers", nargs="+", default=list(PEERS), choices=list(PEERS))
+    parser.add_argument(
+        "--omp-wait-policy", choices=["passive", "active", "default"], default="passive"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="in-process passes (best kept)")
+    parser.add_argument(
+        "--inprocess-requests", type=int, default=16, help="requests the in-process rows time"
+    )
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="max |score diff| allowed")
+    parser.add_argument("--peers-python", type=Path, default=default_peers_python())
+    parser.add_argument("--infinity-python", type=Path, default=default_infinity_python())
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--name", default="peers-rerank-cpu")
+    parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
+    args = parser.parse_args(argv)
+    pythons = {
+        "attnserve": Path(sys.executable),
+        "peers": args.peers_python,
+        "infinity": args.infinity_python,
+    }
+    for name in args.servers:
+        if not pythons[PEERS[name].interpreter].is_file():
+            parser.error(f"{pythons[PEERS[name].interpreter]} is missing ({name}): make peers-venv")
+    command = "python -m benchmarks.peers.rerank_run " + shlex.join(
+        sys.argv[1:] if argv is None else argv
+    )
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+    load_before = load_average()
+    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+    folder = rerank_folder()
+    requests = rerank_requests(folder)
+    inproc: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        requests_file = Path(tmp) / "requests.json"
+        timed = requests[: args.inprocess_requests]
+        requests_file.write_text(json.dumps([[r.query, r.documents] for r in timed]))
+        ref = in_process("cross-encoder", args.peers_python, folder, requests_file, args)
+        ours = in_process("attnserve", Path(sys.executable), folder, requests_file, args)
+    reference: list[list[float]] = ref["scores"]
+    ours_diff = worst_diff(ours["scores"], reference)
+    print(
+        f"  in-process CrossEncoder {ref['rows']}\n  in-process attnserve {ours['rows']} |d| {ours_diff:.1e}"
+    )
+    if not ours_diff <= args.tolerance:
+        raise SystemExit(
+            f"attnserve's TextClassifier differs from CrossEncoder.predict by {ours_diff:.2e}"
+        )
+    for result, label, diff in (
+        (ref, "sentence-transformers CrossEncoder.predict", "reference"),
+        (ours, "attnserve TextClassifier (flash)", f"{ours_diff:.1e}"),
+    ):
+        inproc += [
+            {**row, "impl": result["impl"], "label": label, "diff": diff} for row in result["rows"]
+        ]
+
+    turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
+    for k in range(args.rounds):
+        print(f"round {k + 1} of {args.rounds} ...", flush=True)
+        for name in args.servers:
+            turns[name].append(
+                serve_and_drive(name, args, folder, requests, reference, f"r{k + 1}")
+            )
+
+    left = leftovers(folder)
+    print(f"processes holding the model folder after the run: {left or 'none'}", flush=True)
+    if left:
+        raise SystemExit(f"server processes outlived the run: {left}")
+
+    summaries = [
+        report.summarize(name, clients, [t.results[clients] for t in turns[name]])
+        for clients in args.clients
+        for name in args.servers
+    ]
+    loads = {(n, c): [t.loads[c] for t in turns[n]] for n in args.servers for c in args.clients}
+    meta: dict[str, Any] = {
+        "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": cpu_model(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "threads": args.threads,
+        "omp_wait_policy": args.omp_wait_policy,
+        "seconds": args.seconds,
+        "warmup_s": args.warmup,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "inprocess_requests": args.inprocess_requests,
+        "clients": args.clients,
+        "servers": args.servers,
+        "load_before": load_before,
+        "load_after": load_average(),
+        "server_info": {
+            name: {
+                "config": PEERS[name].config,
+                "venv": pythons[PEERS[name].interpreter].parent.parent.name,
+                "versions": versions(pythons[PEERS[name].interpreter], PEERS[name].packages),
+                "startup_s": [t.startup_s for t in turns[name]],
+                "diff": [t.diff for t in turns[name]],
+                "stops": [asdict(t.stopped) for t in turns[name] if t.stopped],
+            }
+            for name in args.servers
+        },
+        "notes": [
+            f"After the run no process on this machine held `{folder.name}` in its command line "
+            "(psutil scan), besides each server's own check when it stopped.",
+            "",
+            NOTES,
+        ],
+    }
+    page = markdown(meta, summaries, inproc, loads)
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / f"{args.name}.md").write_text(page)
+    record = {
+        **meta,
+        "inprocess": inproc,
+        "loads": {f"{n} x{c}": v for (n, c), v in loads.items()},
+        "summaries": [{**asdict(s), "rps": s.rps, "docs_per_s": s.rps * DOCS} for s in summaries],
+        "rounds_rps": {f"{s.server} x{s.clients}": s.rps_rounds for s in summaries},
+        "median_rps_spread": {
+            f"{s.server} x{s.clients}": (max(s.rps_rounds) - min(s.rps_rounds))
+            / statistics.median(s.rps_rounds)
+            for s in summaries
+            if s.rps_rounds and statistics.median(s.rps_rounds)
+        },
+    }
+    (args.out_dir / f"{args.name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    print()
+    print(page)
+
+
+if __name__ == "__main__":
+    main()
