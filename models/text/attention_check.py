@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
+from models.text.bert import BertEncoder
 from models.text.config import BertConfig
 
 
@@ -45,3 +46,26 @@ def check_text_attention(
         able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
         raise AttentionError(f"{'; '.join(reasons)}; {name} runs: {', '.join(able)}")
     return resolved
+
+
+class ChecksTextAttention:
+    """``check_attention`` for a text model holding ``model`` (a BERT-family encoder),
+    ``max_tokens``, ``dtype``, ``device`` and ``name``."""
+
+    model: BertEncoder
+    max_tokens: int
+    dtype: torch.dtype
+    device: torch.device
+    name: str
+
+    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """Resolved options for ``backend`` on this model's device and dtype
+        (:func:`check_text_attention`).
+
+        Raises:
+            AttentionError: unknown backend, invalid option, or a backend that cannot run this
+                model's self-attention on its device/dtype (the message lists those that can).
+        """
+        return check_text_attention(
+            self.model.config, self.max_tokens, self.dtype, self.device, self.name, backend, options
+        )

@@ -21,7 +21,7 @@ from models.attention import BACKENDS, AttentionError, get_backend
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.text import fused_linear, serial
-from models.text.attention_check import check_text_attention
+from models.text.attention_check import ChecksTextAttention
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import load_quality
@@ -47,7 +47,7 @@ def activate(logits: Tensor, activation: str) -> Tensor:
     return logits
 
 
-class TextClassifier:
+class TextClassifier(ChecksTextAttention):
     """Label logits (and scores) for texts or text pairs, with a per-call attention backend.
 
     Build with :meth:`from_folder`; then ``logits(classifier.tokenize(inputs), backend)``.
@@ -152,26 +152,6 @@ class TextClassifier:
                 raise ModelInputError(f"input {i} holds a token id outside [0, {vocab})")
             if segments > 1 and any(not 0 <= s < segments for s in row.types):
                 raise ModelInputError(f"input {i} holds a segment id outside [0, {segments})")
-
-    # ------------------------------------------------------------------ attention
-
-    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Resolved options for ``backend`` on this model's device and dtype
-        (:func:`models.text.attention_check.check_text_attention`).
-
-        Raises:
-            AttentionError: unknown backend, invalid option, or a backend that cannot run this
-                model's self-attention on its device/dtype (the message lists those that can).
-        """
-        return check_text_attention(
-            self.model.config,
-            self.max_tokens,
-            self.dtype,
-            self.device,
-            self.name,
-            backend,
-            options,
-        )
 
     # ------------------------------------------------------------------ inference
 

@@ -57,7 +57,7 @@ from models.attention import BACKENDS, AttentionError
 from models.text.classifier import TextClassifier
 from models.text.corpus import load_snapshot, stdlib_docstrings
 from models.text.pairs import PairRow
-from models.text.quality import bands_for, reference_for, write_quality
+from models.text.quality import add_run_arguments, bands_for, reference_for, write_quality
 from models.text.ranking import label_figures, rank_figures
 
 CANDIDATES = 20  # per query: the right document and 19 others
@@ -328,15 +328,7 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="default: quality.json in the folder",
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument(
-        "--precisions",
-        nargs="+",
-        default=[],
-        choices=["bfloat16", "int8", "float16"],
-        help="also measure these precisions against the float32 exact scores",
-    )
-    parser.add_argument("--show", action="store_true", help="print the table of --out and stop")
+    add_run_arguments(parser, "scores")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)

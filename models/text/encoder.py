@@ -23,7 +23,7 @@ from models.errors import ModelInputError
 from models.names import TEXT_MODEL
 from models.precision import DEFAULT_PRECISION
 from models.text import fused_linear, windows
-from models.text.attention_check import check_text_attention
+from models.text.attention_check import ChecksTextAttention
 from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE, describe, load_quality
@@ -39,7 +39,7 @@ MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
 PAD_MULTIPLE = 8
 
 
-class SentenceEncoder:
+class SentenceEncoder(ChecksTextAttention):
     """Sentence embeddings with a per-call attention backend.
 
     Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder`; then
@@ -226,26 +226,6 @@ class SentenceEncoder:
                 isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in ids
             ):
                 raise ModelInputError(f"input {i} holds a token id outside [0, {vocab})")
-
-    # ------------------------------------------------------------------ attention
-
-    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Resolved options for ``backend`` on this model's device and dtype
-        (:func:`models.text.attention_check.check_text_attention`).
-
-        Raises:
-            AttentionError: unknown backend, invalid option, or a backend that cannot run this
-                model's self-attention on its device/dtype (the message lists those that can).
-        """
-        return check_text_attention(
-            self.model.config,
-            self.max_tokens,
-            self.dtype,
-            self.device,
-            self.name,
-            backend,
-            options,
-        )
 
     # ------------------------------------------------------------------ compilation
 

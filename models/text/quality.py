@@ -208,6 +208,22 @@ def measure(
     return result
 
 
+def add_run_arguments(parser: argparse.ArgumentParser, reference: str) -> None:
+    """``--threads``, ``--precisions`` and ``--show``, the same for every text model's
+    evaluation; ``reference`` names what the precisions are measured against."""
+    parser.add_argument("--threads", type=int, default=None, help="torch threads")
+    parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=["bfloat16", "int8", "float16"],
+        help=f"also measure these precisions against the float32 exact {reference}",
+    )
+    parser.add_argument(
+        "--show", action="store_true", help="print the table of the output and stop"
+    )
+
+
 def write_quality(
     output: Path,
     result: dict[str, Any],
@@ -243,15 +259,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--output", type=Path, default=None, help="default: quality.json of the model"
     )
-    parser.add_argument("--threads", type=int, default=None, help="torch threads")
-    parser.add_argument(
-        "--precisions",
-        nargs="+",
-        default=[],
-        choices=["bfloat16", "int8", "float16"],
-        help="also measure these precisions against the float32 exact embedding",
-    )
-    parser.add_argument("--show", action="store_true", help="print the table of --output and stop")
+    add_run_arguments(parser, "embedding")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
