@@ -84,6 +84,12 @@ def main() -> None:
     parser.add_argument(
         "--ops", action="store_true", help="append the per-op table (benchmarks.batch_one_ops)"
     )
+    parser.add_argument(
+        "--bfloat16",
+        action="store_true",
+        help="also this checkout with precision bfloat16 (a reference row: fewer bits, not the "
+        "float32 target)",
+    )
     args = parser.parse_args()
 
     folder = peer_folder()
@@ -98,6 +104,9 @@ def main() -> None:
             "after": ("attnserve", Path(sys.executable), ROOT),
             "onnxruntime": ("onnxruntime", args.peers_python, ROOT),
         }
+        if args.bfloat16:
+            contenders["after-bfloat16"] = ("attnserve-bfloat16", Path(sys.executable), ROOT)
+            runs["after-bfloat16"] = []
         for k in range(args.rounds):
             for name, (impl, python, tree) in contenders.items():
                 result = run_one(impl, python, tree, texts, args, folder)
@@ -113,6 +122,7 @@ def main() -> None:
         "before": f"attnserve before ({args.before})",
         "after": "attnserve after (this checkout)",
         "onnxruntime": "ONNX Runtime, optimized graph, float32",
+        "after-bfloat16": "attnserve after, precision bfloat16",
     }
     lines = [
         "| batch | contender | texts/s per round | texts/s (median) | vs ONNX Runtime "

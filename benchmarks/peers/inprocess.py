@@ -38,6 +38,14 @@ def _attnserve(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]
     return (lambda texts: encoder.encode(texts).numpy()), {}
 
 
+def _attnserve_bfloat16(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]]:
+    from models.text import SentenceEncoder
+
+    encoder = SentenceEncoder.load() if folder is None else SentenceEncoder.from_folder(folder)
+    twin = encoder.with_precision("bfloat16")
+    return (lambda texts: twin.encode(texts).numpy()), {"precision": "bfloat16"}
+
+
 def _sentence_transformers(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]]:
     from sentence_transformers import SentenceTransformer
 
@@ -61,6 +69,7 @@ def _onnxruntime(folder: str | None, threads: int) -> tuple[Encode, dict[str, An
 
 IMPLEMENTATIONS = {
     "attnserve": _attnserve,
+    "attnserve-bfloat16": _attnserve_bfloat16,
     "sentence-transformers": _sentence_transformers,
     "onnxruntime": _onnxruntime,
 }
