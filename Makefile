@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
+.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -118,6 +118,10 @@ peers-venv: $(PEERS_VENV)/.installed $(INFINITY_VENV)/.installed
 # (make bench-peers ARGS="--seconds 3 --rounds 1" for a short check)
 bench-peers: install peers-venv
 	$(BIN)/python -m benchmarks.peers.run --peers-python $(PEERS_BIN)/python --infinity-python $(INFINITY_BIN)/python $(or $(ARGS),--seconds 10 --rounds 2)
+
+# /v1/rerank beside infinity-emb's /rerank and a LitServe CrossEncoder app (benchmarks/peers/README.md)
+bench-rerank-peers: install peers-venv
+	$(BIN)/python -m benchmarks.peers.rerank_run --peers-python $(PEERS_BIN)/python --infinity-python $(INFINITY_BIN)/python $(or $(ARGS),--seconds 12 --warmup 4 --rounds 2)
 
 # make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
 loadtest: install-load
