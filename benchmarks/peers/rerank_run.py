@@ -174,18 +174,8 @@ class RerankServer(ServerProcess):
     """A :class:`.servers.ServerProcess` whose requests are rerank requests."""
 
     def __init__(self, peer: RerankPeer, launch: Launch, log: Path, wait_policy: str) -> None:
-        self.peer = peer  # type: ignore[assignment]  # stop() only reads its name
-        self.port = launch.port
-        self.log_path = log
-        self._log = log.open("w")
-        self.proc = subprocess.Popen(
-            peer.command(launch),
-            cwd=ROOT,
-            env=server_env(launch.threads, wait_policy),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        # The base reads only the peer's command (and, when stopping, its name).
+        super().__init__(peer, launch, log, wait_policy)  # type: ignore[arg-type]
 
     def rerank_request(self, r: RerankRequest) -> bytes:
         body = json.dumps(self.peer.body(r)).encode()  # type: ignore[arg-type]
