@@ -136,9 +136,12 @@ class TextClassifier(ChecksTextAttention):
 
     # ------------------------------------------------------------------ tokens
 
-    def tokenize(self, inputs: Sequence[TextOrPair], truncate: bool = False) -> list[PairRow]:
-        """Token ids and segments per text or pair (:class:`PairTokenizer`)."""
-        return self.tokenizer.pairs(inputs, truncate)
+    def tokenize(
+        self, inputs: Sequence[TextOrPair], truncate: bool = False, what: str = "input"
+    ) -> list[PairRow]:
+        """Token ids and segments per text or pair (:class:`PairTokenizer`); errors name an
+        input as ``what`` ("document" for a reranker's request)."""
+        return self.tokenizer.pairs(inputs, truncate, what)
 
     def _check_rows(self, rows: Sequence[PairRow]) -> None:
         vocab, segments = self.model.config.vocab_size, self.model.config.type_vocab_size

@@ -41,7 +41,9 @@ class PairWindows:
 class PairTokenizer(TextTokenizer):
     """A :class:`TextTokenizer` that also encodes pairs (``(query, document)``)."""
 
-    def pairs(self, inputs: Sequence[TextOrPair], truncate: bool = False) -> list[PairRow]:
+    def pairs(
+        self, inputs: Sequence[TextOrPair], truncate: bool = False, what: str = "input"
+    ) -> list[PairRow]:
         """Token ids and segments of each text or pair, special tokens included.
 
         Raises:
@@ -52,7 +54,7 @@ class PairTokenizer(TextTokenizer):
         for i, item in enumerate(inputs):
             parts = [item] if isinstance(item, str) else list(item)
             if not 1 <= len(parts) <= 2 or not all(isinstance(p, str) for p in parts):
-                raise ModelInputError(f"input {i} must be a text or a pair of two texts")
+                raise ModelInputError(f"{what} {i} must be a text or a pair of two texts")
             flat.extend(parts)
         self._check(flat)  # strings, valid Unicode
         prepared = [
@@ -64,7 +66,7 @@ class PairTokenizer(TextTokenizer):
             if len(enc.ids) > limit:
                 if not truncate:
                     raise ModelInputError(
-                        f"input {i} is {len(enc.ids)} tokens long (special tokens included), "
+                        f"{what} {i} is {len(enc.ids)} tokens long (special tokens included), "
                         f"over this model's limit of {limit} tokens; shorten it or set "
                         f"truncate=true to cut it to {limit} tokens"
                     )
@@ -75,7 +77,7 @@ class PairTokenizer(TextTokenizer):
             out.append(PairRow(list(enc.ids), list(enc.type_ids)))
         return out
 
-    def windows(self, pairs: Sequence[tuple[str, str]]) -> PairWindows:
+    def windows(self, pairs: Sequence[tuple[str, str]], what: str = "input") -> PairWindows:
         """Each ``(query, document)`` pair as one row, or, when over ``max_tokens``, as
         overlapping windows of the document, each row holding the whole query and the special
         tokens (the MaxP scheme of Dai & Callan, SIGIR 2019: a document scores as its best
@@ -85,7 +87,7 @@ class PairTokenizer(TextTokenizer):
             ModelInputError: an input is not a pair of strings, or a query leaves no room for
                 a document inside the limit (the message names it).
         """
-        self.pairs(list(pairs), truncate=True)  # the type and text checks
+        self.pairs(list(pairs), truncate=True, what=what)  # the type and text checks
         prepared = [tuple(self._prepare(list(pair))) for pair in pairs]
         rows: list[PairRow] = []
         owners: list[int] = []
@@ -100,7 +102,7 @@ class PairTokenizer(TextTokenizer):
             width = self.max_tokens - (len(ids) - len(body))
             if width < 1:
                 raise ModelInputError(
-                    f"input {i}: the query takes {head} of this model's {self.max_tokens} tokens "
+                    f"{what} {i}: the query takes {head} of this model's {self.max_tokens} tokens "
                     "and leaves no room for the document; shorten the query"
                 )
             for start in window_starts(len(body), width):

@@ -265,7 +265,7 @@ def test_rerank_errors_say_what_to_fix(client: Any) -> None:
     )
     long = "word " * 400
     r = client.post("/v1/rerank", json={"model": name, "query": "q", "documents": ["a", long]})
-    assert_error(r, 422, "invalid_request", "input 1", "truncate")
+    assert_error(r, 422, "invalid_request", "document 1", "truncate")
     r = client.post(
         "/v1/rerank", json={"model": _classify_name("bert"), "query": "q", "documents": ["a"]}
     )

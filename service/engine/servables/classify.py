@@ -81,7 +81,7 @@ class ClassifierServable:
         activation = "identity" if request.raw_scores else self.model.activation
         if request.windows:
             return self._prepare_windows(request, activation)
-        rows = self.model.tokenize(list(request.inputs), request.truncate)
+        rows = self.model.tokenize(list(request.inputs), request.truncate, request.what)
         lengths = [len(row.ids) for row in rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:
@@ -95,7 +95,7 @@ class ClassifierServable:
         pairs = [item for item in request.inputs if not isinstance(item, str)]
         if len(pairs) != len(request.inputs):
             raise _windows_error()
-        split = self.model.tokenizer.windows(pairs)
+        split = self.model.tokenizer.windows(pairs, request.what)
         lengths = [len(row.ids) for row in split.rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:
