@@ -62,9 +62,10 @@ SHAPE: dict[str, Any] = {
 }
 
 
-def build_folder(folder: Path, layers: int) -> None:
-    """A random-weight ModernBERT at :data:`SHAPE` (``layers`` deep) with MiniLM's tokenizer."""
-    from transformers import ModernBertConfig, ModernBertModel
+def build_folder(folder: Path, layers: int, task: str = "") -> None:
+    """A random-weight ModernBERT at :data:`SHAPE` (``layers`` deep) with MiniLM's tokenizer;
+    ``task`` ``"classify"``: a one-label ``ModernBertForSequenceClassification`` (a reranker)."""
+    from transformers import ModernBertConfig, ModernBertForSequenceClassification, ModernBertModel
 
     config = ModernBertConfig(
         **{**SHAPE, "num_hidden_layers": layers},
@@ -75,8 +76,12 @@ def build_folder(folder: Path, layers: int) -> None:
         bos_token_id=101,
         eos_token_id=102,
     )
+    cls: type = ModernBertModel
+    if task == "classify":
+        config.num_labels = 1
+        cls = ModernBertForSequenceClassification
     torch.manual_seed(0)
-    ModernBertModel(config).eval().save_pretrained(str(folder), safe_serialization=True)
+    cls(config).eval().save_pretrained(str(folder), safe_serialization=True)
     shutil.copy(model_dir() / "tokenizer.json", folder / "tokenizer.json")
     (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import statistics
 import sys
 import tempfile
@@ -39,11 +38,10 @@ from typing import Any
 import torch
 
 from benchmarks.host import cpu_model, load_average
-from benchmarks.long_document_speed import SHAPE
+from benchmarks.long_document_speed import SHAPE, build_folder
 from models.text.classifier import TextClassifier
 from models.text.classifier_quality import fit_pair, measure, query_of
 from models.text.corpus import stdlib_docstrings, word_windows
-from models.text.weights import model_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BACKENDS = ("flash", "probsparse", "performer", "nystrom", "full")
@@ -52,23 +50,7 @@ WARM_TOKENS = 256
 
 def build_reranker(folder: Path, layers: int) -> TextClassifier:
     """A random-weight one-label ``ModernBertForSequenceClassification`` at :data:`SHAPE`."""
-    from transformers import ModernBertConfig, ModernBertForSequenceClassification
-
-    config = ModernBertConfig(
-        **{**SHAPE, "num_hidden_layers": layers},
-        vocab_size=30522,
-        pad_token_id=0,
-        cls_token_id=101,
-        sep_token_id=102,
-        bos_token_id=101,
-        eos_token_id=102,
-    )
-    config.num_labels = 1
-    torch.manual_seed(0)
-    model = ModernBertForSequenceClassification(config).eval()
-    model.save_pretrained(str(folder), safe_serialization=True)
-    shutil.copy(model_dir() / "tokenizer.json", folder / "tokenizer.json")
-    (folder / "tokenizer_config.json").write_text(json.dumps({"model_max_length": 8192}))
+    build_folder(folder, layers, task="classify")
     return TextClassifier.from_folder(folder)
 
 
