@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 NAME = "all-MiniLM-L6-v2"
@@ -38,17 +39,30 @@ def peer_folder(root: Path | None = None) -> Path:
         from models.text.packaged import cache_dir
 
         root = cache_dir() / "peers"
-    target = root / NAME
     source = _source()
     stamp = f"{source}\n{(source / 'model.safetensors').stat().st_size}"
+
+    def copy(tree: Path) -> Path:
+        shutil.copytree(source, tree, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+        return tree
+
+    return publish(root, NAME, stamp, copy)
+
+
+def publish(root: Path, name: str, stamp: str, build: Callable[[Path], Path]) -> Path:
+    """``root / name``, built by ``build(path)`` unless a complete copy with ``stamp`` is there.
+
+    Built in a staging folder and moved into place whole (``os.replace``), so concurrent runs
+    and interrupted builds never leave a half-written folder under the name.
+    """
+    target = root / name
     marker = target / _COMPLETE
     if marker.is_file() and marker.read_text() == stamp:
         return target
     root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=root))
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=root))
     try:
-        tree = staging / NAME
-        shutil.copytree(source, tree, ignore=shutil.ignore_patterns("__pycache__", ".*"))
+        tree = build(staging / name)
         (tree / _COMPLETE).write_text(stamp)
         if target.exists():  # stale (another source) or incomplete: replace it
             shutil.rmtree(target)
@@ -63,4 +77,4 @@ def peer_folder(root: Path | None = None) -> Path:
     return target
 
 
-__all__ = ["NAME", "peer_folder"]
+__all__ = ["NAME", "peer_folder", "publish"]

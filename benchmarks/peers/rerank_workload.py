@@ -14,18 +14,16 @@ none has to agree with another on how.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.peers.model_folder import publish
 
 NAME = "minilm-cross-encoder"
 DOCS = 16  # documents per request
 REQUESTS = 64  # distinct requests the clients cycle through
 SEED = 0
 MAX_TOKENS = 256
-_COMPLETE = ".attnserve-complete"
 
 
 @dataclass(frozen=True)
@@ -42,25 +40,9 @@ def rerank_folder(root: Path | None = None) -> Path:
         from models.text.packaged import cache_dir
 
         root = cache_dir() / "peers"
-    target = root / NAME
-    stamp = f"build_cross_encoder seed {SEED}"
-    if (target / _COMPLETE).is_file() and (target / _COMPLETE).read_text() == stamp:
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{NAME}-", dir=root))
-    try:
-        tree = build_cross_encoder(staging / NAME, seed=SEED)
-        (tree / _COMPLETE).write_text(stamp)
-        if target.exists():
-            shutil.rmtree(target)
-        try:
-            os.replace(tree, target)
-        except OSError:
-            if not (target / _COMPLETE).is_file():
-                raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    return publish(
+        root, NAME, f"build_cross_encoder seed {SEED}", lambda tree: build_cross_encoder(tree, SEED)
+    )
 
 
 def rerank_requests(folder: Path, count: int = REQUESTS, docs: int = DOCS) -> list[RerankRequest]:
