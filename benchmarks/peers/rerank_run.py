@@ -189,22 +189,7 @@ class RerankServer(ServerProcess):
 
     def wait_ready(self, r: RerankRequest, timeout: float = 300.0) -> None:
         """Post ``r`` until a 2xx answer comes (503/404/no connection: still starting)."""
-        request = self.rerank_request(r)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.peer.name} exited; see {self.log_path}")
-            try:
-                status, body = call_once(HOST, self.port, request, timeout=60.0)
-            except (OSError, EOFError, TimeoutError, ValueError):
-                time.sleep(0.5)
-                continue
-            if 200 <= status < 300:
-                return
-            if status not in (502, 503, 404):
-                raise RuntimeError(f"{self.peer.name} answered {status}: {body[:300]!r}")
-            time.sleep(0.5)
-        raise RuntimeError(f"{self.peer.name} did not answer in {timeout} s; see {self.log_path}")
+        self.first_answer(self.rerank_request(r), timeout, per_call=60.0)
 
 
 # ----------------------------------------------------------------------------- the run

@@ -236,24 +236,29 @@ class ServerProcess:
         return build_request(HOST, self.port, self.peer.path, body)
 
     def wait_answering(self, text: str, timeout: float = 300.0) -> list[float]:
-        """Post ``text`` until a 2xx answer comes; the embedding in it.
+        """Post ``text`` until a 2xx answer comes; the embedding in it (:meth:`first_answer`)."""
+        return [
+            float(x) for x in self.peer.embedding(self.first_answer(self.request(text), timeout))
+        ]
+
+    def first_answer(self, request: bytes, timeout: float = 300.0, per_call: float = 30.0) -> Any:
+        """Post ``request`` until a 2xx answer comes; its JSON body.
 
         Raises:
             RuntimeError: the server exited, answered with an error that is not a start-up 503,
                 or did not answer in ``timeout`` seconds (the message names its log).
         """
-        request = self.request(text)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.peer.name} exited; see {self.log_path}")
             try:
-                status, body = call_once(HOST, self.port, request, timeout=30.0)
+                status, body = call_once(HOST, self.port, request, timeout=per_call)
             except (OSError, EOFError, TimeoutError, ValueError):
                 time.sleep(0.5)
                 continue
             if 200 <= status < 300:
-                return [float(x) for x in self.peer.embedding(json.loads(body))]
+                return json.loads(body)
             if status not in (502, 503, 404):  # still starting (404: routes not mounted yet)
                 raise RuntimeError(
                     f"{self.peer.name} answered {status}: {body[:300]!r}; see {self.log_path}"
