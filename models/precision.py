@@ -264,6 +264,12 @@ def _dynamic(wrapped: nn.Sequential, quantize: Any, qconfig: Any) -> nn.Module:
     return out[0]
 
 
+def precision_of(dtype: torch.dtype) -> str:
+    """The precision name of weights loaded in floating ``dtype`` (``torch.bfloat16`` ->
+    ``bfloat16``); int8 copies say so themselves, their float parts being float32."""
+    return str(dtype).removeprefix("torch.")
+
+
 def needs_conversion(current: str, target: str) -> bool:
     """Whether a model loaded in ``current`` must be converted to serve ``target``: False when
     they agree; conversions start from float32 only.

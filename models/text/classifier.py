@@ -19,7 +19,7 @@ from torch import Tensor
 
 from models.attention import BACKENDS, AttentionError, get_backend
 from models.errors import ModelInputError
-from models.names import DEFAULT_PRECISION
+from models.precision import precision_of
 from models.text import fused_linear, serial
 from models.text.attention_check import ChecksTextAttention
 from models.text.batching import plan_batches
@@ -89,9 +89,7 @@ class TextClassifier(ChecksTextAttention):
         self.source = f"{folder.encoder.layout} folder"
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
-        self.precision = str(self.dtype).removeprefix("torch.")
-        if self.dtype == torch.float32:
-            self.precision = DEFAULT_PRECISION
+        self.precision = precision_of(self.dtype)
 
     @classmethod
     def from_folder(

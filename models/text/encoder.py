@@ -21,7 +21,7 @@ from torch import Tensor
 from models.compile import compile_forward
 from models.errors import ModelInputError
 from models.names import TEXT_MODEL
-from models.precision import DEFAULT_PRECISION
+from models.precision import precision_of
 from models.text import fused_linear, windows
 from models.text.attention_check import ChecksTextAttention
 from models.text.batching import plan_batches
@@ -92,8 +92,7 @@ class SentenceEncoder(ChecksTextAttention):
         self._prompt_skip: dict[str, int] = {}
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
-        self.precision = DEFAULT_PRECISION if self.dtype == torch.float32 else str(self.dtype)
-        self.precision = self.precision.removeprefix("torch.")
+        self.precision = precision_of(self.dtype)
 
     def with_precision(
         self, precision: str, keep_float: tuple[str, ...] | None = None, smooth: bool = True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from models.attention import BACKENDS, AttentionError
@@ -25,3 +25,20 @@ def accepted_backends(check: Callable[[str, dict[str, Any] | None], Any]) -> lis
             continue
         accepted.append(backend)
     return accepted
+
+
+def measured_losses(
+    figures: Callable[[str], Mapping[str, tuple[float, dict[str, Any]]]],
+    precisions: Iterable[str],
+    served: list[str],
+    call_of: Callable[[str, dict[str, Any], str], Any],
+) -> dict[Any, float]:
+    """Quality loss per call: ``figures(precision)`` gives each backend's measured loss and the
+    options it was measured at (:mod:`models.quality_loss`); ``call_of(backend, options,
+    precision)`` makes the call it stands for. Backends this model does not serve are left out."""
+    return {
+        call_of(backend, options, precision): loss
+        for precision in precisions
+        for backend, (loss, options) in figures(precision).items()
+        if backend in served
+    }

@@ -17,7 +17,7 @@ from models.names import DEFAULT_PRECISION
 from models.quality_loss import classifier_losses
 from models.text.classifier import TextClassifier, activate
 from service.engine.batching.policy import length_bucket
-from service.engine.servables.backends import accepted_backends, served_card
+from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
     Call,
     Checked,
@@ -144,14 +144,12 @@ class ClassifierServable:
     def quality_losses(self, length: int) -> dict[Call, float]:
         losses = self._losses.get(length)
         if losses is None:
-            losses = self._losses[length] = {
-                self._measured_call(backend, options, precision): loss
-                for precision in self.models
-                for backend, (loss, options) in classifier_losses(
-                    self._quality, length, precision
-                ).items()
-                if backend in self._backends
-            }
+            losses = self._losses[length] = measured_losses(
+                lambda precision: classifier_losses(self._quality, length, precision),
+                self.models,
+                self._backends,
+                self._measured_call,
+            )
         return losses
 
     def measured_variants(self, backend: str) -> list[Call]:

@@ -14,7 +14,7 @@ from models.quality_loss import embedding_losses, precision_figures
 from models.text import SentenceEncoder, windows
 from models.text.encoder import DEFAULT_ATTENTION
 from service.engine.batching.policy import length_bucket
-from service.engine.servables.backends import accepted_backends, served_card
+from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
     Call,
     Checked,
@@ -154,14 +154,12 @@ class TextServable:
         # max_tokens of them), then asked per auto request.
         losses = self._losses.get(length)
         if losses is None:
-            losses = self._losses[length] = {
-                self._measured_call(backend, options, precision): loss
-                for precision in self.encoders
-                for backend, (loss, options) in embedding_losses(
-                    self._quality, length, precision
-                ).items()
-                if backend in self._backends
-            }
+            losses = self._losses[length] = measured_losses(
+                lambda precision: embedding_losses(self._quality, length, precision),
+                self.encoders,
+                self._backends,
+                self._measured_call,
+            )
         return losses
 
     def measured_variants(self, backend: str) -> list[Call]:
