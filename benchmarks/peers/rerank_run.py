@@ -55,6 +55,7 @@ from benchmarks.peers.servers import (
     Launch,
     ServerProcess,
     Stopped,
+    attnserve_command,
     default_infinity_python,
     default_peers_python,
     free_port,
@@ -92,10 +93,8 @@ class RerankPeer:
 
 
 def _attnserve(launch: Launch) -> list[str]:
-    script = launch.python.parent / "attnserve"
-    entry = [str(script)] if script.is_file() else [str(launch.python), "-m", "service"]
     return [
-        *entry, "serve",
+        *attnserve_command(launch), "serve",
         "--host", HOST, "--port", str(launch.port), "--device", "cpu",
         "--models", str(launch.folder),
         "--torch-threads", str(launch.threads),

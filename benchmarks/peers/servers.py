@@ -68,11 +68,15 @@ class Peer:
     config: str
 
 
-def _attnserve(launch: Launch) -> list[str]:
+def attnserve_command(launch: Launch) -> list[str]:
+    """How to run ``attnserve`` with ``launch.python``: its console script, else ``-m service``."""
     script = launch.python.parent / "attnserve"
-    entry = [str(script)] if script.is_file() else [str(launch.python), "-m", "service"]
+    return [str(script)] if script.is_file() else [str(launch.python), "-m", "service"]
+
+
+def _attnserve(launch: Launch) -> list[str]:
     return [
-        *entry, "serve",
+        *attnserve_command(launch), "serve",
         "--host", HOST,
         "--port", str(launch.port),
         "--device", "cpu",
