@@ -61,6 +61,15 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     out["classify-modernbert-mean"] = save_tiny_classifier(
         root / "classify-modernbert-mean", "modernbert", 2, seed=31, classifier_pooling="mean"
     )
+    # Head settings transformers reads from the config: another activation, no dense bias.
+    out["classify-modernbert-silu"] = save_tiny_classifier(
+        root / "classify-modernbert-silu",
+        "modernbert",
+        3,
+        seed=32,
+        classifier_activation="silu",
+        classifier_bias=False,
+    )
     return out
 
 
@@ -116,7 +125,7 @@ def test_a_document_alone_scores_as_in_a_batch(
         assert abs(alone["relevance_score"] - together[i]) <= TOLERANCE
 
 
-@pytest.mark.parametrize("arch", [*ARCHITECTURES, "modernbert-mean"])
+@pytest.mark.parametrize("arch", [*ARCHITECTURES, "modernbert-mean", "modernbert-silu"])
 @pytest.mark.parametrize("backend", EXACT)
 def test_predict_matches_the_classifier_softmax(
     client: Any, folders: dict[str, Path], arch: str, backend: str
