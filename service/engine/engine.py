@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from models.names import BACKEND_NAMES, DEFAULT_PRECISION
+from models.names import BACKEND_NAMES, DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 from service.engine.auto_attention import (
     AUTO,
@@ -118,6 +118,10 @@ class Engine:
         labels["model"] = model.name
         if request.attention is None:
             labels["attention"] = model.default_attention
+        if request.precision in PRECISION_NAMES:  # known names only, as for attention
+            labels["precision"] = request.precision
+        elif request.precision is None:
+            labels["precision"] = model.precisions()[0]
         check_count(count, self.settings.max_inputs_per_request, what)
         check_auto_fields(request)
         # auto: checked and prepared as for the default backend (the rows do not depend on
@@ -145,8 +149,11 @@ class Engine:
                     precision=choice.precision,
                 )
             )
-            self.batcher.metrics.auto_choices.labels(model.name, choice.backend).inc()
+            self.batcher.metrics.auto_choices.labels(
+                model.name, choice.backend, choice.precision
+            ).inc()
         labels["attention"] = checked.call.backend
+        labels["precision"] = checked.call.precision
         result = await self.batcher.submit(
             model.name,
             BatchKey(checked.call, work.bucket),

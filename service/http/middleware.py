@@ -97,7 +97,13 @@ class RequestContext:
     def _record(self, scope: Scope, state: dict[str, Any], status: int, seconds: float) -> None:
         route = scope.get("route")
         endpoint = getattr(route, "path", None) or "unmatched"
-        labels = (endpoint, state.get("model", ""), state.get("attention", ""), str(status))
+        labels = (
+            endpoint,
+            state.get("model", ""),
+            state.get("attention", ""),
+            state.get("precision", ""),
+            str(status),
+        )
         self.metrics.requests.labels(*labels).inc()
         self.metrics.request_duration.labels(*labels).observe(seconds)
 

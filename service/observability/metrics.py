@@ -43,7 +43,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 class Metrics:
     """The collectors of one app. Labels: ``endpoint`` is the route path, ``attention`` the
-    backend name ("" where none applies), ``status`` the HTTP status code."""
+    backend name and ``precision`` the copy of the weights that ran (``float32``, ``bfloat16``,
+    ``int8``, ``float16``; "" where none applies), ``status`` the HTTP status code."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
@@ -53,49 +54,49 @@ class Metrics:
         r = self.registry
         self.requests = Counter(
             "attnserve_requests_total",
-            "HTTP requests answered, by endpoint, model, attention backend and status.",
-            ["endpoint", "model", "attention", "status"],
+            "HTTP requests answered, by endpoint, model, attention backend, precision and status.",
+            ["endpoint", "model", "attention", "precision", "status"],
             registry=r,
         )
         self.request_duration = Histogram(
             "attnserve_request_duration_seconds",
             "Time from request start to response start.",
-            ["endpoint", "model", "attention", "status"],
+            ["endpoint", "model", "attention", "precision", "status"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.queue_duration = Histogram(
             "attnserve_queue_duration_seconds",
             "Time a request waited in its model's queue before its batch started.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.inference_duration = Histogram(
             "attnserve_inference_duration_seconds",
             "Time one batch spent in the model.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
         self.batch_rows = Histogram(
             "attnserve_batch_size_rows",
             "Rows (texts or series) in one batch run by the model.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=BATCH_ROW_BUCKETS,
             registry=r,
         )
         self.batch_requests = Histogram(
             "attnserve_batch_size_requests",
             "Requests merged into one batch.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=BATCH_ROW_BUCKETS,
             registry=r,
         )
         self.batch_tokens = Histogram(
             "attnserve_batch_tokens",
             "Padded tokens (texts) or time steps (series) in one batch: rows x longest row.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=BATCH_TOKEN_BUCKETS,
             registry=r,
         )
@@ -121,8 +122,9 @@ class Metrics:
         )
         self.auto_choices = Counter(
             "attnserve_auto_attention_choices_total",
-            "Backends chosen for requests that asked for attention 'auto', by model and backend.",
-            ["model", "backend"],
+            "Backends chosen for requests that asked for attention 'auto', by model, backend and "
+            "precision.",
+            ["model", "backend", "precision"],
             registry=r,
         )
         self.rejections = Counter(
@@ -151,7 +153,7 @@ class Metrics:
             "attnserve_batch_activation_memory_estimated_bytes",
             "The model's estimate of one batch's peak activation memory at its backend, rows "
             "and length (its largest part when over the budget); kept under the budget.",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=MEMORY_BUCKETS,
             registry=r,
         )
@@ -160,7 +162,7 @@ class Metrics:
             "Measured peak memory one batch added above what was in use when it started: the "
             "CUDA allocator's peak on CUDA, the process's resident high-water mark on CPU "
             "(process-wide: overlapping batches of other models count too).",
-            ["model", "attention"],
+            ["model", "attention", "precision"],
             buckets=MEMORY_BUCKETS,
             registry=r,
         )

@@ -87,7 +87,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Exported]:
         metrics = app.state.attnserve.metrics
         metrics.batch_peak_memory.labels(TINY_TEXT).observe(2**20)
         # Measured per-batch memory needs Linux's /proc on CPU: record one wherever this runs.
-        metrics.batch_memory_measured.labels(TINY_TEXT, "flash").observe(2**20)
+        metrics.batch_memory_measured.labels(TINY_TEXT, "flash", "float32").observe(2**20)
         metrics.batch_splits.labels(TINY_TEXT).inc()
         scrape = client.get("/metrics")
         assert scrape.status_code == 200
@@ -115,7 +115,7 @@ def test_the_dashboard_has_the_panels_operators_need() -> None:
     titles = {title.lower() for title, _, _ in QUERIES}
     for quantile in ("0.5", "0.95", "0.99"):
         assert (
-            f"histogram_quantile({quantile}, sum by (le, endpoint, attention) (rate(attnserve_request_duration_seconds_bucket"
+            f"histogram_quantile({quantile}, sum by (le, endpoint, attention, precision) (rate(attnserve_request_duration_seconds_bucket"
             in exprs
         )
     for needed in (

@@ -174,7 +174,7 @@ def panel_queries() -> list[tuple[str, str]]:
     for panel in dashboard["panels"]:
         for target in panel.get("targets", []):
             expr = target["expr"].replace("$__rate_interval", "30s")
-            for variable in ("instance", "endpoint", "model", "attention"):
+            for variable in ("instance", "endpoint", "model", "attention", "precision"):
                 expr = expr.replace(f"${variable}", ".*")
             assert "$" not in expr, f"unfilled variable in {panel['title']!r}: {expr}"
             queries.append((panel["title"], expr))

@@ -26,6 +26,7 @@ from service.engine.batching.worker import ModelWorker
 from service.engine.registry import ModelLoadError, load_servables
 from service.engine.servables.forecast import ForecastServable
 from service.settings import Settings
+from tests.service.conftest import metric
 from tests.service.helpers import (
     FORECAST_QUALITY,
     Wrapped,
@@ -224,11 +225,11 @@ class PrecisionRecorder(Wrapped):
 
     def __init__(self, inner: Any) -> None:
         super().__init__(inner)
-        self.precisions: list[str] = []
+        self.ran: list[str] = []  # not "precisions": that is the servable's own method
 
     def run(self, rows: list[Any], call: Any) -> list[Any]:
         if self.recording:
-            self.precisions.append(call.precision)
+            self.ran.append(call.precision)
         return super().run(rows, call)
 
 
@@ -245,10 +246,21 @@ def test_two_precisions_never_share_a_batch(mixed_forecaster: ForecastServable) 
         ]
         first = {"model": double.name, "series": [hourly_series(96)]}
         _, answers = post_behind_a_running_batch(c, double, "/forecast", first, bodies)
+        scrape = c.get("/metrics").text
     assert [r.status_code for r in answers] == [200] * 6
     assert [r.json()["precision"] for r in answers] == order
+    # The metrics keep the precisions apart: requests, and batches of three rows each.
+    for p in ("float32", "int8"):
+        labels = {"model": double.name, "precision": p}
+        assert metric(scrape, "attnserve_requests_total", endpoint="/forecast", **labels) == (
+            3 + (p == "float32")  # the blocker ran in float32, the default
+        )
+        assert metric(scrape, "attnserve_batch_size_rows_sum", **labels) == 3 + (p == "float32")
+        assert metric(scrape, "attnserve_queue_duration_seconds_count", **labels) == (
+            3 + (p == "float32")
+        )
     # After the blocker: one batch per precision, three rows each.
-    assert sorted(zip(double.precisions[1:], double.batches, strict=True)) == [
+    assert sorted(zip(double.ran[1:], double.batches, strict=True)) == [
         ("float32", 3),
         ("int8", 3),
     ]

@@ -56,6 +56,11 @@ class BatchKey:
         """The attention backend of the call."""
         return str(self.call.backend)
 
+    @property
+    def precision(self) -> str:
+        """The precision of the call (which loaded copy of the weights runs)."""
+        return str(self.call.precision)
+
 
 @dataclass(frozen=True)
 class Limits:

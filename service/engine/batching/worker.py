@@ -338,27 +338,25 @@ class ModelWorker:
         seen: set[int] = set()
         for outcome in outcomes:
             job, stats = outcome.job, outcome.stats
-            attention = job.key.backend
+            series = (self.name, job.key.backend, job.key.precision)  # model, attention, precision
             queue_s = started - job.enqueued_at
-            self.metrics.queue_duration.labels(self.name, attention).observe(queue_s)
+            self.metrics.queue_duration.labels(*series).observe(queue_s)
             if stats is not None and id(stats) not in seen:
                 seen.add(id(stats))
-                self.metrics.inference_duration.labels(self.name, attention).observe(
-                    stats.inference_s
-                )
-                self.metrics.batch_rows.labels(self.name, attention).observe(stats.rows)
-                self.metrics.batch_requests.labels(self.name, attention).observe(stats.requests)
-                self.metrics.batch_tokens.labels(self.name, attention).observe(stats.tokens)
+                self.metrics.inference_duration.labels(*series).observe(stats.inference_s)
+                self.metrics.batch_rows.labels(*series).observe(stats.rows)
+                self.metrics.batch_requests.labels(*series).observe(stats.requests)
+                self.metrics.batch_tokens.labels(*series).observe(stats.tokens)
                 if stats.peak_memory_bytes is not None:
                     self.metrics.batch_peak_memory.labels(self.name).observe(
                         stats.peak_memory_bytes
                     )
                 if stats.memory_estimate_bytes is not None:
-                    self.metrics.batch_memory_estimated.labels(self.name, attention).observe(
+                    self.metrics.batch_memory_estimated.labels(*series).observe(
                         stats.memory_estimate_bytes
                     )
                 if stats.memory_measured_bytes is not None:
-                    self.metrics.batch_memory_measured.labels(self.name, attention).observe(
+                    self.metrics.batch_memory_measured.labels(*series).observe(
                         stats.memory_measured_bytes
                     )
             if outcome.error is not None and getattr(outcome.error, "type", "") == "out_of_memory":
