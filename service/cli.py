@@ -57,6 +57,20 @@ MODEL_TOOLS = {
 }
 
 
+# ``attnserve evaluate --help`` without a folder: each kind of folder has its own tool and flags.
+EVALUATE_KINDS = """\
+attnserve evaluate measures what the folder it is given holds; each kind has its own flags:
+  (no folder) or attnserve Informer checkpoints   forecast MSE/MAE per backend beside the
+                                                  linear baseline (the help below)
+  a transformers time-series folder (PatchTST,    attnserve evaluate FOLDER --help
+    Informer, TimeSeriesTransformer)
+  a sentence-transformers or transformers text    attnserve evaluate FOLDER --help
+    encoder folder
+  a cross-encoder (reranker) or sequence-         attnserve evaluate FOLDER --help
+    classifier folder
+"""
+
+
 def run_model_tool(name: str, argv: list[str]) -> int:
     """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a cross-encoder
     or sequence-classifier folder runs the ranking/label quality measurement, of a text model
@@ -69,6 +83,8 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from models.text.folder import is_text_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
+        if not folders and ("-h" in argv or "--help" in argv):
+            print(EVALUATE_KINDS)
         if folders and is_classifier_folder(Path(folders[0])):
             importlib.import_module("models.text.classifier_quality").main(argv)
             return 0
