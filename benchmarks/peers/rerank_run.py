@@ -416,6 +416,11 @@ def main(argv: list[str] | None = None) -> None:
         "peers": args.peers_python,
         "infinity": args.infinity_python,
     }
+    if args.inprocess_requests < GUARD:  # the served scores are checked against these
+        parser.error(
+            f"--inprocess-requests must be at least {GUARD} (the requests every server "
+            "must score like CrossEncoder.predict before it is timed)"
+        )
     for name in args.servers:
         if not pythons[PEERS[name].interpreter].is_file():
             parser.error(f"{pythons[PEERS[name].interpreter]} is missing ({name}): make peers-venv")
