@@ -75,10 +75,21 @@ def flash_attention(
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
     except RuntimeError as exc:  # "No available kernel": refuse rather than fall back to math
         raise AttentionError(f"flash: no fused SDPA kernel accepts this input ({exc})") from exc
-    if mask is not None:
-        # Queries that see no key: the fused kernels return 0 or NaN depending on kernel.
-        out = torch.where(mask.any(dim=-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
-    return out
+    return _zero_blind_queries(out, mask)
+
+
+def _zero_blind_queries(out: Tensor, mask: Tensor | None) -> Tensor:
+    """``out`` with zeros for the queries that see no key (the fused kernels return 0 or NaN
+    there, depending on the kernel). On CPU the pass over ``out`` is skipped when every query
+    sees a key, as in any padded batch of non-empty texts: asking costs a reduction over the
+    small mask, where the pass costs a read and write of the whole output. On CUDA the answer
+    would stall the stream, so the pass always runs there."""
+    if mask is None:
+        return out
+    sees = mask.any(dim=-1, keepdim=True)
+    if out.device.type == "cpu" and bool(sees.all()):
+        return out
+    return torch.where(sees, out, torch.zeros((), dtype=out.dtype))
 
 
 def _biased(
@@ -93,9 +104,7 @@ def _biased(
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
     except RuntimeError as exc:
         raise AttentionError(f"flash: no fused SDPA kernel accepts this input ({exc})") from exc
-    if visible is None:
-        return out
-    return torch.where(visible.any(dim=-1, keepdim=True), out, torch.zeros((), dtype=out.dtype))
+    return _zero_blind_queries(out, visible)
 
 
 def jagged_self_attention(

@@ -50,6 +50,10 @@ class PackedBatch:
         key_padding_mask: bool ``[b, n]``, True = real token; None when no row is padded.
         token_types: ``[t]`` segment of each token (0: first text, 1: second of a pair); None:
             every token is segment 0 (single texts).
+        pad_source: ``[b * n]`` the packed token each padded slot is read from by :meth:`pad`
+            (a padded slot reads its text's first token); None when nothing is padded.
+        slots: ``[t]`` each token's slot in the flattened ``[b * n]`` block, for :meth:`unpad`;
+            None when nothing is padded.
     """
 
     input_ids: Tensor
@@ -59,6 +63,8 @@ class PackedBatch:
     padded_length: int
     key_padding_mask: Tensor | None
     token_types: Tensor | None = None
+    pad_source: Tensor | None = None
+    slots: Tensor | None = None
 
     @classmethod
     def from_lists(
@@ -76,10 +82,13 @@ class PackedBatch:
         rows = torch.repeat_interleave(torch.arange(len(token_ids)), lengths)
         starts = torch.cumsum(lengths, 0) - lengths
         positions = torch.arange(len(flat)) - starts[rows]
-        mask = None
+        mask = pad_source = slots = None
         if min(lengths_list) < padded_length:
-            mask = torch.arange(padded_length)[None, :] < lengths[:, None]  # [b, n]
-            mask = mask.to(device)
+            slot = torch.arange(padded_length)[None, :]  # [1, n]
+            real = slot < lengths[:, None]  # [b, n]
+            pad_source = (starts[:, None] + torch.where(real, slot, 0)).reshape(-1).to(device)
+            slots = (rows * padded_length + positions).to(device)
+            mask = real.to(device)
         return cls(
             input_ids=torch.tensor(flat, dtype=torch.long, device=device),
             positions=positions.to(device),
@@ -90,6 +99,8 @@ class PackedBatch:
             token_types=None
             if token_types is None
             else torch.tensor([s for types in token_types for s in types], device=device),
+            pad_source=pad_source,
+            slots=slots,
         )
 
     @property
@@ -97,19 +108,25 @@ class PackedBatch:
         return int(self.lengths.shape[0])
 
     def pad(self, x: Tensor) -> Tensor:
-        """``[t, k] -> [b, n, k]`` with zeros at padded positions (a view when nothing is padded)."""
+        """``[t, k] -> [b, n, k]`` (a view when nothing is padded).
+
+        A padded position holds a copy of its text's first token rather than zeros: one gather,
+        without first zero-filling the block. Every attention backend leaves padded keys out by
+        the key padding mask (a masked score is -inf or its weight 0, and a finite value times
+        0 is 0), and padded queries' rows are dropped by :meth:`unpad`, so what they hold never
+        reaches a real token; it must only be finite, which a real token's values are.
+        """
         b, n, k = self.batch_size, self.padded_length, x.shape[-1]
-        if self.key_padding_mask is None:
+        if self.pad_source is None:
             return x.view(b, n, k)
-        out = x.new_zeros(b, n, k)
-        out[self.rows, self.positions] = x
-        return out
+        return x.index_select(0, self.pad_source).view(b, n, k)
 
     def unpad(self, x: Tensor) -> Tensor:
-        """``[b, n, ...] -> [t, ...]``: the real positions only (one copy, any input strides)."""
-        if self.key_padding_mask is None:
-            return x.reshape(-1, *x.shape[2:])
-        return x[self.rows, self.positions]
+        """``[b, n, ...] -> [t, ...]``: the real positions only."""
+        flat = x.reshape(-1, *x.shape[2:])
+        if self.slots is None:
+            return flat
+        return flat.index_select(0, self.slots)
 
 
 class Embeddings(nn.Module):
