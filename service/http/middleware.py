@@ -147,9 +147,20 @@ class ConnectionRecycler:
 class ApiKeyGate:
     """With an API key set, answers 401 to a model route without ``Authorization: Bearer <key>``
     before anything reads its body (an unauthenticated client gets no parsing, no validation and
-    no body buffering). Health, readiness, metrics and the API docs stay open."""
+    no body buffering). Health, readiness, metrics and the API docs stay open; every other path
+    needs the key, so a route added later is guarded without being listed here."""
 
-    PROTECTED = ("/encode", "/forecast", "/models", "/v1/")
+    OPEN = frozenset(
+        (
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/docs",
+            "/docs/oauth2-redirect",
+            "/redoc",
+            "/openapi.json",
+        )
+    )
 
     def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics) -> None:
         self.app = app
@@ -157,7 +168,7 @@ class ApiKeyGate:
         self.metrics = metrics
 
     def _allowed(self, scope: Scope) -> bool:
-        if self.expected is None or not scope["path"].startswith(self.PROTECTED):
+        if self.expected is None or scope["path"] in self.OPEN:
             return True
         header = dict(scope.get("headers", ())).get(b"authorization", b"")
         scheme, _, given = header.partition(b" ")

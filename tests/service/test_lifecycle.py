@@ -156,6 +156,13 @@ class TestApiKey:
             ("post", "/v1/embeddings", {"input": "x", "model": TINY_TEXT}),
             ("post", "/forecast", {"model": "m", "series": []}),
             ("get", "/models", None),
+            # text-embeddings-inference's routes and infinity's classify
+            ("post", "/embed", {"inputs": "x"}),
+            ("post", "/rerank", {"query": "q", "texts": ["x"]}),
+            ("post", "/predict", {"inputs": "x"}),
+            ("post", "/v1/rerank", {"query": "q", "documents": ["x"]}),
+            ("post", "/v1/classify", {"input": ["x"]}),
+            ("get", "/no-such-route", None),
         ]:
             r = getattr(secured, method)(path, **({"json": body} if body else {}))
             assert r.status_code == 401, path
@@ -171,8 +178,8 @@ class TestApiKey:
             "/encode", json={"inputs": ["x"]}, headers={"Authorization": "Bearer s3cret"}
         )
         assert ok.status_code == 200
-        for path in ("/healthz", "/readyz", "/metrics"):
-            assert secured.get(path).status_code == 200
+        for path in ("/healthz", "/readyz", "/metrics", "/openapi.json", "/docs"):
+            assert secured.get(path).status_code == 200, path
 
 
 @pytest.fixture
