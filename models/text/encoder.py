@@ -174,17 +174,30 @@ class SentenceEncoder(ChecksTextAttention):
     # ------------------------------------------------------------------ tokens
 
     def tokenize(
-        self, texts: list[str], truncate: bool = False, prompt_name: str | None = None
+        self,
+        texts: list[str],
+        truncate: bool = False,
+        prompt_name: str | None = None,
+        cut_start: bool = False,
     ) -> list[list[int]]:
         """Token ids per text (special tokens included), the prompt ``prompt_name`` (or the
-        model's default prompt) prepended to each text as sentence-transformers does.
+        model's default prompt) prepended to each text as sentence-transformers does. With
+        ``truncate``, a text over ``max_tokens`` loses its last tokens, or with ``cut_start``
+        its first ones: the start token and the prompt stay in place, so pooling that leaves
+        the prompt out still finds it (text-embeddings-inference's ``truncation_direction``).
 
         Raises:
             ModelInputError: a non-string input, an unknown prompt, or a text over
                 ``max_tokens`` without ``truncate`` (the message names the index, its length
                 and the limit).
         """
-        return self.tokenizer(with_prompt(self.prompt(prompt_name), texts), truncate=truncate)
+        prompt = self.prompt(prompt_name)
+        keep = None
+        if cut_start:
+            keep = (
+                self.tokenizer.prompt_length(prompt) if prompt else self.tokenizer.leading_special()
+            )
+        return self.tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
 
     def prompt(self, prompt_name: str | None) -> str:
         """The text ``prompt_name`` stands for (the default prompt when None; "" when none).

@@ -109,8 +109,31 @@ class TextTokenizer:
                     "not Unicode text; send valid UTF-8 text"
                 ) from None
 
-    def __call__(self, texts: list[str], truncate: bool = False) -> list[list[int]]:
-        """Token ids per text, special tokens included.
+    def trailing_special(self) -> int:
+        """Special tokens after a text's own (``[SEP]``: 1)."""
+        mask = self._tokenizer.encode("a").special_tokens_mask
+        return next((i for i, m in enumerate(reversed(mask)) if not m), len(mask))
+
+    def _cut_start(self, ids: list[int], keep: int) -> list[int]:
+        """``ids`` cut to ``max_tokens`` from the start of the text: its first ``keep`` tokens
+        (the start token, a prompt) and its trailing special tokens stay, then as many of its
+        last tokens as fit (text-embeddings-inference's ``truncation_direction: Left``)."""
+        tail = self.trailing_special()
+        room = self.max_tokens - keep - tail
+        if room < 1:
+            raise ModelInputError(
+                f"the prompt takes {keep} of this model's {self.max_tokens} tokens, leaving no "
+                "room for the text; use a shorter prompt"
+            )
+        end = len(ids) - tail
+        return ids[:keep] + ids[end - room : end] + ids[end:]
+
+    def __call__(
+        self, texts: list[str], truncate: bool = False, keep_start: int | None = None
+    ) -> list[list[int]]:
+        """Token ids per text, special tokens included. With ``truncate``, a text over the limit
+        loses its last tokens, or with ``keep_start`` its first ones after the ``keep_start``
+        tokens it starts with (see :meth:`_cut_start`).
 
         Raises:
             ModelInputError: an input is not a string, or (without ``truncate``) is longer than
@@ -129,6 +152,9 @@ class TextTokenizer:
                         f"to cut it to {limit} tokens, or long_text=windows to embed all of it in "
                         "overlapping windows"
                     )
-                ids = self._cutting.encode(prepared[i]).ids
+                if keep_start is None:
+                    ids = self._cutting.encode(prepared[i]).ids
+                else:
+                    ids = self._cut_start(ids, keep_start)
             out.append(ids)
         return out

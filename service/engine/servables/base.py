@@ -67,6 +67,7 @@ class TextInput:
     attention_options: Mapping[str, Any] = field(default_factory=dict)
     normalize: bool | None = None  # None: as the model does (its Normalize module)
     long_text: str = "error"  # over the limit: error, truncate or windows (models.text.windows)
+    cut_start: bool = False  # truncate: drop a long text's first tokens rather than its last
     dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)

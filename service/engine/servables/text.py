@@ -92,7 +92,9 @@ class TextServable:
         if request.long_text == "windows":
             return self._prepare_windows(request)
         truncate = request.long_text == "truncate"
-        token_ids = self.encoder.tokenize(request.texts, truncate, request.prompt_name)
+        token_ids = self.encoder.tokenize(
+            request.texts, truncate, request.prompt_name, request.cut_start
+        )
         lengths = [len(ids) for ids in token_ids]
         return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
 

@@ -61,10 +61,14 @@ def client_of(request: Request) -> Client:
 
 
 def set_timing_headers(response: Response, answer: Answer) -> None:
-    """``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows in the forward pass),
-    ``x-batch-requests`` (requests merged into it), ``x-precision`` (the precision that ran)
-    and, for ``attention: "auto"``, ``x-attention-choice`` (what ran and why)."""
+    """``x-model`` and ``x-attention`` (what ran: the only place a bare-list answer such as
+    ``/embed``'s says it), ``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows
+    in the forward pass), ``x-batch-requests`` (requests merged into it), ``x-precision`` (the
+    precision that ran) and, for ``attention: "auto"``, ``x-attention-choice`` (what ran and
+    why)."""
     result = answer.result
+    response.headers["x-model"] = answer.model
+    response.headers["x-attention"] = answer.attention
     response.headers["x-queue-time-ms"] = f"{result.queue_s * 1000:.2f}"
     response.headers["x-inference-time-ms"] = f"{result.batch.inference_s * 1000:.2f}"
     response.headers["x-batch-size"] = str(result.batch.rows)

@@ -1,4 +1,5 @@
-"""``POST /encode``: sentence embeddings with a per-request attention backend."""
+"""``POST /encode``: sentence embeddings with a per-request attention backend; ``POST /embed``:
+the same in text-embeddings-inference's shape (a bare list of vectors)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,24 @@ from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
-from service.http.schemas.text import EncodeRequest, EncodeResponse, Usage
+from service.http.schemas.text import EncodeRequest, EncodeResponse, TeiEmbedRequest, Usage
 
 router = APIRouter(tags=["models"], route_class=FastJSONRoute)
+
+
+def job_of(body: EncodeRequest) -> TextInput:
+    """The engine's input for an ``/encode`` or ``/embed`` body."""
+    return TextInput(
+        [body.inputs] if isinstance(body.inputs, str) else body.inputs,
+        body.attention,
+        body.attention_options,
+        body.normalize,
+        long_text=body.long_text_rule,
+        cut_start=body.truncation_direction == "left",
+        max_quality_loss=body.max_quality_loss,
+        prompt_name=body.prompt_name,
+        precision=body.precision,
+    )
 
 
 @router.post("/encode", response_model=EncodeResponse, responses=ERROR_RESPONSES)
@@ -18,18 +34,7 @@ async def encode(
     body: EncodeRequest, request: Request, response: Response, engine: EngineDep
 ) -> EncodeResponse:
     """Embed one or more texts with an encoder (its own pooling, prompts and normalisation)."""
-    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
-    job = TextInput(
-        texts,
-        body.attention,
-        body.attention_options,
-        body.normalize,
-        long_text=body.long_text_rule,
-        max_quality_loss=body.max_quality_loss,
-        prompt_name=body.prompt_name,
-        precision=body.precision,
-    )
-    answer = await engine.encode(body.model, job, client_of(request))
+    answer = await engine.encode(body.model, job_of(body), client_of(request))
     set_timing_headers(response, answer)
     return EncodeResponse(
         model=answer.model,
@@ -38,3 +43,15 @@ async def encode(
         embeddings=answer.value,
         usage=Usage(tokens=answer.tokens),
     )
+
+
+@router.post("/embed", response_model=list[list[float]], responses=ERROR_RESPONSES)
+async def tei_embed(
+    body: TeiEmbedRequest, request: Request, response: Response, engine: EngineDep
+) -> list[list[float]]:
+    """text-embeddings-inference's embed: one vector per input, as a bare list (which model,
+    backend and precision ran are in the ``x-*`` headers)."""
+    answer = await engine.encode(body.model, job_of(body), client_of(request))
+    set_timing_headers(response, answer)
+    vectors: list[list[float]] = answer.value
+    return vectors

@@ -7,9 +7,9 @@ channels, timestamps, backends) happen in the engine before queueing.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
@@ -97,3 +97,22 @@ class ModelsResponse(BaseModel):
 class Health(BaseModel):
     status: str
     detail: str = ""
+
+
+def _lower(value: Any) -> Any:
+    return value.lower() if isinstance(value, str) else value
+
+
+# text-embeddings-inference spells the values "Left" / "Right": either case is taken.
+TruncationDirection = Annotated[Literal["right", "left"], BeforeValidator(_lower)]
+
+
+def truncation_direction_field() -> Any:
+    """The ``truncation_direction`` field of the text routes."""
+    return Field(
+        "right",
+        description="Which end of a text over the token limit truncation cuts: right keeps its "
+        "first tokens, left keeps its last (the start token and any prompt stay in place). "
+        "text-embeddings-inference's field (Left / Right are taken too); only applies when "
+        "truncating.",
+    )

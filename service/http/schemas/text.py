@@ -9,10 +9,12 @@ from pydantic import BaseModel, Field, StrictBool, model_validator
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    TruncationDirection,
     long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
+    truncation_direction_field,
 )
 
 # ----------------------------------------------------------------------------- encode
@@ -55,6 +57,7 @@ class EncodeRequest(StrictRequest):
     long_text: LongText | None = Field(
         None, description=LONG_TEXT_HELP + " Default: truncate when truncate=true, else error."
     )
+    truncation_direction: TruncationDirection = truncation_direction_field()
 
     @model_validator(mode="after")
     def _one_long_text_rule(self) -> EncodeRequest:
@@ -70,6 +73,16 @@ class EncodeRequest(StrictRequest):
         None,
         description="One of the model's named prompts (see GET /models), prepended to every "
         "text; default: the model's default prompt, if it has one.",
+    )
+
+
+class TeiEmbedRequest(EncodeRequest):
+    """text-embeddings-inference's ``POST /embed``: ``inputs``, ``normalize`` (default true, as
+    there), ``truncate``, ``truncation_direction`` and ``prompt_name``; the other fields of
+    ``POST /encode`` are extensions."""
+
+    normalize: StrictBool | None = Field(
+        True, description="Scale each embedding to unit length (default true, as in TEI)."
     )
 
 
