@@ -135,11 +135,16 @@ class TextClassifier(ChecksTextAttention):
     # ------------------------------------------------------------------ tokens
 
     def tokenize(
-        self, inputs: Sequence[TextOrPair], truncate: bool = False, what: str = "input"
+        self,
+        inputs: Sequence[TextOrPair],
+        truncate: bool = False,
+        what: str = "input",
+        cut_start: bool = False,
     ) -> list[PairRow]:
         """Token ids and segments per text or pair (:class:`PairTokenizer`); errors name an
-        input as ``what`` ("document" for a reranker's request)."""
-        return self.tokenizer.pairs(inputs, truncate, what)
+        input as ``what`` ("document" for a reranker's request). ``cut_start``: truncation
+        drops tokens from the start of the longer text rather than its end."""
+        return self.tokenizer.pairs(inputs, truncate, what, cut_start)
 
     def _check_rows(self, rows: Sequence[PairRow]) -> None:
         vocab, segments = self.model.config.vocab_size, self.model.config.type_vocab_size

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from tokenizers import Tokenizer
+
 from models.errors import ModelInputError
 from models.text.tokenizer import TextTokenizer
 from models.text.windows import window_starts
@@ -41,10 +43,26 @@ class PairWindows:
 class PairTokenizer(TextTokenizer):
     """A :class:`TextTokenizer` that also encodes pairs (``(query, document)``)."""
 
+    _left: Tokenizer | None = None  # truncating from the start; see _cutting_start
+
+    def _cutting_start(self) -> Tokenizer:
+        """A copy of the tokenizer that truncates from the start (built on first use)."""
+        if self._left is None:
+            self._left = Tokenizer.from_str(self._tokenizer.to_str())
+            self._left.enable_truncation(self.max_tokens, direction="left")
+        return self._left
+
     def pairs(
-        self, inputs: Sequence[TextOrPair], truncate: bool = False, what: str = "input"
+        self,
+        inputs: Sequence[TextOrPair],
+        truncate: bool = False,
+        what: str = "input",
+        cut_start: bool = False,
     ) -> list[PairRow]:
-        """Token ids and segments of each text or pair, special tokens included.
+        """Token ids and segments of each text or pair, special tokens included. Truncation
+        follows ``longest_first``, from the end of the longer text or, with ``cut_start``, from
+        its start (the tokenizers library's ``direction="left"``, which text-embeddings-inference
+        uses for ``truncation_direction: Left``); special tokens always stay.
 
         Raises:
             ModelInputError: an input is neither a string nor a pair of strings, or (without
@@ -71,9 +89,8 @@ class PairTokenizer(TextTokenizer):
                         f"truncate=true to cut it to {limit} tokens"
                     )
                 pair = prepared[i]
-                enc = (
-                    self._cutting.encode(*pair) if len(pair) == 2 else self._cutting.encode(pair[0])
-                )
+                cutting = self._cutting_start() if cut_start else self._cutting
+                enc = cutting.encode(*pair) if len(pair) == 2 else cutting.encode(pair[0])
             out.append(PairRow(list(enc.ids), list(enc.type_ids)))
         return out
 

@@ -230,6 +230,46 @@ def test_tei_rerank_shape(client: Any) -> None:
     assert all(x["text"] == DOCUMENTS[x["index"]] for x in ranks)
 
 
+@pytest.mark.parametrize("arch", ["bert", "roberta"])
+def test_truncation_direction_left_cuts_the_start_as_cross_encoder_does(
+    client: Any, folders: dict[str, Path], arch: str
+) -> None:
+    """TEI's ``truncation_direction: Left``: over the limit, the longer text loses its first
+    tokens (CrossEncoder with the tokenizer's ``truncation_side="left"`` is the reference)."""
+    from sentence_transformers import CrossEncoder
+
+    name = _rerank_name(arch)
+    long_document = " ".join(f"{DOCUMENTS[0]} part {i}." for i in range(60))
+    left_model = CrossEncoder(
+        str(folders[name]),
+        device="cpu",
+        local_files_only=True,
+        tokenizer_kwargs={"truncation_side": "left"},
+    )
+    pairs = [(QUERIES[0], long_document), (QUERIES[0], DOCUMENTS[1])]
+    expected = left_model.predict(pairs, convert_to_numpy=True)
+    body = {"model": name, "query": QUERIES[0], "texts": [long_document, DOCUMENTS[1]]}
+    left = client.post("/rerank", json={**body, "truncate": True, "truncation_direction": "Left"})
+    right = client.post("/rerank", json={**body, "truncate": True})
+    assert left.status_code == right.status_code == 200, left.text
+    by_index = {x["index"]: x["score"] for x in left.json()}
+    np.testing.assert_allclose([by_index[0], by_index[1]], expected, atol=TOLERANCE)
+    right_scores = {x["index"]: x["score"] for x in right.json()}
+    assert right_scores[1] == pytest.approx(by_index[1], abs=TOLERANCE)  # within the limit
+    assert abs(right_scores[0] - by_index[0]) > TOLERANCE  # other tokens were kept
+    # /predict and /v1/rerank take the field too.
+    predict = client.post(
+        "/predict",
+        json={
+            "model": name,
+            "inputs": [QUERIES[0], long_document],
+            "truncate": True,
+            "truncation_direction": "left",
+        },
+    )
+    assert predict.status_code == 200, predict.text
+
+
 def test_predict_takes_one_text_one_pair_or_a_list(client: Any, folders: dict[str, Path]) -> None:
     name = _classify_name("bert")
     pair = PREDICT_INPUTS[1]

@@ -88,6 +88,7 @@ class ClassifyInput:
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
     what: str = "input"  # how errors name one of ``inputs`` ("document" for rerank)
     windows: bool = False  # pairs over the limit: the document as windows, scored by the best
+    cut_start: bool = False  # truncate from the start of the longer text instead of its end
 
 
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-

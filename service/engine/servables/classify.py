@@ -81,7 +81,9 @@ class ClassifierServable:
         activation = "identity" if request.raw_scores else self.model.activation
         if request.windows:
             return self._prepare_windows(request, activation)
-        rows = self.model.tokenize(list(request.inputs), request.truncate, request.what)
+        rows = self.model.tokenize(
+            list(request.inputs), request.truncate, request.what, request.cut_start
+        )
         lengths = [len(row.ids) for row in rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:

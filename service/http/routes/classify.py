@@ -41,6 +41,7 @@ def job_of(
         body.precision,
         what=what,
         windows=rule == "windows",
+        cut_start=body.truncation_direction == "left",
     )
 
 

@@ -11,10 +11,12 @@ from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    TruncationDirection,
     long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
+    truncation_direction_field,
 )
 
 RERANK_METRIC = "1 - Kendall's tau between the scores and exact attention's"
@@ -36,6 +38,7 @@ class Extensions(StrictRequest):
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     precision: str | None = precision_field()
     truncate: StrictBool = Field(False, description=TRUNCATE_HELP)
+    truncation_direction: TruncationDirection = truncation_direction_field()
 
 
 class LongDocuments(Extensions):
