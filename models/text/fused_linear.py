@@ -110,8 +110,12 @@ def prepack(model: nn.Module) -> None:
 
 
 def _fused(x: Tensor) -> bool:
+    # A torch.compile'd forward traces the plain ops instead: Inductor cannot lower this op
+    # with symbolic shapes (torch 2.13: a LoweringException at the first compile), and it packs
+    # and fuses the linear layers itself.
     return (
         ENABLED
+        and not torch.compiler.is_compiling()
         and x.device.type == "cpu"
         and x.dtype in _FUSED_DTYPES
         and x.shape[0] >= MIN_ROWS
