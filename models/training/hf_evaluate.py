@@ -31,10 +31,12 @@ from models.attention import BACKENDS
 from models.attention.base import AttentionError
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
+from models.names import DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import variant_label
 from models.training.csv_file import DataError
 from models.training.informer_evaluate import parse_variant, slice_indices
 from models.training.linear import LinearBaseline
+from models.training.precision_scores import score_precisions
 from models.training.source import DataSource, add_data_arguments, source_from_args
 from models.training.table import SeriesTable, load_series_csv
 
@@ -69,10 +71,18 @@ def evaluate_folder(
     variants: list[tuple[str, dict[str, Any]]],
     stride: int,
     forecaster: HFForecaster | None = None,
+    precisions: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """Score ``backends`` (and ``variants``) on every ``stride``-th test window; write and
-    return ``quality.json``."""
+    """Score ``backends`` (and ``variants``) on every ``stride``-th test window, and
+    ``backends`` (or the default one) again in each of ``precisions``; write and return
+    ``quality.json``.
+
+    Raises:
+        ValueError: a precision this folder's model does not run in (the message says which
+            run).
+    """
     f = forecaster or HFForecaster.load(folder)
+    converted = {p: f.with_precision(p) for p in precisions if p != "float32"}  # refused first
     if (
         f.family.time_feature_width
         or getattr(f.family, "static_categorical", 0)
@@ -99,10 +109,13 @@ def evaluate_folder(
     starts = np.arange(0, len(test) - ctx - horizon + 1)[::stride] + t0 - ctx
     print(f"{f.name}: linear baseline MSE {lin_mse:.4f} MAE {lin_mae:.4f}", flush=True)
 
-    def forecast(backend: str, options: dict[str, Any] | None, chunk: np.ndarray) -> np.ndarray:
-        """Forecasts ``[len(chunk), horizon, c]`` of the windows starting at rows ``chunk``."""
-        windows = [f.prepare(values=table.values[a : a + ctx]) for a in chunk]
-        return np.stack([np.asarray(p.values) for p in f.predict(windows, backend, options)])
+    def forecast(
+        backend: str, options: dict[str, Any] | None, chunk: np.ndarray, g: HFForecaster = f
+    ) -> np.ndarray:
+        """Forecasts ``[len(chunk), horizon, c]`` of the windows starting at rows ``chunk``
+        (by ``g``: this forecaster or a copy in another precision)."""
+        windows = [g.prepare(values=table.values[a : a + ctx]) for a in chunk]
+        return np.stack([np.asarray(p.values) for p in g.predict(windows, backend, options)])
 
     def target(chunk: np.ndarray) -> np.ndarray:
         return np.stack([table.values[a + ctx : a + ctx + horizon] for a in chunk])
@@ -115,17 +128,19 @@ def evaluate_folder(
         err = (forecast(backend, None, picked) - target(picked)) / std
         return round(float(np.square(err).mean()), 6)
 
-    def score(backend: str, options: dict[str, Any] | None = None) -> dict[str, Any]:
+    def score(
+        backend: str, options: dict[str, Any] | None = None, g: HFForecaster = f, tag: str = ""
+    ) -> dict[str, Any]:
         began = time.time()
         se = ae = 0.0
         for s in range(0, len(starts), BATCH):
             chunk = starts[s : s + BATCH]
-            err = (forecast(backend, options, chunk) - target(chunk)) / std
+            err = (forecast(backend, options, chunk, g) - target(chunk)) / std
             se, ae = se + float(np.square(err).sum()), ae + float(np.abs(err).sum())
         count = len(starts) * horizon * len(f.channels)
         mse, mae = se / count, ae / count
         print(
-            f"{f.name} {variant_label(backend, options):10s} MSE {mse:.4f} MAE {mae:.4f} "
+            f"{f.name} {variant_label(backend, options) + tag:10s} MSE {mse:.4f} MAE {mae:.4f} "
             f"({mse / lin_scored - 1:+.1%} vs linear, {len(starts)} windows, "
             f"{time.time() - began:.0f}s)",
             flush=True,
@@ -153,6 +168,13 @@ def evaluate_folder(
             v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
         ]
         scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
+    by_precision = score_precisions(
+        f.quality,
+        f.default_attention,
+        backends,
+        precisions,
+        lambda precision, backend: score(backend, None, converted[precision], f"@{precision}"),
+    )
     quality = {
         "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
         f"{len(source.columns)} channels",
@@ -173,6 +195,7 @@ def evaluate_folder(
         },
         "backends": results,
         "variants": scored_variants,
+        **({"precisions": by_precision} if by_precision else {}),
         "slice": {
             "indices": slice_indices(len(every)),
             "mse": slices,
@@ -195,6 +218,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
     p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=[n for n in PRECISION_NAMES if n != DEFAULT_PRECISION],
+        help="also score the backends (or the default one) in these precisions (bfloat16: "
+        "PatchTST with a point head)",
+    )
     add_data_arguments(p, "data (default: the folder's attnserve.json record)")
     args = p.parse_args(argv)
     if args.stride < 1:
@@ -205,11 +236,16 @@ def main(argv: list[str] | None = None) -> None:
         forecaster = HFForecaster.load(args.folder)
         for backend, options in variants:
             forecaster.check_attention(backend, options)
+        precisions = tuple(args.precisions)
+        for precision in precisions:  # one the model does not run in: refused before scoring
+            forecaster.with_precision(precision)
         source, table = data_source(args, forecaster)
     except (ValueError, AttentionError, DataError) as exc:
         p.error(str(exc))
     backends = args.backends if args.backends is not None else ([] if variants else list(BACKENDS))
-    evaluate_folder(args.folder, source, table, backends, variants, args.stride, forecaster)
+    evaluate_folder(
+        args.folder, source, table, backends, variants, args.stride, forecaster, precisions
+    )
 
 
 if __name__ == "__main__":

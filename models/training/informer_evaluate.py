@@ -188,7 +188,14 @@ def evaluate_checkpoint(
             v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
         ]
         scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
-    by_precision = score_precisions(f, backends, precisions, score)
+    converted: dict[str, Any] = {}  # precision -> network, converted once
+
+    def score_in(precision: str, backend: str) -> dict[str, Any]:
+        if precision not in converted:
+            converted[precision] = f.with_precision(precision).model
+        return score(backend, None, converted[precision], f"@{precision}")
+
+    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER_ETTH1.get(cfg.pred_len)

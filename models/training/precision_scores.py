@@ -1,36 +1,35 @@
-"""``attnserve evaluate --precisions``: a checkpoint's backends scored with its network in other
+"""``attnserve evaluate --precisions``: a forecaster's backends scored with its network in other
 precisions (:mod:`models.precision`), for ``quality.json`` → ``precisions``.
 
 Each entry has the shape of the float32 ``backends`` entries and is read against float32's exact
 attention (:mod:`models.quality_loss`); precisions scored before and not named again are kept
-(the float32 reference they were measured against has not changed).
+(the float32 reference they were measured against has not changed). Used for our Informer
+checkpoints and for transformers forecaster folders alike.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
-
-from models.informer.forecaster import InformerForecaster
 
 
 def score_precisions(
-    forecaster: InformerForecaster,
+    quality: Mapping[str, Any],
+    default_backend: str,
     backends: list[str],
     precisions: tuple[str, ...],
-    score: Callable[..., dict[str, Any]],
+    score_in: Callable[[str, str], dict[str, Any]],
 ) -> dict[str, Any]:
-    """The checkpoint's ``precisions`` figures with ``backends`` (or, when none, its default
-    backend) re-scored in each of ``precisions``: ``score(backend, options, model, tag)`` as
-    :func:`models.training.informer_evaluate.evaluate_checkpoint` scores float32."""
-    by_precision: dict[str, Any] = dict(forecaster.quality.get("precisions") or {})
+    """``quality``'s ``precisions`` figures with ``backends`` (or, when none, ``default_backend``)
+    re-scored in each of ``precisions`` by ``score_in(precision, backend)`` (float32 is the
+    ``backends`` section itself and is skipped)."""
+    by_precision: dict[str, Any] = dict(quality.get("precisions") or {})
     for precision in precisions:
         if precision == "float32":
             continue
-        model = forecaster.with_precision(precision).model
         section = dict(by_precision.get(precision) or {})
         entries = dict(section.get("backends") or {})
-        for backend in backends or [forecaster.default_attention]:
-            entries[backend] = score(backend, None, model, f"@{precision}")
+        for backend in backends or [default_backend]:
+            entries[backend] = score_in(precision, backend)
         by_precision[precision] = {**section, "backends": entries}
     return by_precision

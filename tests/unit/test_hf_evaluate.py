@@ -99,3 +99,42 @@ def test_auto_uses_the_figures(folder: Path) -> None:
     assert (
         card["backends"]["flash"]["quality"]["mse"] == card["quality"]["backends"]["flash"]["mse"]
     )
+
+
+def test_precisions_are_scored_beside_float32_and_auto_reads_them(folder: Path) -> None:
+    """``--precisions bfloat16`` on a point-head PatchTST: every listed backend scored again in
+    bfloat16 under ``precisions``, the float32 figures kept, and a server that loads bfloat16
+    offers ``auto`` its rows."""
+    before = json.loads((folder / "quality.json").read_text())
+    argv = ["evaluate", str(folder), "--stride", str(STRIDE), "--backends", "flash", "performer"]
+    assert cli([*argv, "--precisions", "bfloat16"]) == 0
+    quality = json.loads((folder / "quality.json").read_text())
+    bf16 = quality["precisions"]["bfloat16"]["backends"]
+    assert set(bf16) == {"flash", "performer"}
+    for backend in ("flash", "performer"):
+        assert quality["backends"][backend]["mse"] == before["backends"][backend]["mse"]
+        # bfloat16 moves the forecast a little, not the model's quality.
+        assert bf16[backend]["mse"] == pytest.approx(quality["backends"][backend]["mse"], rel=0.05)
+        assert bf16[backend]["mse"] != quality["backends"][backend]["mse"]
+        assert bf16[backend]["windows"] == quality["backends"][backend]["windows"]
+    settings = Settings(
+        models=(str(folder),),
+        device="cpu",
+        background_load=False,
+        precisions=("float32", "bfloat16"),
+    )
+    (servable,) = load_servables(settings, "cpu")
+    losses = servable.quality_losses(96)
+    assert {c.backend for c in losses if c.precision == "bfloat16"} == {"flash", "performer"}
+
+
+def test_a_precision_the_model_does_not_run_is_refused_before_scoring(
+    tmp_path: Path, folder: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sidecar = json.loads((folder / "attnserve.json").read_text())
+    probabilistic = build(patchtst_config("normal"), tmp_path / "tiny-normal", sidecar=sidecar)
+    with pytest.raises(SystemExit) as exited:
+        cli(["evaluate", str(probabilistic), "--precisions", "bfloat16"])
+    assert exited.value.code == 2
+    assert "float32 only" in capsys.readouterr().err
+    assert not (probabilistic / "quality.json").exists()
