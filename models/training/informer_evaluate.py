@@ -50,10 +50,10 @@ from models.training.data import WindowDataset
 from models.training.linear import LinearBaseline
 from models.training.metrics import evaluate_loader
 from models.training.precision_scores import score_precisions
+from models.training.results_table import write_results
 from models.training.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.training.table import SeriesTable
 
-RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
 # Zhou et al. 2021, Table 2 (multivariate ETTh1, Informer): horizon -> (MSE, MAE).
 PAPER_ETTH1 = {
     24: (0.577, 0.549),
@@ -250,97 +250,6 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
         except json.JSONDecodeError:
             options[key] = value
     return backend, options
-
-
-def relative_to_linear(r: dict[str, Any], q: dict[str, Any]) -> float:
-    """A backend's MSE over the linear baseline's on the same test windows (every window, or
-    every k-th for a strided evaluation): how backends scored on different windows compare."""
-    return float(r["mse"]) / float(r.get("linear_mse", q["linear_baseline"]["mse"]))
-
-
-def results_table() -> str:
-    """Markdown table over every shipped checkpoint's quality.json, the baseline row first."""
-    lines = [
-        "| model | context | backend | test windows | test MSE | test MAE | MSE vs linear |"
-        " MSE vs default | paper Informer MSE |",
-        "|---|---:|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for directory in shipped_dirs().values():
-        path = directory / "quality.json"
-        if not path.is_file():
-            continue
-        q = json.loads(path.read_text())
-        name, ctx = directory.name, q.get("context", "")
-        lin = q["linear_baseline"]
-        default = q["default_backend"]
-        ref = relative_to_linear(q["backends"][default], q)
-        paper = (q.get("paper") or {}).get("mse", "—")
-        lines.append(
-            f"| {name} | {ctx} | *linear baseline* | all {q['windows']:,} | {lin['mse']:.4f} | "
-            f"{lin['mae']:.4f} | — | — | {paper} |"
-        )
-        scored = [
-            (f"**{b}** (default)" if b == default else b, q["backends"][b])
-            for b in BACKENDS
-            if b in q["backends"]
-        ]
-        scored += [(variant_label(v["backend"], v["options"]), v) for v in q.get("variants", [])]
-        for label, r in scored:
-            stride = r.get("stride", 1)
-            windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"
-            rel = relative_to_linear(r, q)
-            lines.append(
-                f"| {name} | {ctx} | {label} | {windows} | {r['mse']:.4f} | {r['mae']:.4f} | "
-                f"{rel - 1:+.2%} | {rel / ref - 1:+.2%} | {paper} |"
-            )
-    return "\n".join(lines)
-
-
-NOTES = """
-Notes:
-
-- The shipped recipe (`patch` preset, `models/training/train_etth1.sh`): Informer encoder (two
-  attention layers with a distilling step) and generative decoder over patch tokens of 16 steps
-  (stride 8) of one channel at a time, RevIN around the network, no calendar embedding, and the
-  closed-form linear map as a path the network's output is added to. The network's output
-  projection starts at zero, so training starts from the baseline itself, and early stopping on
-  the validation loss (epoch 0 competing) keeps whichever epoch was best.
-- Token counts are small (12 encoder tokens at context 96, 42 at 336), so `nystrom` (64
-  landmarks) is exact by construction and equals `full`; `probsparse` selects u = 5·ln(L) active
-  queries: all 12 at context 96 (exact), 19 of 42 at 336.
-- What each lever bought: `benchmarks/results/forecast-ablation-etth1.md`.
-- `informer-ettm1-h96-c2048` and `informer-ettm1-h288-c2048` (`long` preset,
-  `models/training/train_ettm1.sh`): one token per 15-minute step, channels mixed, so the
-  encoder attends over 2,048 tokens and the backend choice costs or saves real time; trained
-  with `performer`. Their networks add little to the linear path (test MSE 0.15 % and 0.02 %
-  under the baseline); the same architecture at context 96 scores 0.3479 and 0.4075, 12-16 %
-  worse: the long context pays, mostly through the linear path. Horizon 672, trained with both
-  recipes, ended 0.1 % above its baseline on the test split and is not shipped. Backends other
-  than the default were scored on every 16th test window.
-- Rows such as `performer(num_features=8)` are option variants (`attnserve evaluate --variants`),
-  scored like the backends on every 16th window: the candidates `attention: "auto"` may pick
-  besides each backend's defaults. On these two models the network adds so little to the linear
-  path that no variant moves the test MSE by more than 0.02 %.
-"""
-
-
-def write_results(notes: str = NOTES) -> str:
-    table = results_table()
-    text = (
-        "# Informer-family forecasters on ETT (ETTh1 hourly, ETTm1 15-minute; 7 channels): "
-        "test results\n\n"
-        "Written by `attnserve evaluate`. MSE/MAE on the scaled test split (train-split "
-        "StandardScaler, 12/4/4-month protocol). The reference row of each model is the "
-        "closed-form linear baseline (NLinear-style ridge map, same context and horizon) on "
-        "every test window; a backend scored on every k-th window only (long contexts, where "
-        "exact attention over every window costs hours on a CPU) is compared with the baseline "
-        "on those same windows, and with the default backend through that ratio. Paper numbers "
-        "from Zhou et al. 2021, Table 2 (Informer, multivariate ETTh1 / ETTm1). Each backend "
-        "runs at its default options on the same checkpoint; layers a backend cannot run use "
-        "exact attention (see `quality.json` → `layers`).\n\n" + table + "\n"
-    )
-    RESULTS_MD.write_text(text + notes)
-    return table
 
 
 def main(argv: list[str] | None = None) -> None:
