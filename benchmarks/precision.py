@@ -41,8 +41,9 @@ BATCH = 32
 # int8 configurations: SmoothQuant-calibrated (the served default) or plain, and linear layers
 # left in float32 (regular expressions over the module names of models.text.bert:
 # layers.<i>.qkv / attn_out / ffn_in / ffn_out).
-INT8: dict[str, tuple[tuple[str, ...], bool]] = {
+INT8: dict[str, tuple[tuple[str, ...], bool | tuple[str, ...]]] = {
     "int8 (smoothed, every linear; served)": ((), True),
+    "int8 (smoothed ffn_out only, the rest plain)": ((), (r"\.ffn_out$",)),
     "int8 (plain, every linear)": ((), False),
     "int8 (plain, ffn_out float)": ((r"\.ffn_out$",), False),
     "int8 (plain, layers 0-3 float)": ((r"^layers\.[0-3]\.",), False),

@@ -95,7 +95,10 @@ class SentenceEncoder(ChecksTextAttention):
         self.precision = precision_of(self.dtype)
 
     def with_precision(
-        self, precision: str, keep_float: tuple[str, ...] | None = None, smooth: bool = True
+        self,
+        precision: str,
+        keep_float: tuple[str, ...] | None = None,
+        smooth: bool | tuple[str, ...] = True,
     ) -> SentenceEncoder:
         """This encoder in ``precision``: a new encoder over a converted copy of the network
         (float32: this one), sharing tokenizer, prompts and quality figures; int8 takes

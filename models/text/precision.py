@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from models.precision import DTYPES, convert, input_ranges, needs_conversion
+from models.precision import DTYPES, convert, input_ranges, matches, needs_conversion
 
 if TYPE_CHECKING:
     from models.text.encoder import SentenceEncoder
@@ -38,12 +38,13 @@ def in_precision(
     encoder: SentenceEncoder,
     precision: str,
     keep_float: tuple[str, ...] | None = None,
-    smooth: bool = True,
+    smooth: bool | tuple[str, ...] = True,
 ) -> SentenceEncoder:
     """``encoder`` (float32) in ``precision``: a new encoder over a converted copy of the
     network, sharing the tokenizer, prompts and quality figures (float32: ``encoder`` itself).
     int8 only: ``keep_float`` names linear layers left in float32 (default
-    :data:`INT8_KEEP_FLOAT`), and ``smooth`` calibrates the others' input ranges first.
+    :data:`INT8_KEEP_FLOAT`), and ``smooth`` calibrates the others' input ranges first (True:
+    every layer; patterns over the module names: the layers they match only).
 
     Raises:
         ValueError: ``encoder`` is not float32 (convert from the float32 weights), or an
@@ -54,6 +55,8 @@ def in_precision(
     ranges = None
     if precision == "int8" and smooth:
         ranges = input_ranges(encoder.model, lambda model: calibrate(encoder, model))
+        if not isinstance(smooth, bool):
+            ranges = {name: peak for name, peak in ranges.items() if matches(name, smooth)}
     keep = INT8_KEEP_FLOAT if keep_float is None else keep_float
     twin = copy.copy(encoder)
     twin.model = convert(encoder.model, precision, keep, ranges)  # type: ignore[assignment]

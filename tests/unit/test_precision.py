@@ -135,3 +135,21 @@ def test_smoothing_keeps_the_map_and_spares_the_other_channels_an_outlier() -> N
         plain_error = (plain(x) - exact).norm() / exact.norm()
         smoothed_error = (smoothed(x) - exact).norm() / exact.norm()
     assert smoothed_error < plain_error / 2, (smoothed_error, plain_error)
+
+
+def test_smoothing_can_be_limited_to_named_layers() -> None:
+    """``smooth`` as patterns: only the matching linear layers are calibrated and smoothed, the
+    others are plain dynamic int8 (how the benchmark measures which layers need it)."""
+    from models.precision import SmoothedLinear
+    from tests.service.helpers import tiny_encoder
+
+    encoder = tiny_encoder()
+
+    def smoothed_names(smooth: bool | tuple[str, ...]) -> set[str]:
+        int8 = encoder.with_precision("int8", smooth=smooth)
+        return {n for n, m in int8.model.named_modules() if isinstance(m, SmoothedLinear)}
+
+    every = smoothed_names(True)
+    assert {n.rsplit(".", 1)[-1] for n in every} == {"qkv", "attn_out", "ffn_in", "ffn_out"}
+    assert smoothed_names((r"\.ffn_out$",)) == {n for n in every if n.endswith(".ffn_out")}
+    assert smoothed_names(False) == set()
