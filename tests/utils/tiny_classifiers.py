@@ -49,29 +49,13 @@ def _pair_tokenizer_json(architecture: str) -> str:
 
 
 def _save_tokenizer(folder: Path, architecture: str, max_length: int) -> int:
-    from tokenizers import Tokenizer
-    from transformers import PreTrainedTokenizerFast
-
     style = tiny._STYLE[architecture]
-    tokenizer = Tokenizer.from_str(_pair_tokenizer_json(architecture))
     # As each family's own tokenizer class declares: BERT's hands the model segment ids.
     inputs = ["input_ids", "attention_mask"]
     if style.start != "<s>":
         inputs.insert(1, "token_type_ids")
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer,
-        bos_token=style.start,
-        eos_token=style.end,
-        cls_token=style.start,
-        sep_token=style.end,
-        pad_token=style.pad,
-        unk_token=style.unk,
-        mask_token=style.specials[4],
-        model_max_length=max_length,
-        model_input_names=inputs,
-    )
-    fast.save_pretrained(str(folder))
-    return int(tokenizer.get_vocab_size())
+    pair_json = _pair_tokenizer_json(architecture)
+    return tiny._save_tokenizer(folder, style, max_length, pair_json, inputs)
 
 
 def build_tiny_classifier(

@@ -99,12 +99,21 @@ def _tokenizer_json(style: _Style) -> str:
     return str(tok.to_str())
 
 
-def _save_tokenizer(folder: Path, style: _Style, max_length: int) -> int:
-    """Write the tokenizer files transformers' ``AutoTokenizer`` reads; returns the vocab size."""
+def _save_tokenizer(
+    folder: Path,
+    style: _Style,
+    max_length: int,
+    tokenizer_json: str | None = None,
+    model_input_names: list[str] | None = None,
+) -> int:
+    """Write the tokenizer files transformers' ``AutoTokenizer`` reads; returns the vocab size.
+    ``tokenizer_json``: another tokenizer in ``style`` (default: the single-text one);
+    ``model_input_names``: what the tokenizer hands the model (default: transformers')."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    tokenizer = Tokenizer.from_str(_tokenizer_json(style))
+    tokenizer = Tokenizer.from_str(tokenizer_json or _tokenizer_json(style))
+    names = {} if model_input_names is None else {"model_input_names": model_input_names}
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
         bos_token=style.start,
@@ -115,6 +124,7 @@ def _save_tokenizer(folder: Path, style: _Style, max_length: int) -> int:
         unk_token=style.unk,
         mask_token=style.mask,
         model_max_length=max_length,
+        **names,
     )
     fast.save_pretrained(str(folder))
     return int(tokenizer.get_vocab_size())
