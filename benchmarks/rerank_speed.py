@@ -16,8 +16,10 @@ is the largest score difference to ``CrossEncoder.predict``.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -78,13 +80,13 @@ def main() -> None:
             rows = model.tokenize(work, truncate=True)
             return model.scores(model.logits(rows, backend, max_batch_size=BATCH_SIZE))[:, 0]
 
-        runs = {
+        runs: dict[str, Callable[[], object]] = {
             "sentence-transformers CrossEncoder.predict": lambda: reference.predict(
                 work, batch_size=BATCH_SIZE
             )
         }
         for backend in args.backends:
-            runs[f"attnserve {backend} float32"] = lambda b=backend: run_ours(ours, b)
+            runs[f"attnserve {backend} float32"] = functools.partial(run_ours, ours, backend)
         runs["attnserve flash bfloat16"] = lambda: run_ours(bf16, "flash")
         times = best_times(runs, args.repeats)
         parity = {

@@ -58,7 +58,6 @@ from benchmarks.peers.servers import (
     attnserve_command,
     default_infinity_python,
     default_peers_python,
-    free_port,
     server_env,
     versions,
 )
@@ -233,14 +232,7 @@ def serve_and_drive(
     reference: list[list[float]],
     tag: str,
 ) -> Turn:
-    launch = Launch(
-        free_port(),
-        args.threads,
-        folder,
-        Path(sys.executable),
-        args.peers_python,
-        args.infinity_python,
-    )
+    launch = Launch.on_free_port(args, folder)
     started = time.monotonic()
     server = RerankServer(
         PEERS[name], launch, args.log_dir / f"rerank-{name}-{tag}.log", args.omp_wait_policy
@@ -358,8 +350,8 @@ def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list
         "|---|---|---:|---:|---:|---:|---:|",
     ]
     for r in inproc:
-        base = ce.get(r["shape"])
-        ratio = r["req_per_s"] / base["req_per_s"] if base else math.nan
+        reference_row = ce.get(r["shape"])
+        ratio = r["req_per_s"] / reference_row["req_per_s"] if reference_row else math.nan
         lines.append(
             f"| {r['label']} | {r['shape']} | {r['req_per_s']:.1f} | {r['pairs_per_s']:.0f} | "
             f"{ratio:.2f}x | {r['cpu_ms_per_request']:.1f} | {r['diff']} |"

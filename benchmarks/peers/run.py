@@ -54,7 +54,6 @@ from benchmarks.peers.servers import (
     Stopped,
     default_infinity_python,
     default_peers_python,
-    free_port,
     server_env,
     versions,
 )
@@ -180,14 +179,7 @@ def serve_and_drive(
     """Start server ``name``, check its answer, drive it at each client count, stop it and
     check that none of its processes is left."""
     peer = PEERS[name]
-    launch = Launch(
-        free_port(),
-        args.threads,
-        folder,
-        Path(sys.executable),
-        args.peers_python,
-        args.infinity_python,
-    )
+    launch = Launch.on_free_port(args, folder)
     started = time.monotonic()
     server = ServerProcess(peer, launch, log_dir / f"{name}-{tag}.log", args.omp_wait_policy)
     results: dict[int, LoadResult] = {}

@@ -10,6 +10,7 @@ infinity-emb has no thread option and goes by the environment). No server may re
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import os
@@ -41,6 +42,18 @@ class Launch:
     python: Path  # attnserve's interpreter (the project's .venv)
     peers_python: Path  # LitServe's and the naive server's interpreter (.venv-peers)
     infinity_python: Path  # infinity-emb's interpreter (.venv-peers-infinity)
+
+    @classmethod
+    def on_free_port(cls, args: argparse.Namespace, folder: Path) -> Launch:
+        """A launch on a free port, with a peers run's ``--threads`` and interpreters."""
+        return cls(
+            free_port(),
+            args.threads,
+            folder,
+            Path(sys.executable),
+            args.peers_python,
+            args.infinity_python,
+        )
 
 
 @dataclass(frozen=True)
