@@ -89,7 +89,7 @@ class SentenceEncoder(ChecksTextAttention):
         self.source = source
         self.default_max_tokens = default_max_tokens or max_tokens
         self.dim = model.config.hidden_size * len(model.pooling.modes)
-        self._prompt_skip: dict[str, int] = {}
+        self._prompt_lengths: dict[str, int] = {}  # prompt -> tokens it takes (see prompt_tokens)
         first = next(model.parameters())
         self.device, self.dtype = first.device, first.dtype
         self.precision = precision_of(self.dtype)
@@ -197,9 +197,7 @@ class SentenceEncoder(ChecksTextAttention):
         prompt = self.prompt(prompt_name)
         keep = None
         if cut_start:
-            keep = (
-                self.tokenizer.prompt_length(prompt) if prompt else self.tokenizer.leading_special()
-            )
+            keep = self.prompt_tokens(prompt) if prompt else self.tokenizer.leading_special()
         return self.tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
 
     def prompt(self, prompt_name: str | None) -> str:
@@ -225,9 +223,14 @@ class SentenceEncoder(ChecksTextAttention):
         prompt = self.prompt(prompt_name)
         if self.model.pooling.include_prompt or not prompt:
             return 0
-        if prompt not in self._prompt_skip:
-            self._prompt_skip[prompt] = self.tokenizer.prompt_length(prompt)
-        return self._prompt_skip[prompt]
+        return self.prompt_tokens(prompt)
+
+    def prompt_tokens(self, prompt: str) -> int:
+        """Tokens ``prompt`` takes at the start of a text, the start token included
+        (:meth:`TextTokenizer.prompt_length`; worked out once per prompt, asked per request)."""
+        if prompt not in self._prompt_lengths:
+            self._prompt_lengths[prompt] = self.tokenizer.prompt_length(prompt)
+        return self._prompt_lengths[prompt]
 
     def _check_token_ids(self, token_ids: Sequence[Sequence[int]]) -> None:
         vocab = self.model.config.vocab_size
@@ -369,7 +372,7 @@ class SentenceEncoder(ChecksTextAttention):
         prompt = self.prompt(prompt_name)
         keep = 0
         if prompt:
-            keep = max(0, self.tokenizer.prompt_length(prompt) - self.tokenizer.leading_special())
+            keep = max(0, self.prompt_tokens(prompt) - self.tokenizer.leading_special())
         rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts))
         return windows.split_texts(rows, self.max_tokens, keep)
 

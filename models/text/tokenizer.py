@@ -49,6 +49,11 @@ class TextTokenizer:
         self._cutting = Tokenizer.from_str(self._tokenizer.to_str())
         self._cutting.enable_truncation(max_tokens)
         self.max_tokens = max_tokens
+        mask = self._tokenizer.encode("a").special_tokens_mask  # (leading, trailing) specials
+        self._specials = (
+            next((i for i, m in enumerate(mask) if not m), len(mask)),
+            next((i for i, m in enumerate(reversed(mask)) if not m), len(mask)),
+        )
         self.lowercase = lowercase  # sentence-transformers' do_lower_case
         # encode_batch_fast (tokenizers >= 0.20) skips character offsets, which we never use.
         self._encode_batch = getattr(
@@ -76,8 +81,7 @@ class TextTokenizer:
 
     def leading_special(self) -> int:
         """Special tokens before a text's own (``[CLS]``: 1)."""
-        mask = self._tokenizer.encode("a").special_tokens_mask
-        return next((i for i, m in enumerate(mask) if not m), len(mask))
+        return self._specials[0]
 
     def _prepare(self, texts: list[str]) -> list[str]:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
@@ -111,8 +115,7 @@ class TextTokenizer:
 
     def trailing_special(self) -> int:
         """Special tokens after a text's own (``[SEP]``: 1)."""
-        mask = self._tokenizer.encode("a").special_tokens_mask
-        return next((i for i, m in enumerate(reversed(mask)) if not m), len(mask))
+        return self._specials[1]
 
     def _cut_start(self, ids: list[int], keep: int) -> list[int]:
         """``ids`` cut to ``max_tokens`` from the start of the text: its first ``keep`` tokens
