@@ -71,3 +71,23 @@ def metric(text: str, name: str, **labels: Any) -> float:
             ):
                 total += sample.value
     return total
+
+
+@pytest.fixture(scope="session")
+def drop_in_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The base URL of a real server (uvicorn on loopback) serving the drop-in folders
+    (:mod:`tests.utils.live_server`): the peers' client packages are pointed at it. Its first
+    model, the encoder, is the default model of the TEI routes that name none."""
+    from service.app import create_app
+    from service.settings import Settings
+    from tests.utils.live_server import drop_in_folders, serving
+
+    folders = drop_in_folders(tmp_path_factory.mktemp("drop-in"))
+    settings = Settings(
+        models=tuple(str(p) for p in folders),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+    )
+    with serving(create_app(settings)) as url:
+        yield url
