@@ -249,10 +249,16 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     return servables
 
 
+def task_serves(model_task: str, task: str) -> bool:
+    """Whether a model of ``model_task`` answers ``task``'s routes: its own task, and a reranker
+    (a one-label classifier) also answers ``classify`` (``/predict``), as
+    text-embeddings-inference does."""
+    return model_task == task or (task == "classify" and model_task == "rerank")
+
+
 def serves(model: ServedModel, task: str) -> bool:
-    """Whether ``model`` answers ``task``'s routes: its own task, and a reranker (a one-label
-    classifier) also answers ``classify`` (``/predict``), as text-embeddings-inference does."""
-    return model.task == task or (task == "classify" and model.task == "rerank")
+    """Whether ``model`` answers ``task``'s routes (see :func:`task_serves`)."""
+    return task_serves(model.task, task)
 
 
 class Registry:

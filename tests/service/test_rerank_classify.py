@@ -339,7 +339,8 @@ def test_cards_say_task_labels_and_routes(client: Any) -> None:
         "label_b",
         "label_c",
     ]
-    assert classify["score_activation"] == "softmax" and classify["routes"] == ["/predict"]
+    assert classify["score_activation"] == "softmax"
+    assert classify["routes"] == ["/predict", "/v1/classify"]
     assert classify["max_tokens"] == 128 and "flash" in classify["served_backends"]
     assert cards["classify-modernbert-mean"]["classifier_pooling"] == "mean"
 

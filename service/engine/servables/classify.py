@@ -118,9 +118,6 @@ class ClassifierServable:
         card = served_card(self.model.card(), self.aliases, self.backends())
         card["precisions"] = self.precisions()
         card["default_precision"] = self.precisions()[0]
-        card["routes"] = (
-            ["/v1/rerank", "/rerank", "/predict"] if self.task == "rerank" else ["/predict"]
-        )
         return card
 
     # ------------------------------------------------------------------ operations

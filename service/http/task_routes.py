@@ -1,0 +1,31 @@
+"""Which HTTP routes answer which task: the one table model cards' ``routes`` come from.
+
+A route that serves models asks the engine for a model of one task (``engine.encode`` ->
+``encode``, ``engine.rerank`` -> ``rerank``, ...). A model answers its own task's routes and, for
+a reranker, the ``classify`` ones too (:func:`service.engine.registry.task_serves`). Add a new
+model route here, under the task it asks the engine for, and every card lists it;
+tests/service/test_card_routes.py checks the table against the app's routes both ways.
+"""
+
+from __future__ import annotations
+
+from service.engine.registry import task_serves
+
+# task -> the POST routes that ask the engine for a model of that task.
+TASK_ROUTES: dict[str, tuple[str, ...]] = {
+    "encode": ("/encode", "/embed", "/v1/embeddings"),
+    "rerank": ("/v1/rerank", "/rerank"),
+    "classify": ("/predict", "/v1/classify"),
+    "forecast": ("/forecast",),
+}
+
+
+def routes_of(model_task: str) -> list[str]:
+    """The routes a model of ``model_task`` answers, in table order, each once."""
+    paths = [
+        path
+        for task, task_paths in TASK_ROUTES.items()
+        if task_serves(model_task, task)
+        for path in task_paths
+    ]
+    return list(dict.fromkeys(paths))
