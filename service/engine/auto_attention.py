@@ -20,7 +20,9 @@ a budget of 0 leaves only exact backends in float32.
 Precision is a second axis (:mod:`models.precision`): every loaded precision's calls are
 candidates too, each with its measured loss against exact float32 attention (a bfloat16 ``flash``
 is not exact) and its own measured rate, so ``auto`` picks across backend x precision. A request
-that names a precision is chosen for within it.
+that names a precision is chosen for within it. A precision without figures (a folder before
+``attnserve evaluate --precisions``), or whose figures all exceed the budget, runs the model's
+exact default backend in that precision (:func:`exact_default`), and the header says so.
 """
 
 from __future__ import annotations
@@ -83,6 +85,10 @@ class Choice:
     picked: Candidate
     budget: float
     reference: Candidate | None  # flash (else full), for the comparison in the header
+    # The picked candidate is the exact default fallback: no measured candidate of its
+    # precision fits the budget (``measured``: whether that precision has any figure at all).
+    fallback: bool = False
+    measured: bool = True
 
     @property
     def backend(self) -> str:
@@ -100,7 +106,18 @@ class Choice:
     def header(self) -> str:
         """e.g. ``performer(num_features=16); loss -0.0002 <= 0.05; est 41 ms vs flash 126 ms``."""
         picked = self.picked
-        text = f"{picked.label}; loss {picked.loss:.4g} <= {self.budget:g}"
+        if not self.fallback:
+            text = f"{picked.label}; loss {picked.loss:.4g} <= {self.budget:g}"
+        elif self.measured:
+            text = (
+                f"{picked.label}; no {picked.precision} candidate measured within "
+                f"{self.budget:g}: the exact default backend"
+            )
+        else:
+            text = (
+                f"{picked.label}; {picked.precision} not measured (attnserve evaluate "
+                f"--precisions {picked.precision}): the exact default backend"
+            )
         if picked.seconds is not None:
             text += f"; est {picked.seconds * 1000:.0f} ms"
             ref = self.reference
@@ -143,17 +160,54 @@ def candidates(
     return out
 
 
-def choose(options: list[Candidate], budget: float) -> Choice:
-    """The cheapest candidate with ``loss <= budget`` that fits in memory (an exact one when
-    nothing else qualifies; unpriced candidates last). A budget of 0 asks for exact attention:
-    an approximation whose measured loss came out at or below zero (as good as exact on the
-    test windows, within their noise) is not exact, so it is not taken then."""
+def exact_default(
+    model: ServedModel,
+    worker: ModelWorker,
+    rows: int,
+    length: int,
+    precision: str | None = None,
+) -> Candidate:
+    """The model's exact default backend (its default when that is exact, else ``flash``, else
+    ``full``; its default when it serves neither) at its default options in ``precision`` (the model's default precision when None),
+    priced like any candidate: what ``auto`` runs when no measured candidate qualifies, e.g. in
+    a precision ``attnserve evaluate --precisions`` has not scored. Its loss is the measured
+    one, NaN when there is none."""
+    precision = precision or model.precisions()[0]
+    served = model.backends()
+    order = (model.default_attention, *EXACT_BACKENDS)
+    # A model that refuses both exact backends (none does today) runs its own default.
+    backend = next(
+        (b for b in order if b in EXACT_BACKENDS and b in served), model.default_attention
+    )
+    call = model.default_call(backend, precision)
+    exact = precision == DEFAULT_PRECISION
+    loss = 0.0 if exact else model.quality_losses(length).get(call, float("nan"))
+    key = BatchKey(call)
+    budget = worker.limits.max_batch_memory
+    fits = budget is None or worker.memory_estimate(key, 1, length) <= budget
+    return Candidate(call, loss, worker.seconds_estimate(key, rows, length), fits)
+
+
+def choose(options: list[Candidate], budget: float, fallback: Candidate | None = None) -> Choice:
+    """The cheapest candidate with ``loss <= budget`` that fits in memory (unpriced candidates
+    last). When none qualifies: exact float32 attention if it is a candidate, else ``fallback``
+    (:func:`exact_default` in the precision asked for), never a candidate over the budget. A
+    budget of 0 asks for exact attention: an approximation whose measured loss came out at or
+    below zero (as good as exact on the test windows, within their noise) is not exact, so it is
+    not taken then.
+
+    Raises:
+        ValueError: nothing qualifies and there is neither an exact candidate nor a fallback.
+    """
     exact_only = budget <= 0.0
     allowed = [
         c for c in options if c.loss <= budget and c.fits_memory and (c.exact or not exact_only)
     ]
     if not allowed:  # no measured loss fits: exact attention always does
-        allowed = [c for c in options if c.exact] or options
+        allowed = [c for c in options if c.exact]
+    if not allowed and fallback is not None:
+        measured = any(c.precision == fallback.precision for c in options)
+        return Choice(fallback, budget, None, fallback=True, measured=measured)
     if not allowed:
         raise ValueError("no attention backend to choose from")
     best = min(allowed, key=lambda c: (c.seconds is None, c.seconds or 0.0, c.loss))

@@ -31,6 +31,7 @@ from service.engine.auto_attention import (
     QUALITY_METRIC,
     candidates,
     choose,
+    exact_default,
     quality_table,
 )
 from service.engine.batching.batcher import Batcher
@@ -140,7 +141,10 @@ class Engine:
             # A precision the request names is kept (checked above); otherwise every loaded one
             # is a candidate.
             found = candidates(model, worker, len(work.rows), max(work.lengths), request.precision)
-            choice = choose(found, budget)
+            fallback = exact_default(
+                model, worker, len(work.rows), max(work.lengths), request.precision
+            )
+            choice = choose(found, budget, fallback)
             checked = model.check(
                 replace(
                     request,

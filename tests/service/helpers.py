@@ -178,9 +178,10 @@ def make_app(servables: list[Any], **overrides: Any) -> Any:
 
 
 @contextlib.contextmanager
-def folders_client(folders: Iterable[Path]) -> Iterator[Any]:
+def folders_client(folders: Iterable[Path], **overrides: Any) -> Iterator[Any]:
     """A test client of a server loading these model folders (by path) at start-up, each batch
-    run at once (no waiting for more requests)."""
+    run at once (no waiting for more requests); ``overrides`` are more settings (e.g.
+    ``precisions``)."""
     from fastapi.testclient import TestClient
 
     settings = Settings(
@@ -188,6 +189,7 @@ def folders_client(folders: Iterable[Path]) -> Iterator[Any]:
         device="cpu",
         background_load=False,
         max_wait_ms=0.0,
+        **overrides,
     )
     with TestClient(create_app(settings)) as client:
         yield client

@@ -207,3 +207,28 @@ def test_the_header_says_what_ran_why_and_against_what() -> None:
     assert Choice(variant, 0.05, flash).header() == (
         "performer(num_features=16); loss 0.001 <= 0.05; est 20 ms vs flash 126 ms"
     )
+
+
+def _in(precision: str, backend: str, loss: float, seconds: float | None) -> Candidate:
+    return Candidate(Call(backend, (), precision=precision), loss, seconds, True)
+
+
+def test_a_precision_with_no_figure_within_the_budget_runs_its_exact_default() -> None:
+    fallback = _in("bfloat16", "flash", float("nan"), 0.01)
+    # Nothing measured in bfloat16 (issue 43: a 500 before).
+    choice = choose([], 0.05, fallback)
+    assert choice.picked == fallback and choice.fallback
+    assert choice.header() == (
+        "flash@bfloat16; bfloat16 not measured (attnserve evaluate --precisions bfloat16): "
+        "the exact default backend; est 10 ms"
+    )
+    # Measured, but nothing fits: never a candidate over the budget (the cheapest was taken).
+    measured = [_in("bfloat16", "flash", 0.002, 0.01), _in("bfloat16", "performer", 0.03, 0.001)]
+    fallback = measured[0]
+    choice = choose(measured, 0.0, fallback)
+    assert choice.picked == fallback
+    assert choice.header().startswith("flash@bfloat16; no bfloat16 candidate measured within 0:")
+    # Exact float32 attention, when it is a candidate, still comes first.
+    exact = _candidate("flash", 0.0, 0.5)
+    assert choose([exact, *measured], 0.0, fallback).picked == exact
+    assert choose(measured, 0.05, fallback).picked == measured[1]
