@@ -47,6 +47,22 @@ def activate(logits: Tensor, activation: str) -> Tensor:
     return logits
 
 
+def label_activation(folder: ClassifierFolder) -> str:
+    """What turns logits into label scores (``/predict``, ``/v1/classify``), as
+    text-embeddings-inference's ``/predict`` and transformers' text-classification pipeline do:
+    a sigmoid for one label, softmax over several. Several labels get a sigmoid each when the
+    labels are independent: ``problem_type: multi_label_classification`` (the pipeline's rule)
+    or a cross-encoder saved with a ``Sigmoid`` activation. A cross-encoder's other saved
+    activations (``Identity``, which ``CrossEncoder.save`` writes for several labels; ``Tanh``)
+    are scores, not label probabilities: they stay with :attr:`TextClassifier.activation`,
+    what ``CrossEncoder.predict`` and the rerank routes give."""
+    if len(folder.labels) == 1:
+        return "sigmoid"
+    if folder.multi_label or (folder.cross_encoder and folder.activation == "sigmoid"):
+        return "sigmoid"
+    return "softmax"
+
+
 class TextClassifier(ChecksTextAttention):
     """Label logits (and scores) for texts or text pairs, with a per-call attention backend.
 
@@ -81,7 +97,8 @@ class TextClassifier(ChecksTextAttention):
         self.tokenizer = tokenizer
         self.folder = folder
         self.labels = folder.labels
-        self.activation = folder.activation
+        self.activation = folder.activation  # CrossEncoder.predict's: the rerank scores
+        self.label_activation = label_activation(folder)  # the label scores (TEI's /predict)
         self.task = folder.task
         self.max_tokens = max_tokens
         self.name = name
@@ -266,7 +283,10 @@ class TextClassifier(ChecksTextAttention):
             "hidden_size": config.hidden_size,
             "heads": config.num_attention_heads,
             "labels": list(self.labels),
-            "score_activation": self.activation,
+            # What the model's own routes apply (rerank: CrossEncoder.predict's scores), and
+            # what /predict and /v1/classify apply.
+            "score_activation": self.activation if self.task == "rerank" else self.label_activation,
+            "label_activation": self.label_activation,
             "classifier_pooling": self.folder.head.pooling,
             "max_tokens": self.max_tokens,
             "default_max_tokens": self.folder.encoder.max_tokens,

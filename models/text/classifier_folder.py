@@ -57,6 +57,8 @@ class ClassifierFolder:
         cross_encoder: saved by sentence-transformers' ``CrossEncoder``.
         segments: the model reads each token's segment (0 first text, 1 second of a pair), as
             transformers does when the tokenizer hands it ``token_type_ids``.
+        multi_label: ``config.json`` says ``problem_type: multi_label_classification`` (each
+            label scored on its own, by a sigmoid).
     """
 
     encoder: TextFolder
@@ -65,6 +67,7 @@ class ClassifierFolder:
     activation: str
     cross_encoder: bool
     segments: bool = False
+    multi_label: bool = False
 
     @property
     def task(self) -> str:
@@ -176,4 +179,5 @@ def read_classifier_folder(path: Path) -> ClassifierFolder:
     )
     head = HeadSpec.from_config(raw, config, len(labels))
     segments = _segments(weights, config)
-    return ClassifierFolder(encoder, head, labels, activation, cross_encoder, segments)
+    multi_label = raw.get("problem_type") == "multi_label_classification"
+    return ClassifierFolder(encoder, head, labels, activation, cross_encoder, segments, multi_label)

@@ -101,7 +101,9 @@ class Engine:
         return await self._serve("forecast", model, request, len(request.series), "series", client)
 
     async def rerank(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:
-        """A relevance score per ``(query, document)`` pair of ``request.inputs``, in order."""
+        """A relevance score per ``(query, document)`` pair of ``request.inputs``, in order
+        (``CrossEncoder.predict``'s scores: the model's saved activation)."""
+        request = replace(request, ranking=True)
         return await self._serve("rerank", model, request, len(request.inputs), "documents", client)
 
     async def classify(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:

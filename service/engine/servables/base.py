@@ -89,6 +89,7 @@ class ClassifyInput:
     what: str = "input"  # how errors name one of ``inputs`` ("document" for rerank)
     windows: bool = False  # pairs over the limit: the document as windows, scored by the best
     cut_start: bool = False  # truncate from the start of the longer text instead of its end
+    ranking: bool = False  # rerank scores (CrossEncoder.predict's activation), not label scores
 
 
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-

@@ -78,7 +78,12 @@ class ClassifierServable:
 
     def prepare(self, checked: Checked) -> Work:
         request: ClassifyInput = checked.request
-        activation = "identity" if request.raw_scores else self.model.activation
+        if request.raw_scores:
+            activation = "identity"
+        elif request.ranking:  # CrossEncoder.predict's scores
+            activation = self.model.activation
+        else:  # label scores, as TEI's /predict: softmax over several labels
+            activation = self.model.label_activation
         if request.windows:
             return self._prepare_windows(request, activation)
         rows = self.model.tokenize(
