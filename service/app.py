@@ -35,7 +35,16 @@ from service.engine.registry import Loader, ModelLoadError, Registry, load_serva
 from service.errors import install_error_handlers
 from service.http.body_pool import BodyParsePool
 from service.http.middleware import ApiKeyGate, BodyLimit, ConnectionRecycler, RequestContext
-from service.http.routes import classify, embeddings, encode, forecast, health, models, rerank
+from service.http.routes import (
+    classify,
+    cohere,
+    embeddings,
+    encode,
+    forecast,
+    health,
+    models,
+    rerank,
+)
 from service.observability.metrics import Metrics
 from service.settings import Settings
 from service.state import AppState
@@ -192,7 +201,7 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     )
     app.state.attnserve = state
     install_error_handlers(app)
-    for module in (encode, embeddings, rerank, classify, forecast, models, health):
+    for module in (encode, embeddings, rerank, classify, forecast, models, health, cohere):
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.

@@ -28,6 +28,7 @@ from models.text.batching import plan_batches
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE, describe, load_quality
 from models.text.folder import read_text_folder
+from models.text.matryoshka import Shortening, read_shortening
 from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer, with_prompt
 from models.text.weights import load_network, model_dir
@@ -37,6 +38,15 @@ HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
 PAD_MULTIPLE = 8
+# The prompt for a kind of text (a request's task, e.g. Cohere's input_type) when it names no
+# prompt: the first of these the model has, as sentence-transformers' encode_query and
+# encode_document pick (query; document, passage, corpus); none: the default prompt, as encode.
+TASK_PROMPTS: dict[str, tuple[str, ...]] = {
+    "query": ("query",),
+    "document": ("document", "passage", "corpus"),
+    "classification": ("classification",),
+    "clustering": ("clustering",),
+}
 
 
 class SentenceEncoder(ChecksTextAttention):
@@ -57,6 +67,7 @@ class SentenceEncoder(ChecksTextAttention):
         quality_file: measured quality per backend (``attnserve evaluate`` writes it).
         source: where the model came from (shown on the card).
         default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
+        shortening: whether the model was trained for shorter embeddings (its folder's card).
     """
 
     default_attention: str = DEFAULT_ATTENTION  # on the card; ``embed``/``encode`` default
@@ -74,6 +85,7 @@ class SentenceEncoder(ChecksTextAttention):
         quality_file: Path | None = QUALITY_FILE,
         source: str = "",
         default_max_tokens: int | None = None,
+        shortening: Shortening | None = None,
     ) -> None:
         self.model = model
         fused_linear.prepack(model)
@@ -88,6 +100,7 @@ class SentenceEncoder(ChecksTextAttention):
         self.quality_file = quality_file
         self.source = source
         self.default_max_tokens = default_max_tokens or max_tokens
+        self.shortening = shortening or read_shortening(None)
         self.dim = model.config.hidden_size * len(model.pooling.modes)
         self._prompt_lengths: dict[str, int] = {}  # prompt -> tokens it takes (see prompt_tokens)
         first = next(model.parameters())
@@ -172,6 +185,7 @@ class SentenceEncoder(ChecksTextAttention):
             quality_file=quality_file or path / "quality.json",
             source=f"{spec.layout} folder",
             default_max_tokens=spec.max_tokens,
+            shortening=read_shortening(path),
         )
 
     # ------------------------------------------------------------------ tokens
@@ -215,6 +229,11 @@ class SentenceEncoder(ChecksTextAttention):
                 f"prompt_name {name!r} is not one of {self.name}'s prompts ({known})"
             )
         return self.prompts[name]
+
+    def task_prompt_name(self, task: str) -> str | None:
+        """The prompt for texts of ``task`` (a key of :data:`TASK_PROMPTS`): the first of its
+        candidates among the model's prompts, or None (the default prompt applies)."""
+        return next((name for name in TASK_PROMPTS[task] if name in self.prompts), None)
 
     def pool_skip(self, prompt_name: str | None) -> int:
         """Leading tokens that pooling leaves out for texts sent with ``prompt_name``: the

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -169,6 +170,81 @@ def _check_precisions(precisions: tuple[str, ...], device: str) -> None:
         )
 
 
+def _served(
+    source: str | Path, precisions: tuple[str, ...], build: Callable[[], ServedModel]
+) -> ServedModel:
+    """``build()`` (load a model and make its servable, with a copy per precision), its
+    failures as one-line :class:`ModelLoadError` naming ``source``: a precision copy that
+    cannot be made (int8 calibration, a model that runs in none of the precisions) stops
+    start-up like a broken folder, not with a traceback."""
+    try:
+        return build()
+    except ModelLoadError:
+        raise
+    except Exception as exc:  # whatever breaks, this model cannot be served: say which
+        lines = str(exc).strip().splitlines()
+        first = lines[0] if lines else ""
+        if isinstance(exc, ValueError):  # the models' refusals: already a sentence
+            raise ModelLoadError(f"{source}: {first}") from exc
+        raise ModelLoadError(
+            f"{source}: cannot be served in {', '.join(precisions)} ({type(exc).__name__}: {first})"
+        ) from exc
+
+
+def _load_named(
+    name: str, settings: Settings, device: str, shipped_hf: dict[str, Path]
+) -> ServedModel:
+    """The servable of one entry of ``settings.models`` (a shipped name or a folder path)."""
+    from models.text import SentenceEncoder
+    from models.text.packaged import PACKAGED, packaged_folder
+    from service.engine.servables.forecast import ForecastServable
+    from service.engine.servables.text import TextServable
+
+    precisions = settings.precisions
+    if name in (TEXT_MODEL, *TEXT_ALIASES):
+        encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
+        return TextServable(encoder, TEXT_ALIASES, precisions)
+    if name in PACKAGED:
+        try:
+            folder = packaged_folder(name)
+        except (OSError, ValueError) as exc:
+            raise ModelLoadError(f"{name}: {exc}") from exc
+        return TextServable(_load_encoder(folder, device), (), precisions)
+    path = Path(name)
+    if path.is_dir() and (
+        _is_classifier_folder(path) or _is_text_folder(path) or _is_hf_forecast_folder(path)
+    ):
+        return _load_folder(path, settings, device)
+    if name in shipped_hf:
+        return ForecastServable(_load_hf_forecaster(shipped_hf[name], device), precisions)
+    if name.startswith("informer-") or Path(name).is_dir():
+        return ForecastServable(_load_forecaster(name, device), precisions)
+    raise ModelLoadError(
+        f"unknown model {name!r} in models: use {TEXT_MODEL}, "
+        f"{', '.join(PACKAGED)}, a shipped forecaster (informer-..., "
+        f"{', '.join(shipped_hf) or 'patchtst-...'}), or a path to "
+        "a model folder (sentence-transformers, transformers encoder, transformers "
+        "time-series forecaster, or an attnserve checkpoint)"
+    )
+
+
+def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
+    """The servable of a model folder, by what it holds: a classifier, a text encoder, a
+    transformers time-series forecaster, else an attnserve checkpoint."""
+    from service.engine.servables.classify import ClassifierServable
+    from service.engine.servables.forecast import ForecastServable
+    from service.engine.servables.text import TextServable
+
+    precisions = settings.precisions
+    if _is_classifier_folder(folder):
+        return ClassifierServable(_load_classifier(folder, device), (), precisions)
+    if _is_text_folder(folder):
+        return TextServable(_load_encoder(folder, device), (), precisions)
+    if _is_hf_forecast_folder(folder):
+        return ForecastServable(_load_hf_forecaster(folder, device), precisions)
+    return ForecastServable(_load_forecaster(str(folder), device), precisions)
+
+
 def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
@@ -183,16 +259,12 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     leaves nothing half served.
 
     Raises:
-        ModelLoadError: an unknown model name, a missing or broken checkpoint folder, or two
-            models with one name; the message names the model or folder and the fix.
+        ModelLoadError: an unknown model name, a missing or broken checkpoint folder, a model
+            that cannot be made in the listed precisions, or two models with one name; the
+            message names the model or folder and the fix.
     """
     # Imported here: building an app (and its tests) must not pay for torch models up front.
     from models.hf_forecast.folder import shipped_folders
-    from models.text import SentenceEncoder
-    from models.text.packaged import PACKAGED, packaged_folder
-    from service.engine.servables.classify import ClassifierServable
-    from service.engine.servables.forecast import ForecastServable
-    from service.engine.servables.text import TextServable
 
     _check_precisions(settings.precisions, device)
     precisions = settings.precisions
@@ -204,48 +276,13 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     servables: list[ServedModel] = []
     for name in settings.models:
         log.info("loading %s on %s", name, device)
-        if name in (TEXT_MODEL, *TEXT_ALIASES):
-            encoder = SentenceEncoder.load(max_tokens=settings.max_text_tokens, device=device)
-            servables.append(TextServable(encoder, TEXT_ALIASES, precisions))
-        elif name in PACKAGED:
-            try:
-                folder = packaged_folder(name)
-            except (OSError, ValueError) as exc:
-                raise ModelLoadError(f"{name}: {exc}") from exc
-            servables.append(TextServable(_load_encoder(folder, device), (), precisions))
-        elif Path(name).is_dir() and _is_classifier_folder(Path(name)):
-            classifier = _load_classifier(Path(name), device)
-            servables.append(ClassifierServable(classifier, (), precisions))
-        elif Path(name).is_dir() and _is_text_folder(Path(name)):
-            servables.append(TextServable(_load_encoder(Path(name), device), (), precisions))
-        elif Path(name).is_dir() and _is_hf_forecast_folder(Path(name)):
-            hf = _load_hf_forecaster(Path(name), device)
-            servables.append(ForecastServable(hf, precisions))
-        elif name in shipped_hf:
-            hf = _load_hf_forecaster(shipped_hf[name], device)
-            servables.append(ForecastServable(hf, precisions))
-        elif name.startswith("informer-") or Path(name).is_dir():
-            servables.append(ForecastServable(_load_forecaster(name, device), precisions))
-        else:
-            raise ModelLoadError(
-                f"unknown model {name!r} in models: use {TEXT_MODEL}, "
-                f"{', '.join(PACKAGED)}, a shipped forecaster (informer-..., "
-                f"{', '.join(shipped_hf) or 'patchtst-...'}), or a path to "
-                "a model folder (sentence-transformers, transformers encoder, transformers "
-                "time-series forecaster, or an attnserve checkpoint)"
-            )
+        load = partial(_load_named, name, settings, device, shipped_hf)
+        servables.append(_served(name, precisions, load))
     for name, folder in folders.items():
         log.info("loading %s from %s on %s", name, folder, device)
-        if _is_classifier_folder(folder):
-            classifier = _load_classifier(folder, device)
-            servables.append(ClassifierServable(classifier, (), precisions))
-        elif _is_text_folder(folder):
-            servables.append(TextServable(_load_encoder(folder, device), (), precisions))
-        elif _is_hf_forecast_folder(folder):
-            hf = _load_hf_forecaster(folder, device)
-            servables.append(ForecastServable(hf, precisions))
-        else:
-            servables.append(ForecastServable(_load_forecaster(str(folder), device), precisions))
+        servables.append(
+            _served(folder, precisions, partial(_load_folder, folder, settings, device))
+        )
     return servables
 
 

@@ -13,8 +13,15 @@ from service.engine.registry import task_serves
 
 # task -> the POST routes that ask the engine for a model of that task.
 TASK_ROUTES: dict[str, tuple[str, ...]] = {
-    "encode": ("/encode", "/embed", "/v1/embeddings"),
-    "rerank": ("/v1/rerank", "/rerank"),
+    "encode": (
+        "/encode",
+        "/embed",
+        "/v1/embeddings",
+        "/embeddings",
+        "/v1/embed",
+        "/v2/embed",
+    ),
+    "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
     "classify": ("/predict", "/v1/classify"),
     "forecast": ("/forecast",),
 }

@@ -74,15 +74,23 @@ def metric(text: str, name: str, **labels: Any) -> float:
 
 
 @pytest.fixture(scope="session")
-def drop_in_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def drop_in_paths(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
+    """The drop-in server's folders (encoder, reranker, classifier): references load them."""
+    from tests.utils.live_server import drop_in_folders
+
+    return drop_in_folders(tmp_path_factory.mktemp("drop-in"))
+
+
+@pytest.fixture(scope="session")
+def drop_in_url(drop_in_paths: list[Path]) -> Iterator[str]:
     """The base URL of a real server (uvicorn on loopback) serving the drop-in folders
     (:mod:`tests.utils.live_server`): the peers' client packages are pointed at it. Its first
     model, the encoder, is the default model of the TEI routes that name none."""
     from service.app import create_app
     from service.settings import Settings
-    from tests.utils.live_server import drop_in_folders, serving
+    from tests.utils.live_server import serving
 
-    folders = drop_in_folders(tmp_path_factory.mktemp("drop-in"))
+    folders = drop_in_paths
     settings = Settings(
         models=tuple(str(p) for p in folders),
         device="cpu",

@@ -65,6 +65,7 @@ def test_every_card_lists_the_routes_of_its_task(client: Any) -> None:
     assert cards["reranker"]["routes"] == [
         "/v1/rerank",
         "/rerank",
+        "/v2/rerank",
         "/predict",
         "/v1/classify",
     ]

@@ -264,10 +264,10 @@ def test_embeddings_errors(client: TestClient) -> None:
         "encoding_format",
     )
     assert_error(
-        client.post("/v1/embeddings", json={"input": "x", "model": TINY_TEXT, "dimensions": 8}),
+        client.post("/v1/embeddings", json={"input": "x", "model": TINY_TEXT, "dimensions": 33}),
         422,
         "invalid_request",
-        "dimensions",
+        "dimensions must be between 1 and 32",
     )
 
 

@@ -69,7 +69,8 @@ def test_every_folder_is_served_beside_the_shipped_model(good_dir: Path) -> None
         for name in MINE:
             expected = ForecastServable(InformerForecaster.load(str(good_dir / name))).card()
             card = cards[name]
-            assert {k: v for k, v in card.items() if k not in ("limits", "auto")} == expected
+            served = ("limits", "auto", "routes")  # what the server adds to the model's card
+            assert {k: v for k, v in card.items() if k not in served} == expected
             assert card["task"] == "forecast" and card["context"] == 24 and card["horizon"] == 8
             # What the folder holds, known without the card code: its name, the tiny
             # checkpoint's ETTh1 channels, hourly steps and ProbSparse default.
@@ -269,3 +270,57 @@ def test_attnserve_serve_exits_1_with_one_line_naming_the_folder(
     assert "Traceback" not in output
     if workers != "1":
         assert "exited with status 1; stopping" in output
+
+
+# ------------------------------------------------------------------ precision copies (issue 43)
+
+
+def _only(folder: Path, precisions: tuple[str, ...]) -> Settings:
+    return Settings(
+        models=(str(folder),), device="cpu", background_load=False, precisions=precisions
+    )
+
+
+def test_a_folder_that_runs_in_none_of_the_precisions_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    # A transformers PatchTST runs in float32 and bfloat16 only: int8 alone leaves it nothing.
+    from tests.utils.tiny_forecasters import build, patchtst_config
+
+    folder = build(patchtst_config(), tmp_path / "my-patchtst")
+    with pytest.raises(ModelLoadError) as caught:
+        load_servables(_only(folder, ("int8",)), "cpu")
+    message = str(caught.value)
+    assert message.startswith(f"{folder}: "), message
+    assert "int8" in message and "add float32 to precisions" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("kind", ["classifier", "encoder"])
+def test_a_precision_copy_that_fails_is_refused_naming_the_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    # Whatever breaks while a folder's int8 copy is made (calibration, conversion) ends in the
+    # one-line refusal, not a traceback out of the servable's constructor.
+    from models.text import SentenceEncoder
+    from models.text.classifier import TextClassifier
+    from tests.utils.tiny_classifiers import save_tiny_classifier
+    from tests.utils.tiny_encoders import save_tiny_encoder
+
+    def fail(self: object, precision: str) -> object:
+        if precision == "float32":
+            return self
+        raise RuntimeError(f"calibration of {precision} hit a NaN\nsecond line of detail")
+
+    if kind == "classifier":
+        folder = save_tiny_classifier(tmp_path / "my-classifier", "bert", 3, layers=1)
+        monkeypatch.setattr(TextClassifier, "with_precision", fail)
+    else:
+        folder = save_tiny_encoder(tmp_path / "my-encoder", "bert", layers=1)
+        monkeypatch.setattr(SentenceEncoder, "with_precision", fail)
+    with pytest.raises(ModelLoadError) as caught:
+        load_servables(_only(folder, ("float32", "int8")), "cpu")
+    message = str(caught.value)
+    assert message == (
+        f"{folder}: cannot be served in float32, int8 (RuntimeError: calibration of int8 hit a NaN)"
+    ), message

@@ -68,10 +68,12 @@ class TextInput:
     normalize: bool | None = None  # None: as the model does (its Normalize module)
     long_text: str = "error"  # over the limit: error, truncate or windows (models.text.windows)
     cut_start: bool = False  # truncate: drop a long text's first tokens rather than its last
-    dimensions: int | None = None  # OpenAI's field: accepted only when equal to the model's
+    dimensions: int | None = None  # keep the first dimensions components (renormalised)
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
+    quantize: tuple[str, ...] = ()  # also these forms; value {form: rows} (models.text.quantize)
+    task: str | None = None  # query, document, ...: its prompt when prompt_name is None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ forms (one forward pass per batch: no split inside the model)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -12,7 +14,17 @@ from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import embedding_losses, precision_figures
 from models.text import SentenceEncoder, windows
-from models.text.encoder import DEFAULT_ATTENTION
+from models.text.encoder import DEFAULT_ATTENTION, TASK_PROMPTS
+from models.text.matryoshka import shorten
+from models.text.quantize import (
+    CALIBRATION_TEXTS,
+    CALIBRATION_WORDS,
+    PRECISIONS,
+    SCALAR,
+    Calibration,
+    calibration_texts,
+    quantize,
+)
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
@@ -62,17 +74,33 @@ class TextServable:
         self._backends = [b for b in accepted[0] if all(b in a for a in accepted)]
         self._quality = encoder.quality()
         self._losses: dict[int, dict[Call, float]] = {}
+        # Fixed int8/uint8 ranges (models.text.quantize): the corpus embedded once, exactly.
+        exact = "flash" if "flash" in self._backends else "full"
+        self._calibration = Calibration(
+            encoder.encode(calibration_texts(), exact, normalize=False, long_text="truncate")
+        )
 
     # ------------------------------------------------------------------ per request
 
     def check(self, request: TextInput) -> Checked:
-        """Backend and options, dimensions, prompt and empty texts; token limits come with
-        tokenizing."""
-        if request.dimensions is not None and request.dimensions != self.dim:
+        """Backend and options, dimensions, output forms, prompt (or the task's) and empty
+        texts; token limits come with tokenizing."""
+        if request.dimensions is not None and not 1 <= request.dimensions <= self.dim:
             raise ModelInputError(
-                f"dimensions must be {self.dim} for {self.name} (no shortening), "
-                f"got {request.dimensions}"
+                f"dimensions must be between 1 and {self.dim} for {self.name} (its embedding "
+                f"size), got {request.dimensions}"
             )
+        unknown = [form for form in request.quantize if form not in PRECISIONS]
+        if unknown:
+            raise ModelInputError(
+                f"unknown embedding type {unknown[0]!r}; one of {', '.join(PRECISIONS)}"
+            )
+        if request.task is not None and request.prompt_name is None:
+            if request.task not in TASK_PROMPTS:
+                raise ModelInputError(
+                    f"unknown task {request.task!r}; one of {', '.join(TASK_PROMPTS)}"
+                )
+            request = replace(request, prompt_name=self.encoder.task_prompt_name(request.task))
         for i, text in enumerate(request.texts):
             if not text.strip():
                 raise ModelInputError(f"input {i} is empty; every input needs some text")
@@ -96,17 +124,48 @@ class TextServable:
             request.texts, truncate, request.prompt_name, request.cut_start
         )
         lengths = [len(ids) for ids in token_ids]
-        return Work(token_ids, lengths, length_bucket(max(lengths)), list, sum(lengths))
+        finish: Callable[[list[Any]], Any] = list
+        if request.dimensions is not None or request.quantize:
+            outputs = self._outputs(request)
+
+            def finish(vectors: list[list[float]]) -> Any:
+                return outputs(torch.tensor(vectors, dtype=torch.float32))
+
+        return Work(token_ids, lengths, length_bucket(max(lengths)), finish, sum(lengths))
+
+    def _outputs(self, request: TextInput) -> Callable[[torch.Tensor], Any]:
+        """What a job's ``[n, dim]`` embeddings become: shortened to ``dimensions`` (then
+        renormalised when the embeddings are unit length), as float lists; with ``quantize``,
+        ``{"float": rows, form: rows, ...}`` (int8/uint8 on the model's fixed calibration
+        ranges, shortened as the embeddings are)."""
+        normalize = self.encoder.normalize if request.normalize is None else request.normalize
+        dimensions = request.dimensions if request.dimensions != self.dim else None
+
+        def outputs(vectors: torch.Tensor) -> Any:
+            if dimensions is not None:
+                vectors = shorten(vectors, dimensions, normalize)
+            if not request.quantize:
+                return vectors.tolist()
+            ranges = None
+            if any(form in SCALAR for form in request.quantize):
+                ranges = self._calibration.ranges(dimensions, normalize)
+            out = {"float": vectors.tolist()}
+            for form in request.quantize:
+                out[form] = quantize(vectors, form, ranges).tolist()
+            return out
+
+        return outputs
 
     def _prepare_windows(self, request: TextInput) -> Work:
         """Every text over the limit as overlapping windows, all rows of one job (so they batch
         together); ``finish`` merges each text's rows back into one vector."""
         split = self.encoder.split_windows(request.texts, request.prompt_name)
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
+        outputs = self._outputs(request)
 
-        def finish(vectors: list[list[float]]) -> list[list[float]]:
+        def finish(vectors: list[list[float]]) -> Any:
             merged = windows.merge(torch.tensor(vectors, dtype=torch.float32), split, normalize)
-            return merged.tolist()
+            return outputs(merged)
 
         lengths = [len(ids) for ids in split.rows]
         return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
@@ -128,6 +187,13 @@ class TextServable:
         card = served_card(self.encoder.card(), self.aliases, self.backends())
         card["precisions"] = self.precisions()
         card["default_precision"] = self.precisions()[0]
+        card["dimensions"] = self.encoder.shortening.describe(self.dim)
+        card["task_prompts"] = {t: self.encoder.task_prompt_name(t) for t in TASK_PROMPTS}
+        card["quantization"] = {
+            "types": list(PRECISIONS),
+            "calibration": f"int8/uint8 ranges: per-dimension min and max over {CALIBRATION_TEXTS} "
+            f"standard-library docstrings (first {CALIBRATION_WORDS} words each), embedded at load",
+        }
         return card
 
     # ------------------------------------------------------------------ operations

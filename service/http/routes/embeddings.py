@@ -31,11 +31,14 @@ def to_base64(vector: list[float]) -> str:
 
 
 @router.post("/v1/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
+@router.post("/embeddings", response_model=EmbeddingsResponse, responses=ERROR_RESPONSES)
 async def embeddings(
     body: EmbeddingsRequest, request: Request, response: Response, engine: EngineDep
 ) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings, normalised as the model is (a Normalize module in its folder,
-    as all-MiniLM-L6-v2 and most sentence-transformers models have: unit length)."""
+    as all-MiniLM-L6-v2 and most sentence-transformers models have: unit length), shortened to
+    ``dimensions`` when asked. Also at ``/embeddings``, where text-embeddings-inference serves
+    it."""
     texts = [body.input] if isinstance(body.input, str) else body.input
     job = TextInput(
         texts,

@@ -26,6 +26,7 @@ def job_of(body: EncodeRequest) -> TextInput:
         max_quality_loss=body.max_quality_loss,
         prompt_name=body.prompt_name,
         precision=body.precision,
+        dimensions=body.dimensions,
     )
 
 

@@ -28,6 +28,14 @@ LONG_TEXT_HELP = (
 )
 
 
+DIMENSIONS_HELP = (
+    "Shorten each embedding to its first dimensions components (1 to the model's dimension), "
+    "then scale it back to unit length if the model's embeddings are unit length, as "
+    "sentence-transformers' truncate_dim with normalize_embeddings. Made for models trained for "
+    "it (Matryoshka; GET /models: dimensions.matryoshka); default: the whole embedding."
+)
+
+
 class EncodeRequest(StrictRequest):
     inputs: str | list[str] = Field(
         description="A text or a list of texts.", examples=[["first text", "second text"]]
@@ -58,6 +66,7 @@ class EncodeRequest(StrictRequest):
         None, description=LONG_TEXT_HELP + " Default: truncate when truncate=true, else error."
     )
     truncation_direction: TruncationDirection = truncation_direction_field()
+    dimensions: int | None = Field(None, description=DIMENSIONS_HELP)
 
     @model_validator(mode="after")
     def _one_long_text_rule(self) -> EncodeRequest:
@@ -109,9 +118,7 @@ class EmbeddingsRequest(StrictRequest):
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="float: lists of numbers; base64: little-endian float32 bytes."
     )
-    dimensions: int | None = Field(
-        None, description="Accepted only when equal to the model's dimension (no shortening)."
-    )
+    dimensions: int | None = Field(None, description=DIMENSIONS_HELP)
     user: str | None = Field(None, description="Ignored (OpenAI compatibility).")
     attention: str | None = Field(None, description="Attention backend or auto (extension).")
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
