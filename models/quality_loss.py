@@ -13,7 +13,7 @@ float32's exact backends lose nothing by definition.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from models.names import DEFAULT_PRECISION
@@ -158,3 +158,29 @@ def classifier_losses(
         return None if measured.get("loss") is None else float(measured["loss"])
 
     return _banded_losses(quality, length, precision, loss_of)
+
+
+def carried_precisions(
+    before: Mapping[str, Any], measured: Sequence[str], reference_remeasured: bool
+) -> tuple[dict[str, Any], list[str]]:
+    """Which of ``before``'s ``precisions`` figures a new evaluation keeps, and the names it
+    drops. Every precision's figures are read against float32's exact reference, so a run that
+    measures that reference again (the weights may have changed since) keeps none of the old
+    ones: the precisions it measures itself (``measured``) are written fresh and the others are
+    dropped. A run that leaves the reference alone keeps them all."""
+    old = {
+        p: section
+        for p, section in (before.get("precisions") or {}).items()
+        if p != DEFAULT_PRECISION
+    }
+    if not reference_remeasured:
+        return old, []
+    return {}, [p for p in old if p not in measured]
+
+
+def dropped_precisions_note(dropped: Sequence[str]) -> str:
+    """What ``attnserve evaluate`` prints when :func:`carried_precisions` drops figures."""
+    return (
+        f"quality.json: dropped the {', '.join(dropped)} figures (measured against the float32 "
+        f"reference this run measured again); measure them with --precisions {' '.join(dropped)}"
+    )

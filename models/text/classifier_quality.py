@@ -36,7 +36,8 @@ pair token counts); :func:`models.quality_loss.classifier_losses` reads each ban
 ``--precisions bfloat16 int8`` also measures the encoder in those precisions
 (:mod:`models.text.classifier_precision`): every backend, the reference included, against the
 float32 exact scores, under ``precisions`` → ``<name>`` → ``backends``. Precisions measured before
-and not named again are kept.
+and not named again are dropped (every run measures the float32 reference again), and the command
+says which.
 """
 
 from __future__ import annotations

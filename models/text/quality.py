@@ -17,8 +17,9 @@ it) and prints a markdown table.
 ``--precisions bfloat16 int8`` also measures the encoder in those precisions (:mod:`models.precision`):
 every backend, the reference included, against the float32 exact embedding, under
 ``precisions`` → ``<name>`` → ``backends`` in the same shape (:mod:`models.quality_loss` reads
-it; files without it read as float32 only). Precisions measured before and not named again are
-kept.
+it; files without it read as float32 only). Every run measures float32 again, so precisions
+measured before and not named again are dropped (they were measured against the float32 reference
+this run replaces), and the command says which.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import torch
 import torch.nn.functional as F
 
 from models.attention import BACKENDS, AttentionError, get_backend
+from models.quality_loss import carried_precisions, dropped_precisions_note
 from models.text.card import QUALITY_FILE
 from models.text.corpus import length_spread, load_snapshot, word_windows
 from models.text.encoder import SentenceEncoder
@@ -231,15 +233,17 @@ def write_quality(
     elapsed: float,
     render: Callable[[dict[str, Any]], str],
 ) -> None:
-    """Write ``result`` to ``output`` and print it (``render``); the figures of precisions
-    measured before and not in ``measured`` are kept (the float32 reference is the same)."""
+    """Write ``result`` to ``output`` and print it (``render``). Every run measures float32
+    again, so the figures of precisions measured before and not in ``measured`` are dropped
+    (they were read against the float32 reference this run replaces), and the output says so
+    (:func:`models.quality_loss.carried_precisions`)."""
     before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
-    kept = {p: v for p, v in (before.get("precisions") or {}).items() if p not in measured}
-    if kept:
-        result["precisions"] = {**kept, **result.get("precisions", {})}
+    _, dropped = carried_precisions(before, measured, reference_remeasured=True)
     output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"{elapsed:.0f} s\n")
     print(render(result))
+    if dropped:
+        print(f"\n{dropped_precisions_note(dropped)}")
     print(f"\nwrote {output}")
 
 

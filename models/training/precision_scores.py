@@ -2,15 +2,19 @@
 precisions (:mod:`models.precision`), for ``quality.json`` → ``precisions``.
 
 Each entry has the shape of the float32 ``backends`` entries and is read against float32's exact
-attention (:mod:`models.quality_loss`); precisions scored before and not named again are kept
-(the float32 reference they were measured against has not changed). Used for our Informer
-checkpoints and for transformers forecaster folders alike.
+attention (:mod:`models.quality_loss`). A run that scores that exact reference again drops the
+precisions scored before (the weights may have changed since): the ones it names are scored
+fresh, the others are gone and the command says so. A run that leaves the reference alone (only
+approximations or variants) keeps them. Used for our Informer checkpoints and for transformers
+forecaster folders alike.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from typing import Any
+
+from models.quality_loss import EXACT, carried_precisions, dropped_precisions_note
 
 
 def score_precisions(
@@ -22,8 +26,12 @@ def score_precisions(
 ) -> dict[str, Any]:
     """``quality``'s ``precisions`` figures with ``backends`` (or, when none, ``default_backend``)
     re-scored in each of ``precisions`` by ``score_in(precision, backend)`` (float32 is the
-    ``backends`` section itself and is skipped)."""
-    by_precision: dict[str, Any] = dict(quality.get("precisions") or {})
+    ``backends`` section itself and is skipped). When ``backends`` holds an exact backend (float32's
+    reference is measured again) the old figures are dropped first (see the module doc)."""
+    remeasured = any(b in EXACT for b in backends)
+    by_precision, dropped = carried_precisions(quality, precisions, remeasured)
+    if dropped:
+        print(dropped_precisions_note(dropped), flush=True)
     for precision in precisions:
         if precision == "float32":
             continue
