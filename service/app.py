@@ -44,6 +44,7 @@ from service.http.routes import (
     health,
     models,
     rerank,
+    tei,
 )
 from service.observability.metrics import Metrics
 from service.settings import Settings
@@ -201,7 +202,7 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     )
     app.state.attnserve = state
     install_error_handlers(app)
-    for module in (encode, embeddings, rerank, classify, forecast, models, health, cohere):
+    for module in (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere):
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.

@@ -30,7 +30,7 @@ from models.text.card import QUALITY_FILE, describe, load_quality
 from models.text.folder import read_text_folder
 from models.text.matryoshka import Shortening, read_shortening
 from models.text.memory import forward_bytes, forward_work
-from models.text.tokenizer import TextTokenizer, with_prompt
+from models.text.tokenizer import TextTokenizer, Token, with_prompt
 from models.text.weights import load_network, model_dir
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -327,6 +327,42 @@ class SentenceEncoder(ChecksTextAttention):
                 pooled = F.normalize(pooled, p=2.0, dim=-1)
             out[list(sub.indices)] = pooled.cpu()
         return out
+
+    @torch.inference_mode()
+    def token_embeddings(
+        self,
+        token_ids: list[list[int]],
+        backend: str = DEFAULT_ATTENTION,
+        options: dict[str, Any] | None = None,
+        validated: bool = False,
+    ) -> list[Tensor]:
+        """Every token's last hidden state, no pooling: ``[len(ids), hidden]`` float32 on CPU
+        per text (sentence-transformers' ``encode(output_value="token_embeddings")``,
+        text-embeddings-inference's ``/embed_all``). One forward pass over all the texts, padded
+        as :meth:`embed` pads them; the exact backends give each text what it gets alone.
+
+        Raises:
+            ModelInputError: empty or over-long token lists, ids outside the vocabulary.
+            AttentionError: unknown backend or invalid options.
+        """
+        if not validated:
+            self.check_attention(backend, options)
+            self._check_token_ids(token_ids)
+        lengths = [len(ids) for ids in token_ids]
+        padded = max(lengths)
+        if len(token_ids) > 1:
+            padded = -(-padded // PAD_MULTIPLE) * PAD_MULTIPLE
+        batch = PackedBatch.from_lists(token_ids, padded, self.device)
+        states = self.model(batch, backend, dict(options or {}))  # [t, c], text after text
+        return list(states.float().cpu().split(lengths))
+
+    def tokens(
+        self, texts: list[str], add_special_tokens: bool = True, prompt_name: str | None = None
+    ) -> list[list[Token]]:
+        """Every token of each text, with the prompt ``prompt_name`` (or the default prompt)
+        before it as :meth:`tokenize` puts it; no limit applied (TEI's ``/tokenize``)."""
+        prompt = self.prompt(prompt_name)
+        return self.tokenizer.tokens(with_prompt(prompt, texts), add_special_tokens)
 
     def memory_estimate(
         self,

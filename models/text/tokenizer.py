@@ -9,11 +9,31 @@ whatever they are: ``[CLS] A [SEP]``, ``<s> A </s>``, ...).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
+
+
+@dataclass(frozen=True)
+class Token:
+    """One token of a text, as text-embeddings-inference's ``/tokenize`` shows it.
+
+    Attributes:
+        id: the token id.
+        text: the characters it covers in the text (a special token: its own spelling).
+        special: whether the tokenizer added it (``[CLS]``, ``[SEP]``, ...).
+        start, stop: where those characters sit in the text as UTF-8 byte offsets (TEI's, from
+            the Rust tokenizer); None for a special token.
+    """
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
 
 
 def with_prompt(prompt: str, texts: list[str]) -> list[str]:
@@ -161,3 +181,61 @@ class TextTokenizer:
                     ids = self._cut_start(ids, keep_start)
             out.append(ids)
         return out
+
+    def tokens(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Token]]:
+        """Every token of each whole text (no limit applied), with the characters it covers and
+        their byte offsets (text-embeddings-inference's ``/tokenize``).
+
+        Raises:
+            ModelInputError: an input is not a string (the message names its index).
+        """
+        self._check(texts)
+        prepared = self._prepare(texts)
+        out = []
+        # encode_batch (not the fast variant) for its character offsets.
+        encodings = self._tokenizer.encode_batch(prepared, add_special_tokens=add_special_tokens)
+        for original, text, enc in zip(texts, prepared, encodings, strict=True):
+            # Offsets index the text the tokenizer read: the lowercased one when lowercasing
+            # kept every character in place, the sent one otherwise.
+            source = original if len(original) == len(text) else text
+            out.append(_spans(source, enc.ids, enc.tokens, enc.offsets, enc.special_tokens_mask))
+        return out
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool = True) -> list[str]:
+        """The text of each list of token ids.
+
+        Raises:
+            ModelInputError: an id outside the vocabulary (the message names the list and id).
+        """
+        vocab = self.vocab_size
+        for i, row in enumerate(ids):
+            bad = next((t for t in row if not 0 <= t < vocab), None)
+            if bad is not None:
+                raise ModelInputError(
+                    f"ids {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})"
+                )
+        return list(self._tokenizer.decode_batch(ids, skip_special_tokens=skip_special_tokens))
+
+
+def _spans(
+    text: str,
+    ids: list[int],
+    names: list[str],
+    offsets: list[tuple[int, int]],
+    special: list[int],
+) -> list[Token]:
+    """Tokens with TEI's fields: a special token by its name, others by the characters they
+    cover, their character offsets turned into UTF-8 byte offsets."""
+    # Byte offset of each character position (one pass; only non-ASCII texts need it).
+    if text.isascii():
+        byte_at: list[int] | range = range(len(text) + 1)
+    else:
+        byte_at = [0]
+        for ch in text:
+            byte_at.append(byte_at[-1] + len(ch.encode("utf-8", "surrogatepass")))
+    return [
+        Token(i, name, True, None, None)
+        if mask
+        else Token(i, text[start:stop], False, byte_at[start], byte_at[stop])
+        for i, name, (start, stop), mask in zip(ids, names, offsets, special, strict=True)
+    ]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.concurrency import run_in_threadpool
 
@@ -39,11 +39,19 @@ from service.engine.batching.job import JobResult
 from service.engine.batching.policy import BatchKey
 from service.engine.registry import Registry
 from service.engine.servables.base import ClassifyInput, ForecastInput, TextInput
-from service.errors import InvalidRequest
+from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
+
+if TYPE_CHECKING:
+    from models.text.tokenizer import Token
 
 # Text lengths (tokens) at which ``GET /models`` shows the auto table: the quality bands' tops.
 TEXT_TABLE_LENGTHS = (64, 128, 256)
+# The tasks of text models (what the text-embeddings-inference routes serve).
+TEXT_TASKS = ("encode", "rerank", "classify")
+# Tokenizing or decoding this many characters / ids costs about a thread hop: shorter requests
+# run on the event loop, longer ones in a thread (as the servables' INLINE_TOKENIZE_CHARS).
+INLINE_TOKENIZE_CHARS = 4096
 
 
 @dataclass(frozen=True)
@@ -181,6 +189,65 @@ class Engine:
             reason,
             checked.call.precision,
         )
+
+    def text_model(self, name: str | None, tasks: tuple[str, ...] = TEXT_TASKS) -> tuple[str, str]:
+        """The model a text-embeddings-inference route serves, and its task (``encode``,
+        ``rerank`` or ``classify``): ``name`` (or an alias of it), else the default model, the
+        first loaded model of ``tasks`` (TEI serves one model; here the first stands in for it).
+
+        Raises:
+            ModelNotFound: no model by that name, or no text model at all, is loaded.
+            InvalidRequest: ``name`` is a forecaster.
+        """
+        models = list(self.registry.models.values())
+        if name is None:
+            text = [m for m in models if m.task in tasks]
+            if not text:
+                raise ModelNotFound(
+                    f"no {' or '.join(tasks)} model is loaded; loaded: "
+                    f"{', '.join(self.registry.names())}"
+                )
+            return text[0].name, text[0].task
+        model = next((m for m in models if name in (m.name, *m.aliases)), None)
+        if model is None:
+            raise ModelNotFound(
+                f"model {name!r} is not loaded; loaded: {', '.join(self.registry.names())}"
+            )
+        if model.task not in TEXT_TASKS:
+            raise InvalidRequest(
+                f"model {model.name!r} is a {model.task} model; this route serves text models "
+                f"({', '.join(self._text_names()) or 'none loaded'}); POST /forecast serves it"
+            )
+        return model.name, model.task
+
+    def _text_names(self) -> list[str]:
+        return [n for n, m in self.registry.models.items() if m.task in TEXT_TASKS]
+
+    async def tokenize(
+        self, name: str | None, texts: list[str], add_special_tokens: bool, prompt_name: str | None
+    ) -> tuple[str, list[list[Token]]]:
+        """The model's name and every token of each text, the model's prompt before it (no
+        token limit; nothing runs on the model). Long inputs tokenize in a thread."""
+        model = self.registry.find(self.text_model(name)[0])
+        check_count(len(texts), self.settings.max_inputs_per_request, "inputs")
+        tokens = model.tokens  # type: ignore[attr-defined]  # every text servable has it
+        if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
+            return model.name, tokens(texts, add_special_tokens, prompt_name)
+        return model.name, await run_in_threadpool(tokens, texts, add_special_tokens, prompt_name)
+
+    async def decode(
+        self, name: str | None, ids: list[list[int]], skip_special_tokens: bool
+    ) -> tuple[str, list[str]]:
+        """The model's name and the text of each list of token ids (its own tokenizer)."""
+        model = self.registry.find(self.text_model(name)[0])
+        check_count(len(ids), self.settings.max_inputs_per_request, "ids")
+        for i, row in enumerate(ids):
+            if not row:
+                raise InvalidRequest(f"ids {i} is empty; send at least one token id")
+        decode = model.decode  # type: ignore[attr-defined]  # every text servable has it
+        if sum(map(len, ids)) <= INLINE_TOKENIZE_CHARS:
+            return model.name, decode(ids, skip_special_tokens)
+        return model.name, await run_in_threadpool(decode, ids, skip_special_tokens)
 
     def labels(self, name: str) -> list[str]:
         """A classifier's label names in score order (``[]`` for other models)."""

@@ -159,8 +159,12 @@ class ApiKeyGate:
             "/docs/oauth2-redirect",
             "/redoc",
             "/openapi.json",
+            "/health",  # text-embeddings-inference's public probes
+            "/ping",
         )
     )
+    # Open for GET only: GET / is TEI's health check, POST / a model route.
+    OPEN_GET = frozenset(("/",))
 
     def __init__(self, app: ASGIApp, api_key: str | None, metrics: Metrics) -> None:
         self.app = app
@@ -169,6 +173,8 @@ class ApiKeyGate:
 
     def _allowed(self, scope: Scope) -> bool:
         if self.expected is None or scope["path"] in self.OPEN:
+            return True
+        if scope["path"] in self.OPEN_GET and scope["method"] == "GET":
             return True
         header = dict(scope.get("headers", ())).get(b"authorization", b"")
         scheme, _, given = header.partition(b" ")

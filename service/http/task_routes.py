@@ -9,6 +9,7 @@ tests/service/test_card_routes.py checks the table against the app's routes both
 
 from __future__ import annotations
 
+from service.engine.engine import TEXT_TASKS
 from service.engine.registry import task_serves
 
 # task -> the POST routes that ask the engine for a model of that task.
@@ -20,11 +21,18 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
         "/embeddings",
         "/v1/embed",
         "/v2/embed",
+        "/similarity",
+        "/embed_all",
     ),
     "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
     "classify": ("/predict", "/v1/classify"),
     "forecast": ("/forecast",),
 }
+
+# The POST routes of text-embeddings-inference that take any text model (by name, whatever its
+# task): ``/`` and ``/invocations`` answer by the model's task, ``/tokenize`` and ``/decode``
+# use its tokenizer (service/http/routes/tei.py).
+TEXT_ROUTES: tuple[str, ...] = ("/", "/invocations", "/tokenize", "/decode")
 
 
 def routes_of(model_task: str) -> list[str]:
@@ -35,4 +43,6 @@ def routes_of(model_task: str) -> list[str]:
         if task_serves(model_task, task)
         for path in task_paths
     ]
+    if model_task in TEXT_TASKS:
+        paths += TEXT_ROUTES
     return list(dict.fromkeys(paths))

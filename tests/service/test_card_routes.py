@@ -12,7 +12,7 @@ import pytest
 
 from service.app import create_app
 from service.engine.registry import task_serves
-from service.http.task_routes import TASK_ROUTES, routes_of
+from service.http.task_routes import TASK_ROUTES, TEXT_ROUTES, routes_of
 from service.settings import Settings
 from tests.service.helpers import folders_client
 from tests.utils.informer import tiny_checkpoint
@@ -35,7 +35,7 @@ def test_every_path_in_the_table_is_a_post_route_of_the_app() -> None:
 
 def test_every_model_route_of_the_app_is_in_the_table() -> None:
     # Every POST route serves a model (the others are GETs: health, metrics, cards, docs).
-    listed = {path for paths in TASK_ROUTES.values() for path in paths}
+    listed = {path for paths in TASK_ROUTES.values() for path in paths} | set(TEXT_ROUTES)
     missing = _post_paths() - listed
     assert not missing, f"add these routes to TASK_ROUTES under their task: {sorted(missing)}"
 
@@ -44,7 +44,8 @@ def test_a_reranker_answers_the_classify_routes_too() -> None:
     assert task_serves("rerank", "classify") and not task_serves("classify", "rerank")
     assert set(TASK_ROUTES["classify"]) <= set(routes_of("rerank"))
     assert not set(TASK_ROUTES["rerank"]) & set(routes_of("classify"))
-    assert routes_of("encode") == list(TASK_ROUTES["encode"])
+    assert routes_of("encode") == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
+    assert not set(TEXT_ROUTES) & set(routes_of("forecast"))
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +69,10 @@ def test_every_card_lists_the_routes_of_its_task(client: Any) -> None:
         "/v2/rerank",
         "/predict",
         "/v1/classify",
+        *TEXT_ROUTES,
     ]
-    assert cards["classifier"]["routes"] == ["/predict", "/v1/classify"]
-    assert cards["encoder"]["routes"] == list(TASK_ROUTES["encode"])
+    assert cards["classifier"]["routes"] == ["/predict", "/v1/classify", *TEXT_ROUTES]
+    assert cards["encoder"]["routes"] == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
     assert cards["forecaster"]["routes"] == ["/forecast"]
     for name, card in cards.items():
         assert client.get(f"/models/{name}").json()["routes"] == card["routes"]

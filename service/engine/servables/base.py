@@ -56,6 +56,7 @@ class TextCall(Call):
 
     normalize: bool = True
     skip: int = 0
+    pooled: bool = True  # False: every token's hidden state (/embed_all); such rows batch apart
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,7 @@ class TextInput:
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
     prompt_name: str | None = None  # one of the model's prompts (None: its default prompt)
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
+    token_embeddings: bool = False  # every token's embedding, unpooled (TEI's /embed_all)
     quantize: tuple[str, ...] = ()  # also these forms; value {form: rows} (models.text.quantize)
     task: str | None = None  # query, document, ...: its prompt when prompt_name is None
 

@@ -13,9 +13,11 @@ from typing import Any
 
 import torch
 
+from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import classifier_losses
 from models.text.classifier import TextClassifier, activate
+from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
@@ -172,6 +174,21 @@ class ClassifierServable:
         rows = self.model.tokenize([(query, document)] * 4, truncate=True)
         rows = [type(r)(r.ids[:CALIBRATION_TOKENS], r.types[:CALIBRATION_TOKENS]) for r in rows]
         return rows, self.default_call(backend), max(map(len, rows))
+
+    def tokens(
+        self, texts: list[str], add_special_tokens: bool, prompt_name: str | None
+    ) -> list[list[Token]]:
+        """Every token of each text (TEI's ``/tokenize``); a classifier has no prompts."""
+        if prompt_name is not None:
+            raise ModelInputError(
+                f"prompt_name {prompt_name!r}: {self.name} has no prompts (only sentence "
+                "encoders do); drop prompt_name"
+            )
+        return self.model.tokenizer.tokens(texts, add_special_tokens)
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool) -> list[str]:
+        """The text of each list of token ids (TEI's ``/decode``)."""
+        return self.model.tokenizer.decode(ids, skip_special_tokens)
 
     def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
         rows = self.model.tokenize(

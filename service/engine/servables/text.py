@@ -25,6 +25,7 @@ from models.text.quantize import (
     calibration_texts,
     quantize,
 )
+from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
@@ -41,6 +42,9 @@ from service.engine.servables.base import (
 # tokenized on the event loop, longer ones in a thread.
 INLINE_TOKENIZE_CHARS = 4096
 CALIBRATION_TOKENS = 128
+# Most numbers a token-embeddings answer may hold (about 80 MB of JSON, a fraction of a second
+# to render on the event loop).
+TOKEN_OUTPUT_VALUES = 1 << 22
 
 
 class TextServable:
@@ -112,6 +116,13 @@ class TextServable:
         # Windows are pooled unnormalised and normalised once merged (in prepare's finish).
         row_normalize = normalize and request.long_text != "windows"
         call = TextCall(backend, option_items(options), row_normalize, skip, precision=precision)
+        if request.token_embeddings:
+            if request.long_text == "windows":
+                raise ModelInputError(
+                    "token embeddings come from one pass over each text: long_text windows "
+                    "does not apply; send truncate=true to cut long texts"
+                )
+            call = replace(call, normalize=False, skip=0, pooled=False)
         inline = sum(map(len, request.texts)) <= INLINE_TOKENIZE_CHARS
         return Checked(call, request, inline)
 
@@ -124,6 +135,8 @@ class TextServable:
             request.texts, truncate, request.prompt_name, request.cut_start
         )
         lengths = [len(ids) for ids in token_ids]
+        if request.token_embeddings:
+            self._check_token_output(sum(lengths))
         finish: Callable[[list[Any]], Any] = list
         if request.dimensions is not None or request.quantize:
             outputs = self._outputs(request)
@@ -132,6 +145,18 @@ class TextServable:
                 return outputs(torch.tensor(vectors, dtype=torch.float32))
 
         return Work(token_ids, lengths, length_bucket(max(lengths)), finish, sum(lengths))
+
+    def _check_token_output(self, tokens: int) -> None:
+        """Refuse token embeddings whose answer would be too large to render without holding
+        up the event loop (each token is ``hidden`` numbers of JSON); one text at the model's
+        limit always fits."""
+        hidden = self.encoder.model.config.hidden_size
+        limit = max(self.max_tokens, TOKEN_OUTPUT_VALUES // hidden)
+        if tokens > limit:
+            raise ModelInputError(
+                f"token embeddings of {tokens} tokens asked for; at most {limit} tokens per "
+                f"request ({hidden} numbers come back per token): send fewer or shorter texts"
+            )
 
     def _outputs(self, request: TextInput) -> Callable[[torch.Tensor], Any]:
         """What a job's ``[n, dim]`` embeddings become: shortened to ``dimensions`` (then
@@ -171,6 +196,11 @@ class TextServable:
         return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
     def run(self, rows: list[Any], call: TextCall) -> list[Any]:
+        if not call.pooled:
+            states = self.encoders[call.precision].token_embeddings(
+                rows, call.backend, call.options_dict, validated=True
+            )
+            return [s.tolist() for s in states]
         vectors = self.encoders[call.precision].embed(
             rows,
             call.backend,
@@ -210,9 +240,12 @@ class TextServable:
         return TextCall(backend, options, self.encoder.normalize, precision=precision)
 
     def memory_estimate(self, call: TextCall, rows: int, length: int) -> int:
-        return self.encoders[call.precision].memory_estimate(
+        peak = self.encoders[call.precision].memory_estimate(
             call.backend, call.options_dict, rows, length, None, max_batch_size=rows
         )
+        if not call.pooled:  # every token's float32 state comes back, not one vector per row
+            peak += rows * length * self.encoder.model.config.hidden_size * 4
+        return peak
 
     def work_estimate(self, call: TextCall, rows: int, length: int) -> float:
         return self.encoder.work_estimate(call.backend, call.options_dict, rows, length)
@@ -266,6 +299,16 @@ class TextServable:
     def tokenize(self, texts: list[str], truncate: bool = True) -> list[list[int]]:
         """Token ids per text (for warm-up batches and tests)."""
         return self.encoder.tokenize(texts, truncate)
+
+    def tokens(
+        self, texts: list[str], add_special_tokens: bool, prompt_name: str | None
+    ) -> list[list[Token]]:
+        """Every token of each text, the prompt prepended (TEI's ``/tokenize``)."""
+        return self.encoder.tokens(texts, add_special_tokens, prompt_name)
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool) -> list[str]:
+        """The text of each list of token ids (TEI's ``/decode``)."""
+        return self.encoder.tokenizer.decode(ids, skip_special_tokens)
 
     def warmup_batches(self, backend: str) -> list[tuple[list[Any], TextCall]]:
         call = self.default_call(backend)
