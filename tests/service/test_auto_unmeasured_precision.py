@@ -89,7 +89,8 @@ def test_auto_without_a_precision_still_picks_exact_float32(client: Any, route: 
     r = _auto(client, route, None)
     assert r.status_code == 200, r.text
     assert r.headers["x-precision"] == "float32"
-    assert r.headers["x-attention-choice"].startswith("flash;")
+    # Exact float32 attention: flash or full, whichever the warm-up timed cheaper here.
+    assert r.headers["x-attention-choice"].split(";")[0] in ("flash", "full")
 
 
 def test_auto_when_the_only_loaded_precision_is_unmeasured(folders: list[Path]) -> None:
