@@ -421,14 +421,18 @@ class SentenceEncoder(ChecksTextAttention):
         token_ids = self.tokenize(texts, truncate or long_text == "truncate", prompt_name)
         return self.embed(token_ids, backend, options, unit, skip=skip)
 
-    def split_windows(self, texts: list[str], prompt_name: str | None = None) -> windows.Windowed:
+    def split_windows(
+        self, texts: list[str], prompt_name: str | None = None, max_tokens: int | None = None
+    ) -> windows.Windowed:
         """Rows for ``texts`` with every text over ``max_tokens`` cut into overlapping windows,
-        each carrying the special tokens and the prompt (:mod:`models.text.windows`)."""
+        each carrying the special tokens and the prompt (:mod:`models.text.windows`).
+        ``max_tokens``: raise :class:`~models.text.bounded.OverTokenBudget` once the texts
+        hold more (:meth:`TextTokenizer.with_special_mask`), tokenising about that much."""
         prompt = self.prompt(prompt_name)
         keep = 0
         if prompt:
             keep = max(0, self.prompt_tokens(prompt) - self.tokenizer.leading_special())
-        rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts))
+        rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts), max_tokens)
         return windows.split_texts(rows, self.max_tokens, keep)
 
     # ------------------------------------------------------------------ card

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
+from models.text.bounded import WHOLE, Ends, bounded_reason
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,12 @@ def _read(path: str | Path) -> Tokenizer:
         raise ValueError(f"{Path(path).name} cannot be read by tokenizers ({detail})") from None
 
 
+def _fast(tokenizer: Tokenizer) -> Any:
+    """The tokenizer's batch call without character offsets (``encode_batch_fast``, tokenizers
+    >= 0.20; ``encode_batch`` before). Both release the GIL while they work."""
+    return getattr(tokenizer, "encode_batch_fast", tokenizer.encode_batch)
+
+
 class TextTokenizer:
     """Texts to token ids (with ``[CLS]``/``[SEP]``), at most ``max_tokens`` per text.
 
@@ -66,8 +74,9 @@ class TextTokenizer:
         self._tokenizer = _read(path)
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
-        self._cutting = Tokenizer.from_str(self._tokenizer.to_str())
-        self._cutting.enable_truncation(max_tokens)
+        # No truncating copies: cuts slice encodings of the parts that decide them (below), so
+        # the library never builds overflow encodings of a long text, and no lazily built copy
+        # can be used before its truncation is set.
         self.max_tokens = max_tokens
         mask = self._tokenizer.encode("a").special_tokens_mask  # (leading, trailing) specials
         self._specials = (
@@ -76,9 +85,11 @@ class TextTokenizer:
         )
         self.lowercase = lowercase  # sentence-transformers' do_lower_case
         # encode_batch_fast (tokenizers >= 0.20) skips character offsets, which we never use.
-        self._encode_batch = getattr(
-            self._tokenizer, "encode_batch_fast", self._tokenizer.encode_batch
-        )
+        self._encode_batch = _fast(self._tokenizer)
+        # Long texts: tokenise only the prefix or suffix that decides what is kept; the reason
+        # when that is not safe for this tokenizer (None: it is).
+        self.bounded_fallback = bounded_reason(self._tokenizer.to_str())
+        self._ends = Ends(self._encode_batch, self._specials, self.bounded_fallback is None)
 
     def special_tokens(self) -> int:
         """How many special tokens one text gets (``[CLS]`` and ``[SEP]``: 2)."""
@@ -96,7 +107,7 @@ class TextTokenizer:
     def prompt_length(self, prompt: str) -> int:
         """Tokens a prompt occupies at the start of a text, the start token included and a
         trailing special token excluded (sentence-transformers' ``_get_prompt_length``)."""
-        enc = self._tokenizer.encode(self._prepare([prompt])[0])
+        enc = self._encode_batch(self._prepare([prompt]))[0]
         return len(enc.ids) - (1 if enc.special_tokens_mask[-1:] == [1] else 0)
 
     def leading_special(self) -> int:
@@ -106,30 +117,40 @@ class TextTokenizer:
     def _prepare(self, texts: list[str]) -> list[str]:
         return [t.lower() for t in texts] if self.lowercase else list(texts)
 
-    def with_special_mask(self, texts: list[str]) -> list[tuple[list[int], list[int]]]:
+    def with_special_mask(
+        self, texts: list[str], max_tokens: int | None = None
+    ) -> list[tuple[list[int], list[int]]]:
         """Token ids of each whole text (no limit applied) and which of them are special tokens
         (1) - what :mod:`models.text.windows` cuts into windows.
 
+        Args:
+            max_tokens: stop counting, and raise, once the texts hold more than this many tokens
+                of their own while one of them is over the limit (so will be cut into windows):
+                tokenising stops at about that much text (:mod:`models.text.bounded`).
+
         Raises:
             ModelInputError: an input is not a string (the message names its index).
+            OverTokenBudget: over ``max_tokens`` (its ``tokens``: a lower bound of the count).
         """
         self._check(texts)
-        return [
-            (e.ids, e.special_tokens_mask)
-            for e in self._tokenizer.encode_batch(self._prepare(texts))
-        ]
+        over = self.max_tokens - sum(self._specials)
+        parts = self._ends(self._prepare(texts), [WHOLE] * len(texts), cap=max_tokens, over=over)
+        return [(p.ids, p.special) for p in parts]
 
-    def _check(self, texts: list[str]) -> None:
+    def _check(self, texts: list[str], names: list[str] | None = None) -> None:
+        """Strings of valid Unicode; ``names[i]`` says what ``texts[i]`` is in an error
+        (default "input i")."""
         if isinstance(texts, str) or not isinstance(texts, list | tuple):
             raise ModelInputError(f"inputs must be a list of strings, got {type(texts).__name__}")
         for i, text in enumerate(texts):
+            name = names[i] if names is not None else f"input {i}"
             if not isinstance(text, str):
-                raise ModelInputError(f"input {i} must be a string, got {type(text).__name__}")
+                raise ModelInputError(f"{name} must be a string, got {type(text).__name__}")
             try:
                 text.encode("utf-8")  # the tokenizer fails on anything that is not Unicode text
             except UnicodeEncodeError as exc:
                 raise ModelInputError(
-                    f"input {i} holds an unpaired surrogate at character {exc.start}, which is "
+                    f"{name} holds an unpaired surrogate at character {exc.start}, which is "
                     "not Unicode text; send valid UTF-8 text"
                 ) from None
 
@@ -141,15 +162,20 @@ class TextTokenizer:
         """``ids`` cut to ``max_tokens`` from the start of the text: its first ``keep`` tokens
         (the start token, a prompt) and its trailing special tokens stay, then as many of its
         last tokens as fit (text-embeddings-inference's ``truncation_direction: Left``)."""
-        tail = self.trailing_special()
-        room = self.max_tokens - keep - tail
+        return self._join_cut(ids, ids, keep)
+
+    def _join_cut(self, head: list[int], tail: list[int], keep: int) -> list[int]:
+        """The first ``keep`` of ``head`` (an encoding of the text or of a prefix of it), then
+        the last tokens of ``tail`` (the text or a suffix) that fit, then the trailing specials."""
+        end_specials = self.trailing_special()
+        room = self.max_tokens - keep - end_specials
         if room < 1:
             raise ModelInputError(
                 f"the prompt takes {keep} of this model's {self.max_tokens} tokens, leaving no "
                 "room for the text; use a shorter prompt"
             )
-        end = len(ids) - tail
-        return ids[:keep] + ids[end - room : end] + ids[end:]
+        end = len(tail) - end_specials
+        return head[:keep] + tail[end - room : end] + tail[end:]
 
     def __call__(
         self, texts: list[str], truncate: bool = False, keep_start: int | None = None
@@ -158,27 +184,43 @@ class TextTokenizer:
         loses its last tokens, or with ``keep_start`` its first ones after the ``keep_start``
         tokens it starts with (see :meth:`_cut_start`).
 
+        A long text costs what is kept, not what was sent: only a prefix (and, cutting from the
+        start, a suffix) long enough to decide the kept tokens is tokenised
+        (:mod:`models.text.bounded`, which proves the tokens the same as the whole text's).
+
         Raises:
             ModelInputError: an input is not a string, or (without ``truncate``) is longer than
                 ``max_tokens``; the message names the input index, its length and the limit.
         """
         self._check(texts)
         prepared = self._prepare(texts)
-        limit, out = self.max_tokens, []
-        for i, enc in enumerate(self._encode_batch(prepared)):
-            ids = enc.ids
-            if len(ids) > limit:
-                if not truncate:
-                    raise ModelInputError(
-                        f"input {i} is {len(ids)} tokens long (special tokens included), over "
-                        f"this model's limit of {limit} tokens; shorten it or set truncate=true "
-                        f"to cut it to {limit} tokens, or long_text=windows to embed all of it in "
-                        "overlapping windows"
-                    )
-                if keep_start is None:
-                    ids = self._cutting.encode(prepared[i]).ids
-                else:
-                    ids = self._cut_start(ids, keep_start)
+        limit, (lead, trail) = self.max_tokens, self._specials
+        own = limit - lead - trail  # a text's own tokens that fit
+        # own + 1 exact tokens tell whether a text is over the limit, and hold the kept ones.
+        heads = self._ends(prepared, [own + 1] * len(prepared))
+        over = [i for i, p in enumerate(heads) if not p.whole or len(p.ids) > limit]
+        if over and not truncate:
+            i = over[0]
+            length = f"{len(heads[i].ids)}" if heads[i].whole else f"over {limit}"
+            raise ModelInputError(
+                f"input {i} is {length} tokens long (special tokens included), over "
+                f"this model's limit of {limit} tokens; shorten it or set truncate=true "
+                f"to cut it to {limit} tokens, or long_text=windows to embed all of it in "
+                "overlapping windows"
+            )
+        tails = {}
+        if keep_start is not None and over:
+            found = self._ends([prepared[i] for i in over], [own + 1] * len(over), "tail")
+            tails = dict(zip(over, found, strict=True))
+        out = []
+        for i, part in enumerate(heads):
+            ids = part.ids
+            if i in tails:
+                ids = self._join_cut(ids, tails[i].ids, keep_start or 0)
+            elif len(ids) > limit or not part.whole:
+                # The tokenizer's own truncation of one text: its first tokens, then the
+                # trailing special tokens.
+                ids = ids[: limit - trail] + ids[len(ids) - trail :]
             out.append(ids)
         return out
 

@@ -26,6 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from models.names import BACKEND_NAMES, DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
+from models.text.bounded import OverTokenBudget
 from service.engine.auto_attention import (
     AUTO,
     QUALITY_METRIC,
@@ -34,9 +35,10 @@ from service.engine.auto_attention import (
     exact_default,
     quality_table,
 )
+from service.engine.batching.admission import window_token_cap, windows_refusal
 from service.engine.batching.batcher import Batcher
 from service.engine.batching.job import JobResult
-from service.engine.batching.policy import BatchKey
+from service.engine.batching.policy import BatchKey, length_bucket
 from service.engine.registry import Registry
 from service.engine.servables.base import ClassifyInput, ForecastInput, TextInput
 from service.errors import InvalidRequest, ModelNotFound
@@ -138,10 +140,18 @@ class Engine:
         # auto: checked and prepared as for the default backend (the rows do not depend on
         # it), then the backend is chosen for these rows and the request checked for it.
         checked = model.check(replace(request, attention=None) if auto else request)
-        if checked.inline:
-            work = model.prepare(checked)
-        else:
-            work = await run_in_threadpool(model.prepare, checked)
+        cap = None if auto else self._window_cap(model, checked)  # auto: priced after prepare
+        if cap is not None:
+            checked = replace(checked, token_cap=cap[0])
+        try:
+            if checked.inline:
+                work = model.prepare(checked)
+            else:
+                work = await run_in_threadpool(model.prepare, checked)
+        except OverTokenBudget as exc:  # the compute budget judged before the work
+            assert cap is not None
+            self.batcher.metrics.rejections.labels(model.name, "compute_budget").inc()
+            raise cap[1](exc.tokens) from None
         choice = None
         if auto:
             budget = request.max_quality_loss
@@ -248,6 +258,27 @@ class Engine:
         if sum(map(len, ids)) <= INLINE_TOKENIZE_CHARS:
             return model.name, decode(ids, skip_special_tokens)
         return model.name, await run_in_threadpool(decode, ids, skip_special_tokens)
+
+    def _window_cap(
+        self, model: Any, checked: Any
+    ) -> tuple[int, Callable[[int], Exception]] | None:
+        """For a text model under a compute limit: the most tokens its texts may hold once one
+        is cut into windows (:func:`~service.engine.batching.admission.window_token_cap`), and
+        the refusal for a request found over it; None when nothing bounds it."""
+        worker = self.batcher.workers.get(model.name)
+        limit = getattr(model, "max_tokens", None)
+        budget = worker.limits.max_request_seconds if worker is not None else None
+        if worker is None or not limit or budget is None:
+            return None
+        key = BatchKey(checked.call, length_bucket(limit))
+        tokens = window_token_cap(key, limit, budget, worker.seconds_estimate)
+        if tokens is None:
+            return None
+
+        def refuse(counted: int) -> Exception:
+            return windows_refusal(model, key, counted, limit, budget, worker.seconds_estimate)
+
+        return tokens, refuse
 
     def labels(self, name: str) -> list[str]:
         """A classifier's label names in score order (``[]`` for other models)."""

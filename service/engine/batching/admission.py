@@ -98,3 +98,51 @@ def compute_refusal(
         "(max_request_compute_s); to fit: "
         + ("; or ".join(ways) if ways else f"send shorter {row}s")
     )
+
+
+def window_token_cap(
+    key: BatchKey, limit: int, budget: float, estimate: SecondsEstimate
+) -> int | None:
+    """The most tokens a request's texts may hold, once one of them is over ``limit`` and so
+    cut into windows, before its windows are surely over ``budget`` seconds (None: the backend
+    is not priced yet, so nothing to judge).
+
+    Why it is a safe bound: a windowed text's first window is exactly ``limit`` tokens, so the
+    request's rows are priced at ``limit`` each; a text of ``n`` tokens becomes at least
+    ``n / limit`` rows (one row of at most ``limit``, or windows of at most ``limit`` whose
+    bodies cover its own tokens), so texts holding more than ``R · limit`` tokens make more than
+    ``R`` rows. With ``R`` the most rows of ``limit`` whose estimate fits the budget (the
+    estimate grows with the rows), more than this cap is over the budget: a model may stop
+    tokenizing there and the request be refused (:func:`windows_refusal`) without the rest."""
+    one = estimate(key, 1, limit)
+    if one is None:
+        return None
+    if one > budget:
+        return 0
+    most = rows_within(budget, 1 << 20, lambda n: estimate(key, n, limit) or 0.0)
+    return most * limit
+
+
+def windows_refusal(
+    servable: ServedModel,
+    key: BatchKey,
+    tokens: int,
+    limit: int,
+    budget: float,
+    estimate: SecondsEstimate,
+) -> ComputeBudgetExceeded:
+    """The refusal of a request whose texts hold at least ``tokens`` tokens (counting stopped
+    there) and which long_text windows would cut into windows of ``limit``: at least
+    ``tokens / limit`` rows (:func:`window_token_cap`)."""
+    rows = -(-tokens // limit)
+    seconds = estimate(key, rows, limit)
+    cap = window_token_cap(key, limit, budget, estimate) or 0
+    needs = f"an estimated {seconds:.1f} s" if seconds is not None else "more"
+    return ComputeBudgetExceeded(
+        f"{servable.name}: long_text windows would cut this request into at least {rows} "
+        f"windows of {limit} tokens (its texts hold at least {tokens} tokens; counting stopped "
+        f"there), {needs} of compute under attention '{key.backend}' on this server, over its "
+        f"per-request limit of {budget:.1f} s (max_request_compute_s); to fit: send at most "
+        f"about {cap} tokens of text per request, split the text over several requests, or "
+        "use truncate to embed only its start"
+    )

@@ -127,12 +127,17 @@ class Checked:
         inline: preparing it is cheap enough to do on the event loop (a thread hop costs more);
             otherwise the engine prepares it in a thread so the loop keeps answering.
         detail: what the model resolved besides the call (the forecast horizon).
+        token_cap: set by the engine from the compute budget: the most tokens a text request
+            cut into windows may hold (:func:`~service.engine.batching.admission.window_token_cap`);
+            a text model stops tokenising past it and raises
+            :class:`~models.text.bounded.OverTokenBudget`. None: no bound.
     """
 
     call: Call
     request: Any
     inline: bool
     detail: Mapping[str, Any] = field(default_factory=dict)
+    token_cap: int | None = None
 
 
 @dataclass

@@ -87,7 +87,7 @@ class ClassifierServable:
         else:  # label scores, as TEI's /predict: softmax over several labels
             activation = self.model.label_activation
         if request.windows:
-            return self._prepare_windows(request, activation)
+            return self._prepare_windows(request, activation, checked.token_cap)
         rows = self.model.tokenize(
             list(request.inputs), request.truncate, request.what, request.cut_start
         )
@@ -98,13 +98,16 @@ class ClassifierServable:
 
         return Work(rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
-    def _prepare_windows(self, request: ClassifyInput, activation: str) -> Work:
+    def _prepare_windows(
+        self, request: ClassifyInput, activation: str, token_cap: int | None = None
+    ) -> Work:
         """Pairs over the limit as windows of the document (all rows of one job, so they batch
-        together); ``finish`` keeps each pair's best window (MaxP)."""
+        together); ``finish`` keeps each pair's best window (MaxP). ``token_cap``: the engine's
+        bound from the compute budget, so an over-budget request stops tokenising early."""
         pairs = [item for item in request.inputs if not isinstance(item, str)]
         if len(pairs) != len(request.inputs):
             raise _windows_error()
-        split = self.model.tokenizer.windows(pairs, request.what)
+        split = self.model.tokenizer.windows(pairs, request.what, token_cap)
         lengths = [len(row.ids) for row in split.rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:

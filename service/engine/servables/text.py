@@ -129,7 +129,7 @@ class TextServable:
     def prepare(self, checked: Checked) -> Work:
         request: TextInput = checked.request
         if request.long_text == "windows":
-            return self._prepare_windows(request)
+            return self._prepare_windows(request, checked.token_cap)
         truncate = request.long_text == "truncate"
         token_ids = self.encoder.tokenize(
             request.texts, truncate, request.prompt_name, request.cut_start
@@ -181,10 +181,12 @@ class TextServable:
 
         return outputs
 
-    def _prepare_windows(self, request: TextInput) -> Work:
+    def _prepare_windows(self, request: TextInput, token_cap: int | None = None) -> Work:
         """Every text over the limit as overlapping windows, all rows of one job (so they batch
-        together); ``finish`` merges each text's rows back into one vector."""
-        split = self.encoder.split_windows(request.texts, request.prompt_name)
+        together); ``finish`` merges each text's rows back into one vector. ``token_cap``: the
+        engine's bound from the compute budget (:class:`Checked`), passed to the tokenizer so an
+        over-budget request stops tokenising early."""
+        split = self.encoder.split_windows(request.texts, request.prompt_name, token_cap)
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
         outputs = self._outputs(request)
 

@@ -1,0 +1,307 @@
+"""Truncation that tokenises only what it keeps (models/text/bounded.py) keeps exactly the
+tokens the tokenizer's own truncation of the whole text keeps, for every tokenizer kind we
+serve, both directions, single texts and pairs; and a long text costs what is kept.
+
+The references are the tokenizers library's own truncation (``enable_truncation``, what
+sentence-transformers and ``CrossEncoder`` use through transformers) on the whole texts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Tokenizer
+
+from models.errors import ModelInputError
+from models.text import pairs as pairs_module
+from models.text.bounded import OverTokenBudget, bounded_reason
+from models.text.pairs import PairTokenizer, longest_first
+from tests.utils.tiny_tokenizers import KINDS, save_tokenizer, tokenizer_json
+
+# An odd and an even room for the pair's texts (longest_first splits them differently).
+LIMITS = (20, 21)
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("tokenizers")
+    return {kind: save_tokenizer(root / kind, kind) for kind in KINDS}
+
+
+def _reference(kind: str, limit: int, direction: str) -> Tokenizer:
+    tok = Tokenizer.from_str(tokenizer_json(kind))
+    tok.no_padding()
+    tok.enable_truncation(limit, direction=direction)
+    return tok
+
+
+# Texts made of words, whitespace runs, punctuation, long words and non-ASCII text: what can
+# sit at (or near) a cut.
+_WORD = st.one_of(
+    st.sampled_from(
+        ["the", "module", "returns", "value", "don't", "x1", "42", "self.name", "naïve", "café"]
+    ),
+    st.text(alphabet="abcdefghijklmnopqrstuvwxyz", min_size=30, max_size=120),  # long words
+    st.sampled_from(
+        ["日本語", "🙂🙂", "e\u0301", "ß", "İstanbul", "\u200b", "\x01", "ﬁ", "…", "<mask>"]
+    ),
+    st.text(min_size=1, max_size=6).filter(lambda t: all(c.isprintable() for c in t)),
+)
+_SPACE = st.sampled_from([" ", " ", " ", "  ", "\n", "\t", " \n ", "   ", "\u00a0", ", ", ". "])
+
+
+@st.composite
+def texts(draw: st.DrawFn, max_words: int = 400) -> str:
+    words = draw(st.lists(_WORD, min_size=0, max_size=max_words))
+    gaps = draw(st.lists(_SPACE, min_size=len(words), max_size=len(words)))
+    return "".join(w + g for w, g in zip(words, gaps, strict=True)).rstrip(
+        draw(st.sampled_from(["", " "]))
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_served_tokenizer_kind_can_be_cut_at_boundaries(kind: str) -> None:
+    assert bounded_reason(tokenizer_json(kind)) is None
+
+
+def test_a_tokenizer_without_safe_boundaries_falls_back_to_whole_texts(tmp_path: Path) -> None:
+    import json
+
+    spec = json.loads(tokenizer_json("bytelevel"))
+    spec["pre_tokenizer"]["use_regex"] = False  # the whole text is one piece
+    path = tmp_path / "tokenizer.json"
+    path.write_text(json.dumps(spec))
+    tok = PairTokenizer(path, 20)
+    assert tok.bounded_fallback is not None
+    text = "some words here " * 200
+    reference = _reference("bytelevel", 20, "right")
+    reference.pre_tokenizer = Tokenizer.from_str(json.dumps(spec)).pre_tokenizer
+    assert tok([text], truncate=True)[0] == reference.encode(text).ids
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("limit", LIMITS)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=texts(), data=st.data())
+def test_single_texts_keep_what_the_whole_text_keeps(
+    folders: dict[str, Path], kind: str, limit: int, text: str, data: Any
+) -> None:
+    tok = PairTokenizer(folders[kind], limit)
+    whole = _reference(kind, 10**6, "right").encode(text).ids
+    assert tok([text], truncate=True)[0] == _reference(kind, limit, "right").encode(text).ids
+    lead = tok.leading_special()
+    keep = data.draw(st.integers(lead, lead + 3))
+    if len(whole) > limit:
+        assert tok([text], truncate=True, keep_start=keep)[0] == tok._cut_start(whole, keep)
+        with pytest.raises(ModelInputError, match=r"input 0 is .* tokens long"):
+            tok([text])
+    else:
+        assert tok([text], truncate=True, keep_start=keep)[0] == whole
+        assert tok([text])[0] == whole
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("limit", LIMITS)
+@pytest.mark.parametrize("direction", ["right", "left"])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(query=texts(max_words=60), document=texts())
+def test_pairs_keep_what_longest_first_keeps_of_the_whole_texts(
+    folders: dict[str, Path], kind: str, limit: int, direction: str, query: str, document: str
+) -> None:
+    tok = PairTokenizer(folders[kind], limit)
+    expected = _reference(kind, limit, direction).encode(query, document)
+    row = tok.pairs([(query, document)], truncate=True, cut_start=direction == "left")[0]
+    assert (row.ids, row.types) == (expected.ids, expected.type_ids)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("direction", ["right", "left"])
+def test_long_queries_and_documents_both_over_the_room(
+    folders: dict[str, Path], kind: str, direction: str
+) -> None:
+    """Both texts over the room, either longer, odd and even rooms: the split longest_first
+    makes depends on which is longer, which the parts must find out."""
+    base = "the module returns a value for each name " * 60
+    for limit in LIMITS:
+        tok = PairTokenizer(folders[kind], limit)
+        reference = _reference(kind, limit, direction)
+        for query, document in [(base, base), (base + "x y", base), (base, base + "x y")]:
+            row = tok.pairs([(query, document)], truncate=True, cut_start=direction == "left")[0]
+            expected = reference.encode(query, document)
+            assert (row.ids, row.types) == (expected.ids, expected.type_ids)
+
+
+def test_longest_first_matches_the_library() -> None:
+    """Our account of which tokens longest_first keeps, against the library's, for every pair
+    of lengths up to 24 and odd and even rooms."""
+    tok = Tokenizer.from_str(tokenizer_json("wordpiece"))
+    for limit in (9, 10, 11):
+        tok.enable_truncation(limit)
+        room = limit - 3
+        for n1 in range(0, 24):
+            for n2 in range(0, 24):
+                enc = tok.encode(" ".join(["a"] * n1), " ".join(["b"] * n2))
+                kept = [enc.sequence_ids.count(0), enc.sequence_ids.count(1)]
+                assert longest_first([n1, n2], room) == kept, (n1, n2, room)
+
+
+class _Spy:
+    """Records how many characters each batch call tokenised."""
+
+    def __init__(self, encode: Any) -> None:
+        self.encode = encode
+        self.chars: list[int] = []
+
+    def __call__(self, inputs: list[Any]) -> Any:
+        for item in inputs:
+            self.chars.append(sum(map(len, item)) if isinstance(item, tuple) else len(item))
+        return self.encode(inputs)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_long_text_costs_what_is_kept(folders: dict[str, Path], kind: str) -> None:
+    text = "the module returns a value, for each name in the list. " * 40_000  # 2.2 MB
+    tok = PairTokenizer(folders[kind], 64)
+    spy = _Spy(tok._ends._encode)
+    tok._ends._encode = spy
+    tok._encode_batch = spy
+    assert len(tok([text], truncate=True)[0]) == 64
+    assert len(tok([text], truncate=True, keep_start=1)[0]) == 64
+    assert len(tok.pairs([("a query", text)], truncate=True, cut_start=True)[0]) == 64
+    assert len(tok.pairs([(text, "a document")], truncate=True)[0]) == 64
+    with pytest.raises(ModelInputError, match="over 64 tokens long"):
+        tok([text])
+    assert max(spy.chars) < 5_000, spy.chars
+
+
+def test_windows_stop_counting_at_the_cap(folders: dict[str, Path]) -> None:
+    text = "the module returns a value for each name " * 50_000  # 2 MB
+    tok = PairTokenizer(folders["wordpiece"], 64)
+    spy = _Spy(tok._ends._encode)
+    tok._ends._encode = spy
+    with pytest.raises(OverTokenBudget) as caught:
+        tok.with_special_mask([text], max_tokens=2_000)
+    assert caught.value.tokens > 2_000
+    with pytest.raises(OverTokenBudget):
+        tok.windows([("a query", text)], max_tokens=2_000)
+    assert sum(spy.chars) < 100_000, spy.chars
+    # Under the cap, or texts all within the limit: every token, as without a cap.
+    short = ["a few words"] * 50
+    assert tok.with_special_mask(short, max_tokens=10) == tok.with_special_mask(short)
+    assert len(tok.with_special_mask([text[:20_000]], max_tokens=10**6)[0][0]) > 3_000
+
+
+def _longest_pause(work: Any) -> tuple[float, float]:
+    """Seconds ``work()`` took, and the longest a 1 ms ticker thread waited meanwhile."""
+    gaps: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        last = time.perf_counter()
+        while not stop.is_set():
+            time.sleep(0.001)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    ticker = threading.Thread(target=tick)
+    ticker.start()
+    start = time.perf_counter()
+    try:
+        work()
+    finally:
+        took = time.perf_counter() - start
+        stop.set()
+        ticker.join()
+    return took, max(gaps)
+
+
+def test_tokenizing_a_long_text_does_not_hold_the_gil(folders: dict[str, Path]) -> None:
+    """A ticker thread keeps running while a 2 MB text is counted whole (windows without a
+    cap): the batch calls release the GIL, where a single ``Tokenizer.encode`` held it for the
+    whole text (the ticker then waited as long as the call took). Truncating it takes a few
+    milliseconds whatever it holds."""
+    text = "the module returns a value for each name " * 50_000
+    tok = PairTokenizer(folders["wordpiece"], 64)
+    for work in (
+        lambda: tok.with_special_mask([text]),
+        lambda: tok.windows([("a query", text)]),
+    ):
+        took, pause = _longest_pause(work)
+        # The bound leaves room for a machine whose cores other processes share.
+        assert pause < max(0.1, 0.3 * took), (took, pause)
+    for work in (
+        lambda: tok([text], truncate=True),
+        lambda: tok.pairs([("a query", text)], truncate=True),
+    ):
+        took, _ = _longest_pause(work)
+        assert took < 0.2
+
+
+# ---------------------------------------------------------------------------- defects
+
+
+@pytest.mark.parametrize("empty", ["\u200b", "\x01"])
+def test_windows_with_a_long_query_and_an_empty_document_is_a_clear_error(
+    folders: dict[str, Path], empty: str
+) -> None:
+    tok = PairTokenizer(folders["wordpiece"], 20)
+    with pytest.raises(ModelInputError, match=r"document 0: the query .* leave no room"):
+        tok.windows([("the module returns a value " * 10, empty)], what="document")
+
+
+def test_an_unpaired_surrogate_names_the_document_by_its_own_index(
+    folders: dict[str, Path],
+) -> None:
+    tok = PairTokenizer(folders["wordpiece"], 20)
+    with pytest.raises(ModelInputError, match=r"^document 1 holds an unpaired surrogate"):
+        tok.pairs([("a query", "fine"), ("a query", "bad \ud800")], what="document")
+    with pytest.raises(ModelInputError, match=r"^the query holds an unpaired surrogate"):
+        tok.pairs([("bad \ud800", "fine")], what="document")
+    with pytest.raises(ModelInputError, match=r"^input 1 holds"):
+        tok.pairs(["fine", "bad \ud800"])
+
+
+class _SlowTruncation:
+    """A tokenizer copy whose ``enable_truncation`` takes a while to take effect."""
+
+    def __init__(self, tok: Tokenizer) -> None:
+        self._tok = tok
+
+    @classmethod
+    def from_str(cls, spec: str) -> _SlowTruncation:
+        return cls(Tokenizer.from_str(spec))
+
+    def enable_truncation(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.3)
+        self._tok.enable_truncation(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tok, name)
+
+
+def test_two_first_uses_of_left_truncation_at_once_both_cut(
+    folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The left-truncating tokenizer was built on first use and published before its
+    truncation was switched on: a second first use could encode the text uncut."""
+    monkeypatch.setattr(pairs_module, "Tokenizer", _SlowTruncation, raising=False)
+    tok = PairTokenizer(folders["wordpiece"], 20)
+    long = ("a query", "the module returns a value " * 20)
+    rows: list[Any] = []
+
+    def use() -> None:
+        rows.append(tok.pairs([long], truncate=True, cut_start=True)[0])
+
+    first = threading.Thread(target=use)
+    first.start()
+    time.sleep(0.1)
+    use()
+    first.join()
+    assert [len(r) for r in rows] == [20, 20]
