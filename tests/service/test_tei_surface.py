@@ -379,5 +379,6 @@ def test_health_ping_and_get_root_answer_200_with_no_body_while_ready(text_doubl
 
 def test_concurrent_root_requests_batch_like_embed(client: TestClient) -> None:
     bodies = [{"inputs": [t]} for t in TEXTS]
-    together = [r.json() for r in post_all(client, "/", bodies)]
-    assert together == [embed(client, [t]) for t in TEXTS]
+    together = [ok(r) for r in post_all(client, "/", bodies)]
+    # Padded beside others, a row may differ from its lone self in the last bits only.
+    np.testing.assert_allclose(together, [embed(client, [t]) for t in TEXTS], atol=1e-6)
