@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import ClassifyInput
-from service.http.routes.deps import EngineDep, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
@@ -57,13 +57,19 @@ def labelled(scores: list[float], labels: list[str]) -> list[LabelScore]:
     responses=ERROR_RESPONSES,
 )
 async def predict(
-    body: PredictRequest, request: Request, response: Response, engine: EngineDep
+    body: PredictRequest,
+    request: Request,
+    response: Response,
+    engine: EngineDep,
+    x_model: XModel = None,
 ) -> list[LabelScore] | list[list[LabelScore]]:
     """Label scores for one input (a list) or a list of inputs (a list of lists), as
-    text-embeddings-inference answers."""
+    text-embeddings-inference answers. The model: ``model`` or ``x-model``, else the first
+    loaded classifier or reranker."""
+    name, _ = engine.text_model(chosen(body.model, x_model), ("classify", "rerank"))
     inputs, listed = body.batch
     job = job_of(body, inputs)
-    answer = await engine.classify(body.model, job, client_of(request))
+    answer = await engine.classify(name, job, client_of(request))
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)
     out = [labelled(row, labels) for row in answer.value]

@@ -6,10 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Header, Request, Response
 
 from service.engine.engine import Answer, Client, Engine
-from service.errors import NotReady, ShuttingDown
+from service.errors import InvalidRequest, NotReady, ShuttingDown
 from service.http.middleware import request_state
 from service.state import AppState
 
@@ -76,3 +76,26 @@ def set_timing_headers(response: Response, answer: Answer) -> None:
     response.headers["x-precision"] = answer.precision
     if answer.choice is not None:
         response.headers["x-attention-choice"] = answer.choice
+
+
+XModel = Annotated[
+    str | None,
+    Header(
+        description="Which loaded model answers (as the body's model field): how TEI's routes, "
+        "whose bodies name no model, pick one of several."
+    ),
+]
+
+
+def chosen(field: str | None, header: str | None) -> str | None:
+    """The model a request names by its ``model`` field or ``x-model`` header (None: neither).
+
+    Raises:
+        InvalidRequest: the two name different models.
+    """
+    if field is not None and header is not None and field != header:
+        raise InvalidRequest(
+            f"the model field ({field!r}) and the x-model header ({header!r}) disagree; "
+            "send one of them"
+        )
+    return field if field is not None else header

@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import TextInput
-from service.http.routes.deps import EngineDep, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.text import EncodeRequest, EncodeResponse, TeiEmbedRequest, Usage
@@ -48,11 +48,17 @@ async def encode(
 
 @router.post("/embed", response_model=list[list[float]], responses=ERROR_RESPONSES)
 async def tei_embed(
-    body: TeiEmbedRequest, request: Request, response: Response, engine: EngineDep
+    body: TeiEmbedRequest,
+    request: Request,
+    response: Response,
+    engine: EngineDep,
+    x_model: XModel = None,
 ) -> list[list[float]]:
     """text-embeddings-inference's embed: one vector per input, as a bare list (which model,
-    backend and precision ran are in the ``x-*`` headers)."""
-    answer = await engine.encode(body.model, job_of(body), client_of(request))
+    backend and precision ran are in the ``x-*`` headers). The model: ``model`` or ``x-model``,
+    else the first loaded encoder (TEI serves one model)."""
+    name, _ = engine.text_model(chosen(body.model, x_model), ("encode",))
+    answer = await engine.encode(name, job_of(body), client_of(request))
     set_timing_headers(response, answer)
     vectors: list[list[float]] = answer.value
     return vectors

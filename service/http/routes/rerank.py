@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.http.routes.classify import job_of
-from service.http.routes.deps import EngineDep, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
@@ -65,11 +65,17 @@ async def rerank(
     responses=ERROR_RESPONSES,
 )
 async def tei_rerank(
-    body: TeiRerankRequest, request: Request, response: Response, engine: EngineDep
+    body: TeiRerankRequest,
+    request: Request,
+    response: Response,
+    engine: EngineDep,
+    x_model: XModel = None,
 ) -> list[TeiRank]:
-    """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first."""
+    """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first. The model:
+    ``model`` or ``x-model``, else the first loaded reranker."""
+    name, _ = engine.text_model(chosen(body.model, x_model), ("rerank",))
     job = job_of(body, [(body.query, t) for t in body.texts], "text")
-    answer = await engine.rerank(body.model, job, client_of(request))
+    answer = await engine.rerank(name, job, client_of(request))
     set_timing_headers(response, answer)
     return [
         TeiRank(index=i, score=score, text=body.texts[i] if body.return_text else None)

@@ -20,16 +20,22 @@ import json
 import math
 from typing import Annotated, Any, TypeVar
 
-from fastapi import APIRouter, Header, Query, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from service import __version__
 from service.engine.servables.base import TextInput
-from service.errors import InvalidRequest
 from service.http.routes.classify import predict
-from service.http.routes.deps import AppStateDep, EngineDep, client_of, set_timing_headers
+from service.http.routes.deps import (
+    AppStateDep,
+    EngineDep,
+    XModel,
+    chosen,
+    client_of,
+    set_timing_headers,
+)
 from service.http.routes.encode import tei_embed
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.health import readyz
@@ -55,10 +61,6 @@ from service.http.schemas.text import TeiEmbedRequest
 router = APIRouter(tags=["text-embeddings-inference"], route_class=FastJSONRoute)
 
 Body = TypeVar("Body", bound=BaseModel)
-XModel = Annotated[
-    str | None,
-    Header(description="Which loaded text model answers (as the body's model field)."),
-]
 
 # POST / takes the body of the route the model's task picks; the schema lists them all.
 ROOT_BODY = {
@@ -83,20 +85,6 @@ ROOT_BODY = {
 }
 # TEI's pooling names where ours differ (router: "cls", "mean", "splade", "last_token").
 POOLING_NAMES = {"lasttoken": "last_token"}
-
-
-def chosen(field: str | None, header: str | None) -> str | None:
-    """The model a request names by its ``model`` field or ``x-model`` header (None: neither).
-
-    Raises:
-        InvalidRequest: the two name different models.
-    """
-    if field is not None and header is not None and field != header:
-        raise InvalidRequest(
-            f"the model field ({field!r}) and the x-model header ({header!r}) disagree; "
-            "send one of them"
-        )
-    return field if field is not None else header
 
 
 def rendered(value: Any, response: Response) -> Response:
