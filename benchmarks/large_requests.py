@@ -1,0 +1,132 @@
+"""The largest legal request on each route, and what the server answers beside it.
+
+    .venv/bin/python -m benchmarks.large_requests [--old-root /tmp/old] [--repeats 2]
+
+Starts ``attnserve serve`` (one torch thread, default settings: 4 MiB bodies, compute limit
+half the request timeout) with the real all-MiniLM-L6-v2, a MiniLM-sized cross-encoder folder
+(random weights, saved by ``CrossEncoder.save``) and a tiny forecaster, then sends each large
+body of :func:`tests.utils.large_bodies.large_requests` (``/encode`` and ``/v1/rerank`` with
+truncate and windows, ``/predict`` with truncate, ``/forecast`` with base64 columns) while
+probing ``/healthz`` every 10 ms and a one-text ``/encode`` back to back. Prints, per request,
+its own status and latency and the probes' p50/p99/max; with ``--old-root`` (a ``git worktree``
+of an earlier commit) the same against that server, for before/after. Writes
+``benchmarks/results/large-requests-cpu.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.host import cpu_model, load_average
+from benchmarks.service import ROOT, ServerProcess
+from tests.utils.large_bodies import beside, large_requests
+
+ENCODER = "all-MiniLM-L6-v2"
+RERANKER = "minilm-sized-reranker"
+FORECASTER = "tiny-forecaster"
+OUT = ROOT / "benchmarks" / "results" / "large-requests-cpu.md"
+
+
+def folders(root: Path) -> tuple[Path, Path]:
+    """A MiniLM-sized cross-encoder and a tiny forecaster under ``root``."""
+    from tests.utils.informer import tiny_checkpoint
+    from tests.utils.tiny_classifiers import save_tiny_classifier
+
+    reranker = save_tiny_classifier(
+        root / RERANKER,
+        "bert",
+        1,
+        cross_encoder=True,
+        seed=1,
+        layers=6,
+        hidden_size=384,
+        intermediate_size=1536,
+        num_attention_heads=12,
+    )
+    return reranker, tiny_checkpoint(root / FORECASTER)
+
+
+def measure(server_root: Path, models: list[str], repeats: int, log: Path) -> list[dict[str, Any]]:
+    """Each large request ``repeats`` times against a server run from ``server_root``."""
+    server = ServerProcess(models, threads=1, max_batch_size=32, log=log, root=server_root)
+    try:
+        server.wait_ready()
+        cards = httpx.get(server.url + "/models", timeout=30).json()["data"]
+        channels = next(c["channels"] for c in cards if c["name"] == FORECASTER)
+        rows = []
+        for large in large_requests(ENCODER, RERANKER, FORECASTER, channels):
+            for _ in range(repeats):
+                seen = asyncio.run(beside(server.url, large, ENCODER, at_least_s=1.0))
+                rows.append(seen.row())
+        return rows
+    finally:
+        server.stop()
+
+
+def commit(root: Path) -> str:
+    """The short commit hash ``root`` has checked out (plus "+ edits" when its tree differs)."""
+    git = ["git", "-C", str(root)]
+    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD"], capture_output=True).returncode
+    return sha.stdout.strip() + (" + uncommitted edits" if dirty else "")
+
+
+def table(rows: list[dict[str, Any]], label: str) -> list[str]:
+    lines = [
+        "| code | route | rule | body MiB | status | its latency ms | /healthz p50 / p99 / max ms "
+        "| one-text /encode p50 / max ms |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {label} | {r['route']} | {r['rule']} | {r['body_mb']:.2f} | {r['status']} | "
+            f"{r['latency_ms']:.0f} | {r['health_p50']:.1f} / {r['health_p99']:.1f} / "
+            f"{r['health_max']:.0f} | {r['encode_p50']:.0f} / {r['encode_max']:.0f} |"
+        )
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old-root", type=Path, help="a git worktree of the commit to compare")
+    parser.add_argument("--repeats", type=int, default=2)
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        reranker, forecaster = folders(Path(tmp))
+        models = [ENCODER, str(reranker), str(forecaster)]
+        runs = [("this", ROOT)] + ([("old", args.old_root)] if args.old_root else [])
+        lines = [
+            "# The largest legal request per route, and the server beside it (CPU)",
+            "",
+            f"Command: `.venv/bin/python -m benchmarks.large_requests {' '.join(argv or sys.argv[1:])}`",
+            "",
+            f"Host: {cpu_model()}; load average before: {load_average()} (2 cores shared with "
+            "other work). Server: one torch thread, default limits (4 MiB bodies, compute limit "
+            "15 s). Models: all-MiniLM-L6-v2 (real), a MiniLM-sized cross-encoder (random "
+            "weights; 128 tokens), a tiny Informer. Probes: `/healthz` every 10 ms and a "
+            "one-text `/encode` back to back, for as long as the large request runs and at "
+            "least 1 s.",
+            "",
+        ]
+        for label, root in runs:
+            lines.append(f"`{label}`: the checkout at {root} (commit {commit(root)}).")
+        lines.append("")
+        for label, root in runs:
+            rows = measure(root, models, args.repeats, Path(tmp) / f"{label}.log")
+            lines += [*table(rows, label), ""]
+            print("\n".join(table(rows, label)), flush=True)
+        lines.append(f"Load average after: {load_average()}.")
+    OUT.write_text("\n".join(lines) + "\n")
+    print(f"wrote {OUT}")
+
+
+if __name__ == "__main__":
+    main()
