@@ -18,6 +18,11 @@ from tokenizers import Tokenizer
 from models.errors import ModelInputError
 from models.text.bounded import WHOLE, Ends, bounded_reason
 
+# The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
+# out of the tokenizer makes Python objects per token under the GIL, a hold that grows with the
+# answer; at this size it stays in tens of milliseconds (benchmarks/large_requests.py).
+MAX_LISTED_TOKENS = 1 << 17
+
 
 @dataclass(frozen=True)
 class Token:
@@ -224,18 +229,28 @@ class TextTokenizer:
             out.append(ids)
         return out
 
-    def tokens(self, texts: list[str], add_special_tokens: bool = True) -> list[list[Token]]:
-        """Every token of each whole text (no limit applied), with the characters it covers and
-        their byte offsets (text-embeddings-inference's ``/tokenize``).
+    def tokens(
+        self, texts: list[str], add_special_tokens: bool = True, limit: int = MAX_LISTED_TOKENS
+    ) -> list[list[Token]]:
+        """Every token of each whole text (no model limit applied), with the characters it
+        covers and their byte offsets (text-embeddings-inference's ``/tokenize``), at most
+        ``limit`` tokens over all texts.
 
         Raises:
-            ModelInputError: an input is not a string (the message names its index).
+            ModelInputError: an input is not a string (the message names its index), or the
+                texts hold more than ``limit`` tokens.
         """
         self._check(texts)
         prepared = self._prepare(texts)
         out = []
-        # encode_batch (not the fast variant) for its character offsets.
+        # encode_batch (not the fast variant) for its character offsets; it releases the GIL.
         encodings = self._tokenizer.encode_batch(prepared, add_special_tokens=add_special_tokens)
+        total = sum(len(enc) for enc in encodings)  # no per-token Python objects yet
+        if total > limit:
+            raise ModelInputError(
+                f"the inputs hold {total} tokens; a tokenize answer lists at most {limit} "
+                "tokens (each is an object of the answer): send shorter or fewer texts"
+            )
         for original, text, enc in zip(texts, prepared, encodings, strict=True):
             # Offsets index the text the tokenizer read: the lowercased one when lowercasing
             # kept every character in place, the sent one otherwise.

@@ -12,6 +12,7 @@ in one ``Tokenizer.encode`` for seconds and ``/healthz`` waited that long.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from models.text.tokenizer import MAX_LISTED_TOKENS
 from tests.service.server_process import ServerProcess
 from tests.utils.informer import tiny_checkpoint
 from tests.utils.large_bodies import Large, Observed, beside, large_requests, percentile
@@ -57,7 +59,10 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list
         process.wait_ready()
         cards = httpx.get(process.url + "/models", timeout=30).json()["data"]
         channels = next(c["channels"] for c in cards if c["name"] == FORECASTER)
-        yield process.url, large_requests(ENCODER, RERANKER, FORECASTER, channels)
+        # /embed_all: as many 256-token texts as the compute limit admits (a third of the
+        # numbers one answer may hold; the benchmark runs the whole cap under the default limit).
+        larges = large_requests(ENCODER, RERANKER, FORECASTER, channels, embed_all_texts=14)
+        yield process.url, larges
     finally:
         process.stop()
 
@@ -82,6 +87,7 @@ def _within_bounds(seen: Observed) -> None:
         "/v1/rerank truncate",
         "/predict truncate",
         "/forecast base64 columns",
+        "/embed_all largest answer",
     ],
 )
 def test_the_largest_legal_body_is_answered_without_stalling_the_server(
@@ -119,3 +125,21 @@ def test_the_refusal_says_how_to_fit(server: tuple[str, list[Large]]) -> None:
     # A text that fits is embedded in windows as before.
     body["inputs"] = ["the model reads long documents " * 100]
     assert httpx.post(url + "/encode", json=body, timeout=30).status_code == 200
+
+
+def test_a_token_listing_past_its_cap_is_refused_without_stalling(
+    server: tuple[str, list[Large]],
+) -> None:
+    url, larges = server
+    # Every token of 4 MiB of text would be a million objects made under the GIL: refused from
+    # the tokenizer's count (made off the GIL), before any is made.
+    seen = _observe(url, next(x for x in larges if x.path == "/tokenize"))
+    assert (seen.status, seen.error_type) == (422, "invalid_request"), seen.row()
+    _within_bounds(seen)
+    # A listing at the cap is answered beside the probes within the same bounds.
+    words = MAX_LISTED_TOKENS // 2 - 8  # "wordN" is two tokens: "word", "##N"
+    body = {"model": ENCODER, "inputs": " ".join(f"word{i % 10}" for i in range(words))}
+    near = Large("at the cap", "/tokenize", json.dumps(body).encode())
+    seen = _observe(url, near)
+    assert seen.status == 200, seen.row()
+    _within_bounds(seen)

@@ -66,8 +66,11 @@ def large_requests(
     forecaster: str,
     channels: list[str],
     limit: int = MAX_BODY_BYTES,
+    embed_all_texts: int = 40,
 ) -> list[Large]:
-    """The largest legal body per route and rule (each just under ``limit`` bytes)."""
+    """The largest legal body per route and rule (each just under ``limit`` bytes), and the
+    largest ``/embed_all`` answer: ``embed_all_texts`` texts cut at the encoder's limit (40
+    MiniLM texts of 256 tokens: 3.9 million numbers, just under the cap on one answer)."""
 
     def encode(rule: str) -> Any:
         return lambda n: {"model": encoder, "inputs": [_text(n)], "long_text": rule}
@@ -99,6 +102,16 @@ def large_requests(
             limit,
         ),
         Large("base64 columns", "/forecast", json.dumps(forecast).encode()),
+        # TEI's routes whose answers outgrow their bodies: every token of a text of megabytes,
+        # and token embeddings at the most numbers one answer may hold.
+        _fill("/tokenize", "whole text", lambda n: {"model": encoder, "inputs": _text(n)}, limit),
+        Large(
+            "largest answer",
+            "/embed_all",
+            json.dumps(
+                {"model": encoder, "inputs": [_text(4000)] * embed_all_texts, "truncate": True}
+            ).encode(),
+        ),
     ]
 
 
