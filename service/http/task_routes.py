@@ -25,7 +25,7 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
         "/embed_all",
     ),
     "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
-    "classify": ("/predict", "/v1/classify"),
+    "classify": ("/predict", "/v1/classify", "/classify"),
     "forecast": ("/forecast",),
 }
 
@@ -33,6 +33,11 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
 # task): ``/`` and ``/invocations`` answer by the model's task, ``/tokenize`` and ``/decode``
 # use its tokenizer (service/http/routes/tei.py).
 TEXT_ROUTES: tuple[str, ...] = ("/", "/invocations", "/tokenize", "/decode")
+
+
+def tasks_of(model_task: str) -> list[str]:
+    """The tasks whose routes a model of ``model_task`` answers, in table order."""
+    return [task for task in TASK_ROUTES if task_serves(model_task, task)]
 
 
 def routes_of(model_task: str) -> list[str]:

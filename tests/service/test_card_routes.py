@@ -69,9 +69,10 @@ def test_every_card_lists_the_routes_of_its_task(client: Any) -> None:
         "/v2/rerank",
         "/predict",
         "/v1/classify",
+        "/classify",
         *TEXT_ROUTES,
     ]
-    assert cards["classifier"]["routes"] == ["/predict", "/v1/classify", *TEXT_ROUTES]
+    assert cards["classifier"]["routes"] == ["/predict", "/v1/classify", "/classify", *TEXT_ROUTES]
     assert cards["encoder"]["routes"] == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
     assert cards["forecaster"]["routes"] == ["/forecast"]
     for name, card in cards.items():

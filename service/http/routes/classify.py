@@ -1,5 +1,6 @@
-"""``POST /predict`` (text-embeddings-inference's) and ``POST /v1/classify`` (infinity's): label
-scores per text or text pair from a sequence classifier, best label first."""
+"""``POST /predict`` (text-embeddings-inference's) and ``POST /classify`` (infinity's; also at
+``/v1/classify``): label scores per text or text pair from a sequence classifier, best label
+first."""
 
 from __future__ import annotations
 
@@ -77,10 +78,13 @@ async def predict(
 
 
 @router.post("/v1/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
+@router.post("/classify", response_model=ClassifyResponse, responses=ERROR_RESPONSES)
 async def classify(
     body: ClassifyRequest, request: Request, response: Response, engine: EngineDep
 ) -> ClassifyResponse:
-    """infinity's classify: per text, every label with its score, best first."""
+    """infinity's classify: per text, every label with its score, best first. The model:
+    ``model``; omitted (or infinity's ``default/not-specified``): the only model that
+    classifies."""
     job = job_of(body, list(body.input))
     answer = await engine.classify(body.model, job, client_of(request))
     set_timing_headers(response, answer)

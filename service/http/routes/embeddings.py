@@ -1,4 +1,5 @@
-"""``POST /v1/embeddings``: the OpenAI embeddings API over the same encoder and batcher."""
+"""``POST /v1/embeddings``: the OpenAI embeddings API over the same encoder and batcher; also at
+``/embeddings``, where text-embeddings-inference and infinity serve it."""
 
 from __future__ import annotations
 
@@ -37,8 +38,10 @@ async def embeddings(
 ) -> EmbeddingsResponse:
     """OpenAI-compatible embeddings, normalised as the model is (a Normalize module in its folder,
     as all-MiniLM-L6-v2 and most sentence-transformers models have: unit length), shortened to
-    ``dimensions`` when asked. Also at ``/embeddings``, where text-embeddings-inference serves
-    it."""
+    ``dimensions`` when asked. Also at ``/embeddings``, where text-embeddings-inference and
+    infinity serve it; infinity's client's defaults (``model: "default/not-specified"``: the
+    only loaded encoder, ``dimensions: 0``: the whole embedding, ``modality: "text"``) are
+    taken."""
     texts = [body.input] if isinstance(body.input, str) else body.input
     job = TextInput(
         texts,

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fastapi import APIRouter
 
 from service.http.routes.deps import EngineDep
 from service.http.schemas.common import ERROR_RESPONSES, ModelsResponse
-from service.http.task_routes import routes_of
+from service.http.task_routes import routes_of, tasks_of
 
 router = APIRouter(tags=["models"])
+
+# infinity's capability names for the tasks a model answers (its ModelCapabilites).
+CAPABILITIES = {"encode": "embed", "rerank": "rerank", "classify": "classify"}
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERROR_RESPONSES)
@@ -27,5 +31,18 @@ async def get_model(name: str, engine: EngineDep) -> dict[str, Any]:
 
 
 def with_routes(card: dict[str, Any]) -> dict[str, Any]:
-    """``card`` plus ``routes``: the paths that answer its model (from the task table)."""
-    return {**card, "routes": routes_of(card["task"])}
+    """``card`` plus ``routes`` (the paths that answer its model, from the task table) and the
+    fields infinity's client needs to read a card as its ``ModelInfo`` (``id``, ``object``,
+    ``created``, ``backend``, ``capabilities``, ``stats``). ``owned_by`` is left out: that
+    client takes only ``"infinity"`` there, and leaving it out is allowed."""
+    task = card["task"]
+    return {
+        "id": card["name"],
+        "object": "model",
+        "created": int(time.time()),  # as infinity: the time of the answer
+        "backend": "torch",
+        "capabilities": [CAPABILITIES.get(t, t) for t in tasks_of(task)],
+        "stats": {"batch_size": card["limits"]["max_batch_size"]},
+        **card,
+        "routes": routes_of(task),
+    }

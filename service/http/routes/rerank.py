@@ -1,7 +1,10 @@
-"""``POST /v1/rerank`` (Cohere / Jina / infinity shape) and ``POST /rerank``
-(text-embeddings-inference's): documents scored against a query by a cross-encoder, best first."""
+"""``POST /v1/rerank`` (Cohere / Jina / infinity shape) and ``POST /rerank``, which takes
+text-embeddings-inference's body (``texts``: TEI's bare list) or infinity's (``documents``:
+infinity's answer): documents scored against a query by a cross-encoder, best first."""
 
 from __future__ import annotations
+
+import time
 
 from fastapi import APIRouter, Request, Response
 
@@ -10,7 +13,10 @@ from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_t
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
+    InfinityRank,
+    InfinityRerankResponse,
     PairUsage,
+    RerankBody,
     RerankDocument,
     RerankRequest,
     RerankResponse,
@@ -60,16 +66,50 @@ async def rerank(
 
 @router.post(
     "/rerank",
-    response_model=list[TeiRank],
+    response_model=list[TeiRank] | InfinityRerankResponse,
     response_model_exclude_none=True,
     responses=ERROR_RESPONSES,
 )
+async def tei_or_infinity_rerank(
+    body: RerankBody,
+    request: Request,
+    response: Response,
+    engine: EngineDep,
+    x_model: XModel = None,
+) -> list[TeiRank] | InfinityRerankResponse:
+    """text-embeddings-inference's rerank (``texts``: ``[{index, score, text?}]``) or infinity's
+    (``documents``: ``{object, model, results: [{index, relevance_score, document?}], usage, id,
+    created}``), best first. The model: ``model`` or ``x-model``; else TEI's body gets the first
+    loaded reranker, infinity's the only one."""
+    if isinstance(body, TeiRerankRequest):
+        return await tei_rerank(body, request, response, engine, x_model)
+    body = body.model_copy(update={"model": chosen(body.model, x_model)})
+    answer = await rerank(body, request, response, engine)
+    return InfinityRerankResponse(
+        model=answer.model,
+        attention=answer.attention,
+        precision=answer.precision,
+        # infinity's document is the text itself, not Cohere's {"text": ...}.
+        results=[
+            InfinityRank(
+                index=r.index,
+                relevance_score=r.relevance_score,
+                document=r.document.text if r.document else None,
+            )
+            for r in answer.results
+        ],
+        usage=answer.usage,
+        id=client_of(request).request_id,
+        created=int(time.time()),
+    )
+
+
 async def tei_rerank(
     body: TeiRerankRequest,
     request: Request,
     response: Response,
     engine: EngineDep,
-    x_model: XModel = None,
+    x_model: str | None = None,
 ) -> list[TeiRank]:
     """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first. The model:
     ``model`` or ``x-model``, else the first loaded reranker."""

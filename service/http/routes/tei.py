@@ -7,8 +7,10 @@ with their peers in encode.py, rerank.py and classify.py):
   a classifier predicts. Which model: the body's ``model`` or the ``x-model`` header, else the
   first loaded text model.
 - ``POST /similarity``, ``POST /embed_all``, ``POST /tokenize``, ``POST /decode``, ``GET /info``.
-- ``GET /health``, ``GET /ping`` (SageMaker) and ``GET /``: 200 with an empty body while the
-  server can serve, else 503; open without the API key, as TEI's public routes are.
+- ``GET /health``, ``GET /ping`` (SageMaker) and ``GET /``: 200 while the server can serve,
+  else 503; open without the API key, as TEI's public routes are. ``/ping`` and ``/`` answer
+  with an empty body, as TEI's; ``/health`` with infinity's ``{"unix": <time>}`` (infinity's
+  client parses it; TEI's clients read the status only).
 
 Errors keep this server's one body (``{"error": {"type", "message"}}``), not TEI's
 ``{"error", "error_type"}``: the clients look at the status only.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
@@ -326,6 +329,22 @@ HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The server can serve (an empty body, as TEI's)."},
     503: {"model": ErrorBody, "description": "Loading, draining or failed."},
 }
+UNIX_HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
+    **HEALTH_RESPONSES,
+    200: {
+        "description": "The server can serve: infinity's body, the server's Unix time (TEI's "
+        "clients read the status only).",
+        "content": {
+            "application/json": {
+                "schema": {
+                    "type": "object",
+                    "properties": {"unix": {"type": "number"}},
+                    "required": ["unix"],
+                }
+            }
+        },
+    },
+}
 
 
 async def can_serve(state: AppStateDep) -> Response:
@@ -335,18 +354,26 @@ async def can_serve(state: AppStateDep) -> Response:
     return Response(status_code=200) if ready.status_code == 200 else ready
 
 
-for path, summary in (
-    ("/health", "TEI's health check"),
-    ("/ping", "SageMaker's health check"),
-    ("/", "TEI's health check at the root (the Inference API's)"),
+async def can_serve_unix(state: AppStateDep) -> Response:
+    """As :func:`can_serve`, with infinity's body ``{"unix": <time>}`` when ready."""
+    ready = await can_serve(state)
+    if ready.status_code != 200:
+        return ready
+    return Response(to_json({"unix": time.time()}), media_type="application/json")
+
+
+for path, summary, answer, responses in (
+    ("/health", "TEI's and infinity's health check", can_serve_unix, UNIX_HEALTH_RESPONSES),
+    ("/ping", "SageMaker's health check", can_serve, HEALTH_RESPONSES),
+    ("/", "TEI's health check at the root (the Inference API's)", can_serve, HEALTH_RESPONSES),
 ):
     router.add_api_route(
         path,
-        can_serve,
+        answer,
         methods=["GET"],
         summary=summary,
         response_class=Response,
-        responses=HEALTH_RESPONSES,
+        responses=responses,
         tags=["operations"],
         name=f"tei_health_{path.strip('/') or 'root'}",
     )

@@ -99,6 +99,18 @@ class Health(BaseModel):
     detail: str = ""
 
 
+INFINITY_DEFAULT_MODEL = "default/not-specified"
+
+
+def _unspecified(value: Any) -> Any:
+    return None if value == INFINITY_DEFAULT_MODEL else value
+
+
+# A ``model`` field infinity's client fills with its default, "default/not-specified": read as
+# no model named (infinity then answers with the one model it serves; here, the one of the task).
+ModelName = Annotated[str | None, BeforeValidator(_unspecified)]
+
+
 def _lower(value: Any) -> Any:
     return value.lower() if isinstance(value, str) else value
 

@@ -1,14 +1,29 @@
 """The bodies of the rerank and classify routes: Cohere/Jina/infinity's ``POST /v1/rerank``,
-text-embeddings-inference's ``POST /rerank`` and ``POST /predict``, and infinity's
-``POST /v1/classify``; each with our ``attention`` / ``precision`` extension fields."""
+text-embeddings-inference's ``POST /rerank`` and ``POST /predict``, infinity's ``POST /rerank``
+(its body, told from TEI's by ``documents``) and ``POST /classify`` (also at ``/v1/classify``);
+each with our ``attention`` / ``precision`` extension fields."""
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StrictBool, StrictInt, model_validator
+from pydantic import (
+    BaseModel,
+    Discriminator,
+    Field,
+    StrictBool,
+    StrictInt,
+    Tag,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.http.schemas.common import (
+    INFINITY_DEFAULT_MODEL,
+    ModelName,
     Options,
     StrictRequest,
     TruncationDirection,
@@ -67,9 +82,13 @@ class LongDocuments(Extensions):
 
 
 class RerankRequest(LongDocuments):
-    """Cohere / Jina / infinity ``POST /v1/rerank``."""
+    """Cohere / Jina / infinity ``POST /v1/rerank``; infinity's ``POST /rerank``."""
 
-    model: str | None = Field(None, description="Reranker name; the only loaded one if omitted.")
+    model: ModelName = Field(
+        None,
+        description="Reranker name; omitted or infinity's "
+        f"{INFINITY_DEFAULT_MODEL!r}: the only loaded reranker.",
+    )
     query: str = Field(min_length=1, description="The search query.")
     documents: list[str] = Field(description="Texts to score against the query.")
     top_n: StrictInt | None = Field(
@@ -96,6 +115,12 @@ class RerankResult(BaseModel):
     document: RerankDocument | None = None
 
 
+class InfinityRank(BaseModel):
+    index: int = Field(description="Position of the document in the request.")
+    relevance_score: float
+    document: str | None = Field(None, description="The document (with return_documents).")
+
+
 class PairUsage(BaseModel):
     prompt_tokens: int = Field(description="Tokens the model read over all inputs.")
     total_tokens: int
@@ -108,6 +133,20 @@ class RerankResponse(BaseModel):
     precision: str = precision_out()
     results: list[RerankResult] = Field(description="Sorted by relevance_score, best first.")
     usage: PairUsage
+
+
+class InfinityRerankResponse(BaseModel):
+    """infinity's rerank answer (``POST /rerank`` with ``documents``): ``/v1/rerank``'s, with
+    each document as its text (not Cohere's ``{"text": ...}``), an ``id`` and a ``created``."""
+
+    object: Literal["rerank"] = "rerank"
+    model: str
+    attention: str
+    precision: str = precision_out()
+    results: list[InfinityRank] = Field(description="Sorted by relevance_score, best first.")
+    usage: PairUsage
+    id: str = Field(description="The request id (x-request-id).")
+    created: int = Field(description="Unix time of the answer.")
 
 
 # ----------------------------------------------------------------------------- TEI rerank
@@ -128,6 +167,40 @@ class TeiRank(BaseModel):
     index: int
     score: float
     text: str | None = None
+
+
+# ----------------------------------------------------------------------------- POST /rerank
+
+
+def _rerank_shape(data: Any) -> str:
+    """infinity's body names ``documents``; anything else is read as TEI's (``texts``), whose
+    route ``/rerank`` was first."""
+    return "infinity" if isinstance(data, dict) and "documents" in data else "tei"
+
+
+def _untagged(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """Validate, reporting each error at its field (``body.top_n``) rather than under the
+    union's tag (``body.infinity.top_n``), so TEI's errors read as they did."""
+    try:
+        return handler(value)
+    except ValidationError as exc:
+        details: list[InitErrorDetails] = [
+            {
+                "type": PydanticCustomError(error["type"], error["msg"]),
+                "loc": error["loc"][1:],
+                "input": error["input"],
+            }
+            for error in exc.errors(include_url=False)
+        ]
+        raise ValidationError.from_exception_data(exc.title, details) from None
+
+
+# ``POST /rerank``: text-embeddings-inference's body or infinity's, told apart by ``documents``.
+RerankBody = Annotated[
+    Annotated[TeiRerankRequest, Tag("tei")] | Annotated[RerankRequest, Tag("infinity")],
+    Discriminator(_rerank_shape),
+    WrapValidator(_untagged),
+]
 
 
 # ----------------------------------------------------------------------------- classify
@@ -172,9 +245,14 @@ class LabelScore(BaseModel):
 
 
 class ClassifyRequest(Extensions):
-    """infinity's ``POST /classify`` (served at ``/v1/classify``)."""
+    """infinity's ``POST /classify`` (served there and at ``/v1/classify``)."""
 
-    model: str | None = Field(None, description="Classifier name.")
+    model: ModelName = Field(
+        None,
+        description="Classifier name; omitted or infinity's "
+        f"{INFINITY_DEFAULT_MODEL!r}: the only loaded model that classifies (a reranker "
+        "classifies too).",
+    )
     input: list[str] = Field(description="Texts to classify.")
     raw_scores: StrictBool = Field(False, description="Raw logits instead of the activation.")
     max_quality_loss: float | None = quality_budget(CLASSIFY_METRIC, "classify")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, StrictBool, model_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator, model_validator
 
 from service.http.schemas.common import (
+    INFINITY_DEFAULT_MODEL,
+    ModelName,
     Options,
     StrictRequest,
     TruncationDirection,
@@ -111,15 +113,27 @@ class EncodeResponse(BaseModel):
 
 
 class EmbeddingsRequest(StrictRequest):
-    """OpenAI ``POST /v1/embeddings``, plus the ``attention``/``attention_options`` extension."""
+    """OpenAI ``POST /v1/embeddings`` (and infinity's ``POST /embeddings``: its ``modality``, its
+    ``dimensions: 0`` and its default model name), plus the ``attention`` / ``attention_options``
+    extension."""
 
     input: str | list[str] = Field(description="A text or a list of texts.")
-    model: str = Field(description="Encoder name, e.g. all-MiniLM-L6-v2.")
+    model: ModelName = Field(
+        description="Encoder name, e.g. all-MiniLM-L6-v2; infinity's client's default "
+        f"{INFINITY_DEFAULT_MODEL!r} (or null): the only loaded encoder.",
+    )
     encoding_format: Literal["float", "base64"] = Field(
         "float", description="float: lists of numbers; base64: little-endian float32 bytes."
     )
-    dimensions: int | None = Field(None, description=DIMENSIONS_HELP)
+    dimensions: int | None = Field(
+        None, description=DIMENSIONS_HELP + " 0 (infinity's default) is the whole embedding too."
+    )
     user: str | None = Field(None, description="Ignored (OpenAI compatibility).")
+    modality: str = Field(
+        "text",
+        max_length=16,
+        description="infinity's field: only text is served (image and audio are a 422).",
+    )
     attention: str | None = Field(None, description="Attention backend or auto (extension).")
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget(
@@ -130,6 +144,22 @@ class EmbeddingsRequest(StrictRequest):
         None, description="One of the model's named prompts, prepended to every text (extension)."
     )
     long_text: LongText = Field("error", description=LONG_TEXT_HELP + " (extension)")
+
+    @field_validator("dimensions")
+    @classmethod
+    def _zero_is_whole(cls, value: int | None) -> int | None:
+        # infinity's client always sends dimensions, 0 by default: "do not shorten".
+        return None if value == 0 else value
+
+    @field_validator("modality")
+    @classmethod
+    def _text_only(cls, value: str) -> str:
+        if value != "text":
+            raise ValueError(
+                f"only text is served: modality {value!r} (infinity's image and audio "
+                "embeddings) has no model here; send modality 'text' or leave it out"
+            )
+        return value
 
 
 class EmbeddingItem(BaseModel):
