@@ -307,8 +307,7 @@ class SentenceEncoder(ChecksTextAttention):
             AttentionError: unknown backend or invalid options.
         """
         if not validated:
-            self.check_attention(backend, options)
-            self._check_token_ids(token_ids)
+            self._check_inputs(token_ids, backend, options)
         # The caller's options, not the resolved ones: a default of None means "derived from the
         # input" and is filled in by the backend on each call.
         chosen = dict(options or {})
@@ -328,6 +327,14 @@ class SentenceEncoder(ChecksTextAttention):
             out[list(sub.indices)] = pooled.cpu()
         return out
 
+    def _check_inputs(
+        self, token_ids: list[list[int]], backend: str, options: dict[str, Any] | None
+    ) -> None:
+        """What a forward pass of ``token_ids`` under ``backend`` needs (callers that have
+        checked once already pass ``validated``)."""
+        self.check_attention(backend, options)
+        self._check_token_ids(token_ids)
+
     @torch.inference_mode()
     def token_embeddings(
         self,
@@ -346,8 +353,7 @@ class SentenceEncoder(ChecksTextAttention):
             AttentionError: unknown backend or invalid options.
         """
         if not validated:
-            self.check_attention(backend, options)
-            self._check_token_ids(token_ids)
+            self._check_inputs(token_ids, backend, options)
         lengths = [len(ids) for ids in token_ids]
         padded = max(lengths)
         if len(token_ids) > 1:

@@ -86,16 +86,8 @@ def drop_in_url(drop_in_paths: list[Path]) -> Iterator[str]:
     """The base URL of a real server (uvicorn on loopback) serving the drop-in folders
     (:mod:`tests.utils.live_server`): the peers' client packages are pointed at it. Its first
     model, the encoder, is the default model of the TEI routes that name none."""
-    from service.app import create_app
-    from service.settings import Settings
+    from tests.service.helpers import folders_app
     from tests.utils.live_server import serving
 
-    folders = drop_in_paths
-    settings = Settings(
-        models=tuple(str(p) for p in folders),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-    )
-    with serving(create_app(settings)) as url:
+    with serving(folders_app(drop_in_paths)) as url:
         yield url

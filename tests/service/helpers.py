@@ -184,6 +184,12 @@ def folders_client(folders: Iterable[Path], **overrides: Any) -> Iterator[Any]:
     ``precisions``)."""
     from fastapi.testclient import TestClient
 
+    with TestClient(folders_app(folders, **overrides)) as client:
+        yield client
+
+
+def folders_app(folders: Iterable[Path], **overrides: Any) -> Any:
+    """An app loading these model folders (by path) at start-up, each batch run at once."""
     settings = Settings(
         models=tuple(str(p) for p in folders),
         device="cpu",
@@ -191,8 +197,7 @@ def folders_client(folders: Iterable[Path], **overrides: Any) -> Iterator[Any]:
         max_wait_ms=0.0,
         **overrides,
     )
-    with TestClient(create_app(settings)) as client:
-        yield client
+    return create_app(settings)
 
 
 def text_servable(**kwargs: Any) -> TextServable:

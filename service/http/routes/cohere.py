@@ -10,6 +10,7 @@ from typing import Any
 
 from fastapi import APIRouter, Request, Response
 
+from service.engine.engine import Engine
 from service.engine.servables.base import TextInput
 from service.http.routes.classify import job_of
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
@@ -90,6 +91,27 @@ def response_id(request_id: str) -> str:
     return request_id or uuid.uuid4().hex
 
 
+async def embedded_by_type(
+    body: CohereEmbedRequest,
+    dimensions: int | None,
+    version: str,
+    request: Request,
+    response: Response,
+    engine: Engine,
+) -> CohereEmbedByTypeResponse:
+    """The ``embeddings_by_type`` answer of either API version (types default to float)."""
+    types = list(dict.fromkeys(body.embedding_types or ["float"]))
+    client = client_of(request)
+    answer = await engine.encode(body.model, embed_job(body, types, dimensions), client)
+    set_timing_headers(response, answer)
+    return CohereEmbedByTypeResponse(
+        id=response_id(client.request_id),
+        embeddings=by_type(answer.value, types),
+        texts=body.texts,
+        meta=meta(version, answer.tokens),
+    )
+
+
 @router.post(
     "/v1/embed",
     response_model=CohereEmbedFloatsResponse | CohereEmbedByTypeResponse,
@@ -101,20 +123,14 @@ async def embed_v1(
 ) -> CohereEmbedFloatsResponse | CohereEmbedByTypeResponse:
     """Cohere v1 embed: ``embeddings_floats`` without ``embedding_types``, else
     ``embeddings_by_type``."""
-    types = list(dict.fromkeys(body.embedding_types or ["float"]))
+    if body.embedding_types is not None:
+        return await embedded_by_type(body, None, "1", request, response, engine)
     client = client_of(request)
-    answer = await engine.encode(body.model, embed_job(body, types, None), client)
+    answer = await engine.encode(body.model, embed_job(body, ["float"], None), client)
     set_timing_headers(response, answer)
-    if body.embedding_types is None:
-        return CohereEmbedFloatsResponse(
-            id=response_id(client.request_id),
-            embeddings=answer.value,
-            texts=body.texts,
-            meta=meta("1", answer.tokens),
-        )
-    return CohereEmbedByTypeResponse(
+    return CohereEmbedFloatsResponse(
         id=response_id(client.request_id),
-        embeddings=by_type(answer.value, types),
+        embeddings=answer.value,
         texts=body.texts,
         meta=meta("1", answer.tokens),
     )
@@ -130,17 +146,7 @@ async def embed_v2(
     body: CohereEmbedV2Request, request: Request, response: Response, engine: EngineDep
 ) -> CohereEmbedByTypeResponse:
     """Cohere v2 embed: embeddings by type (default float), ``output_dimension`` shortening."""
-    types = list(dict.fromkeys(body.embedding_types or ["float"]))
-    client = client_of(request)
-    job = embed_job(body, types, body.output_dimension)
-    answer = await engine.encode(body.model, job, client)
-    set_timing_headers(response, answer)
-    return CohereEmbedByTypeResponse(
-        id=response_id(client.request_id),
-        embeddings=by_type(answer.value, types),
-        texts=body.texts,
-        meta=meta("2", answer.tokens),
-    )
+    return await embedded_by_type(body, body.output_dimension, "2", request, response, engine)
 
 
 @router.post(
