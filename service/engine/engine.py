@@ -102,23 +102,50 @@ class Engine:
         self.registry = registry
         self.batcher = batcher
 
-    async def encode(self, model: str | None, request: TextInput, client: Client) -> Answer:
-        """Embeddings for ``request.texts``, one per text, in order."""
-        return await self._serve("encode", model, request, len(request.texts), "inputs", client)
+    async def encode(
+        self, model: str | None, request: TextInput, client: Client, first_if_unnamed: bool = False
+    ) -> Answer:
+        """Embeddings for ``request.texts``, one per text, in order. ``first_if_unnamed``: with
+        no model named, the first loaded encoder answers however many are loaded (TEI's routes:
+        TEI serves one model, so its clients name none)."""
+        name = self._first_if_unnamed(model, "encode", first_if_unnamed)
+        return await self._serve("encode", name, request, len(request.texts), "inputs", client)
 
     async def forecast(self, model: str | None, request: ForecastInput, client: Client) -> Answer:
         """Forecasts for ``request.series``, one per series, in order."""
         return await self._serve("forecast", model, request, len(request.series), "series", client)
 
-    async def rerank(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:
+    async def rerank(
+        self,
+        model: str | None,
+        request: ClassifyInput,
+        client: Client,
+        first_if_unnamed: bool = False,
+    ) -> Answer:
         """A relevance score per ``(query, document)`` pair of ``request.inputs``, in order
-        (``CrossEncoder.predict``'s scores: the model's saved activation)."""
+        (``CrossEncoder.predict``'s scores: the model's saved activation); ``first_if_unnamed``
+        as for :meth:`encode`."""
         request = replace(request, ranking=True)
-        return await self._serve("rerank", model, request, len(request.inputs), "documents", client)
+        name = self._first_if_unnamed(model, "rerank", first_if_unnamed)
+        return await self._serve("rerank", name, request, len(request.inputs), "documents", client)
 
-    async def classify(self, model: str | None, request: ClassifyInput, client: Client) -> Answer:
-        """Label scores (in the model's label order) per text or pair, in order."""
-        return await self._serve("classify", model, request, len(request.inputs), "inputs", client)
+    async def classify(
+        self,
+        model: str | None,
+        request: ClassifyInput,
+        client: Client,
+        first_if_unnamed: bool = False,
+    ) -> Answer:
+        """Label scores (in the model's label order) per text or pair, in order;
+        ``first_if_unnamed`` as for :meth:`encode` (a classifier or a reranker)."""
+        name = self._first_if_unnamed(model, "classify", first_if_unnamed)
+        return await self._serve("classify", name, request, len(request.inputs), "inputs", client)
+
+    def _first_if_unnamed(self, name: str | None, task: str, wanted: bool) -> str | None:
+        """``name``, or with ``wanted`` and no name the first loaded model serving ``task``."""
+        if name is not None or not wanted:
+            return name
+        return self.text_model(None, ("classify", "rerank") if task == "classify" else (task,))[0]
 
     async def _serve(
         self, task: str, name: str | None, request: Any, count: int, what: str, client: Client

@@ -67,10 +67,10 @@ async def predict(
     """Label scores for one input (a list) or a list of inputs (a list of lists), as
     text-embeddings-inference answers. The model: ``model`` or ``x-model``, else the first
     loaded classifier or reranker."""
-    name, _ = engine.text_model(chosen(body.model, x_model), ("classify", "rerank"))
     inputs, listed = body.batch
     job = job_of(body, inputs)
-    answer = await engine.classify(name, job, client_of(request))
+    name = chosen(body.model, x_model)
+    answer = await engine.classify(name, job, client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)
     out = [labelled(row, labels) for row in answer.value]

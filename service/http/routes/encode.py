@@ -57,8 +57,8 @@ async def tei_embed(
     """text-embeddings-inference's embed: one vector per input, as a bare list (which model,
     backend and precision ran are in the ``x-*`` headers). The model: ``model`` or ``x-model``,
     else the first loaded encoder (TEI serves one model)."""
-    name, _ = engine.text_model(chosen(body.model, x_model), ("encode",))
-    answer = await engine.encode(name, job_of(body), client_of(request))
+    name = chosen(body.model, x_model)
+    answer = await engine.encode(name, job_of(body), client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     vectors: list[list[float]] = answer.value
     return vectors

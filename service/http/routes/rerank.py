@@ -113,9 +113,9 @@ async def tei_rerank(
 ) -> list[TeiRank]:
     """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first. The model:
     ``model`` or ``x-model``, else the first loaded reranker."""
-    name, _ = engine.text_model(chosen(body.model, x_model), ("rerank",))
     job = job_of(body, [(body.query, t) for t in body.texts], "text")
-    answer = await engine.rerank(name, job, client_of(request))
+    name = chosen(body.model, x_model)
+    answer = await engine.rerank(name, job, client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     return [
         TeiRank(index=i, score=score, text=body.texts[i] if body.return_text else None)

@@ -30,6 +30,7 @@ from pydantic_core import to_json
 
 from service import __version__
 from service.engine.servables.base import TextInput
+from service.http.render import rows_json
 from service.http.routes.classify import predict
 from service.http.routes.deps import (
     AppStateDep,
@@ -90,10 +91,12 @@ ROOT_BODY = {
 POOLING_NAMES = {"lasttoken": "last_token"}
 
 
-def rendered(value: Any, response: Response) -> Response:
-    """``value`` as JSON (None fields left out, as TEI leaves out ``text``), with the headers
-    the handler set on ``response``."""
-    out = Response(to_json(value, exclude_none=True), media_type="application/json")
+def rendered(value: Any, response: Response, body: bytes | None = None) -> Response:
+    """``value`` as JSON (None fields left out, as TEI leaves out ``text``), or ``body`` when
+    it is already written, with the headers the handler set on ``response``."""
+    if body is None:
+        body = to_json(value, exclude_none=True)
+    out = Response(body, media_type="application/json")
     for name, header in response.headers.items():
         if name != "content-length":
             out.headers[name] = header
@@ -248,7 +251,8 @@ async def embed_all(
     )
     answer = await engine.encode(name, job, client_of(request))
     set_timing_headers(response, answer)
-    return rendered(answer.value, response)
+    width = len(answer.value[0][0]) if answer.value and answer.value[0] else 1
+    return rendered(None, response, await rows_json(answer.value, width))
 
 
 # ----------------------------------------------------------------------------- tokens
@@ -265,7 +269,8 @@ async def tokenize(
         chosen(body.model, x_model), texts, body.add_special_tokens, body.prompt_name
     )
     response.headers["x-model"] = name
-    return rendered(tokens, response)
+    # start / stop stay in as null for special tokens, as TEI's Option fields do.
+    return rendered(None, response, await rows_json(tokens, values_per_item=5))
 
 
 @router.post("/decode", response_model=list[str], responses=ERROR_RESPONSES)
