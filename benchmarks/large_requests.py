@@ -38,20 +38,9 @@ OUT = ROOT / "benchmarks" / "results" / "large-requests-cpu.md"
 def folders(root: Path) -> tuple[Path, Path]:
     """A MiniLM-sized cross-encoder and a tiny forecaster under ``root``."""
     from tests.utils.informer import tiny_checkpoint
-    from tests.utils.tiny_classifiers import save_tiny_classifier
+    from tests.utils.tiny_classifiers import save_minilm_sized_reranker
 
-    reranker = save_tiny_classifier(
-        root / RERANKER,
-        "bert",
-        1,
-        cross_encoder=True,
-        seed=1,
-        layers=6,
-        hidden_size=384,
-        intermediate_size=1536,
-        num_attention_heads=12,
-    )
-    return reranker, tiny_checkpoint(root / FORECASTER)
+    return save_minilm_sized_reranker(root / RERANKER), tiny_checkpoint(root / FORECASTER)
 
 
 def measure(server_root: Path, models: list[str], repeats: int, log: Path) -> list[dict[str, Any]]:

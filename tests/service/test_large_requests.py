@@ -24,7 +24,7 @@ from models.text.tokenizer import MAX_LISTED_TOKENS
 from tests.service.server_process import ServerProcess
 from tests.utils.informer import tiny_checkpoint
 from tests.utils.large_bodies import Large, Observed, beside, large_requests, percentile
-from tests.utils.tiny_classifiers import save_tiny_classifier
+from tests.utils.tiny_classifiers import save_minilm_sized_reranker
 
 ENCODER = "all-MiniLM-L6-v2"  # the real one: its tokenizer is what users send text through
 RERANKER = "tiny-reranker"
@@ -36,19 +36,7 @@ COMPUTE_LIMIT_S = "2"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, list[Large]]]:
     root = tmp_path_factory.mktemp("large")
-    # MiniLM-sized (random weights): a reranker's cost per token is what sets how much text a
-    # compute budget allows, and a toy model's would allow far more than a real one's.
-    reranker = save_tiny_classifier(
-        root / RERANKER,
-        "bert",
-        1,
-        cross_encoder=True,
-        seed=1,
-        layers=6,
-        hidden_size=384,
-        intermediate_size=1536,
-        num_attention_heads=12,
-    )
+    reranker = save_minilm_sized_reranker(root / RERANKER)
     forecaster = tiny_checkpoint(root / FORECASTER)
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(os.environ, "ATTNSERVE_MAX_REQUEST_COMPUTE_S", COMPUTE_LIMIT_S)

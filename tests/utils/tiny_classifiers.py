@@ -112,6 +112,24 @@ def save_tiny_classifier(
     return folder
 
 
+def save_minilm_sized_reranker(folder: Path, seed: int = 1) -> Path:
+    """A one-label cross-encoder with all-MiniLM-L6-v2's shape (6 layers, 384 wide, 12 heads)
+    and random weights, saved by ``CrossEncoder.save``: its cost per token is a real model's,
+    which is what sets how much text a compute budget admits (a toy model's would admit far
+    more)."""
+    return save_tiny_classifier(
+        folder,
+        "bert",
+        1,
+        cross_encoder=True,
+        seed=seed,
+        layers=6,
+        hidden_size=384,
+        intermediate_size=1536,
+        num_attention_heads=12,
+    )
+
+
 def reference_scores(folder: Path, pairs: list[tuple[str, str]], batch_size: int = 3) -> np.ndarray:
     """``CrossEncoder.predict`` on ``pairs`` (its activation; a small batch mixes padding)."""
     from sentence_transformers import CrossEncoder

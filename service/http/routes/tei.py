@@ -41,7 +41,7 @@ from service.http.routes.deps import (
     set_timing_headers,
 )
 from service.http.routes.encode import tei_embed
-from service.http.routes.fast_json import FastJSONRoute
+from service.http.routes.fast_json import FastJSONRoute, json_invalid
 from service.http.routes.health import readyz
 from service.http.routes.rerank import tei_rerank
 from service.http.schemas.common import ERROR_RESPONSES, ErrorBody
@@ -110,17 +110,7 @@ async def json_of(request: Request) -> Any:
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         position = exc.pos if isinstance(exc, json.JSONDecodeError) else exc.start
         message = exc.msg if isinstance(exc, json.JSONDecodeError) else str(exc)
-        raise RequestValidationError(
-            [
-                {
-                    "type": "json_invalid",
-                    "loc": ("body", position),
-                    "msg": "JSON decode error",
-                    "input": {},
-                    "ctx": {"error": message},
-                }
-            ]
-        ) from None
+        raise json_invalid(message, position) from None
 
 
 def parsed(model: type[Body], data: Any, name: str) -> Body:

@@ -135,16 +135,13 @@ class RerankResponse(BaseModel):
     usage: PairUsage
 
 
-class InfinityRerankResponse(BaseModel):
+class InfinityRerankResponse(RerankResponse):
     """infinity's rerank answer (``POST /rerank`` with ``documents``): ``/v1/rerank``'s, with
     each document as its text (not Cohere's ``{"text": ...}``), an ``id`` and a ``created``."""
 
-    object: Literal["rerank"] = "rerank"
-    model: str
-    attention: str
-    precision: str = precision_out()
-    results: list[InfinityRank] = Field(description="Sorted by relevance_score, best first.")
-    usage: PairUsage
+    results: list[InfinityRank] = Field(  # type: ignore[assignment]
+        description="Sorted by relevance_score, best first."
+    )
     id: str = Field(description="The request id (x-request-id).")
     created: int = Field(description="Unix time of the answer.")
 
