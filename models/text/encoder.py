@@ -30,7 +30,8 @@ from models.text.card import QUALITY_FILE, describe, load_quality
 from models.text.folder import read_text_folder
 from models.text.matryoshka import Shortening, read_shortening
 from models.text.memory import forward_bytes, forward_work
-from models.text.tokenizer import TextTokenizer, Token, with_prompt
+from models.text.prompts import PromptedText
+from models.text.tokenizer import TextTokenizer, with_prompt
 from models.text.weights import load_network, model_dir
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -38,18 +39,9 @@ HARD_MAX_TOKENS = 512  # rows in its position-embedding table
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
 PAD_MULTIPLE = 8
-# The prompt for a kind of text (a request's task, e.g. Cohere's input_type) when it names no
-# prompt: the first of these the model has, as sentence-transformers' encode_query and
-# encode_document pick (query; document, passage, corpus); none: the default prompt, as encode.
-TASK_PROMPTS: dict[str, tuple[str, ...]] = {
-    "query": ("query",),
-    "document": ("document", "passage", "corpus"),
-    "classification": ("classification",),
-    "clustering": ("clustering",),
-}
 
 
-class SentenceEncoder(ChecksTextAttention):
+class SentenceEncoder(ChecksTextAttention, PromptedText):
     """Sentence embeddings with a per-call attention backend.
 
     Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder`; then
@@ -188,68 +180,7 @@ class SentenceEncoder(ChecksTextAttention):
             shortening=read_shortening(path),
         )
 
-    # ------------------------------------------------------------------ tokens
-
-    def tokenize(
-        self,
-        texts: list[str],
-        truncate: bool = False,
-        prompt_name: str | None = None,
-        cut_start: bool = False,
-    ) -> list[list[int]]:
-        """Token ids per text (special tokens included), the prompt ``prompt_name`` (or the
-        model's default prompt) prepended to each text as sentence-transformers does. With
-        ``truncate``, a text over ``max_tokens`` loses its last tokens, or with ``cut_start``
-        its first ones: the start token and the prompt stay in place, so pooling that leaves
-        the prompt out still finds it (text-embeddings-inference's ``truncation_direction``).
-
-        Raises:
-            ModelInputError: a non-string input, an unknown prompt, or a text over
-                ``max_tokens`` without ``truncate`` (the message names the index, its length
-                and the limit).
-        """
-        prompt = self.prompt(prompt_name)
-        keep = None
-        if cut_start:
-            keep = self.prompt_tokens(prompt) if prompt else self.tokenizer.leading_special()
-        return self.tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
-
-    def prompt(self, prompt_name: str | None) -> str:
-        """The text ``prompt_name`` stands for (the default prompt when None; "" when none).
-
-        Raises:
-            ModelInputError: the model has no prompt of that name (the message lists them).
-        """
-        name = prompt_name if prompt_name is not None else self.default_prompt_name
-        if name is None:
-            return ""
-        if name not in self.prompts:
-            known = ", ".join(repr(p) for p in self.prompts) or "none"
-            raise ModelInputError(
-                f"prompt_name {name!r} is not one of {self.name}'s prompts ({known})"
-            )
-        return self.prompts[name]
-
-    def task_prompt_name(self, task: str) -> str | None:
-        """The prompt for texts of ``task`` (a key of :data:`TASK_PROMPTS`): the first of its
-        candidates among the model's prompts, or None (the default prompt applies)."""
-        return next((name for name in TASK_PROMPTS[task] if name in self.prompts), None)
-
-    def pool_skip(self, prompt_name: str | None) -> int:
-        """Leading tokens that pooling leaves out for texts sent with ``prompt_name``: the
-        prompt's own tokens (and the start token) when the model's pooling excludes the
-        prompt, else 0 (sentence-transformers' ``include_prompt: false``)."""
-        prompt = self.prompt(prompt_name)
-        if self.model.pooling.include_prompt or not prompt:
-            return 0
-        return self.prompt_tokens(prompt)
-
-    def prompt_tokens(self, prompt: str) -> int:
-        """Tokens ``prompt`` takes at the start of a text, the start token included
-        (:meth:`TextTokenizer.prompt_length`; worked out once per prompt, asked per request)."""
-        if prompt not in self._prompt_lengths:
-            self._prompt_lengths[prompt] = self.tokenizer.prompt_length(prompt)
-        return self._prompt_lengths[prompt]
+    # ------------------------------------------------------------------ token checks
 
     def _check_token_ids(self, token_ids: Sequence[Sequence[int]]) -> None:
         vocab = self.model.config.vocab_size
@@ -361,14 +292,6 @@ class SentenceEncoder(ChecksTextAttention):
         batch = PackedBatch.from_lists(token_ids, padded, self.device)
         states = self.model(batch, backend, dict(options or {}))  # [t, c], text after text
         return list(states.float().cpu().split(lengths))
-
-    def tokens(
-        self, texts: list[str], add_special_tokens: bool = True, prompt_name: str | None = None
-    ) -> list[list[Token]]:
-        """Every token of each text, with the prompt ``prompt_name`` (or the default prompt)
-        before it as :meth:`tokenize` puts it; no limit applied (TEI's ``/tokenize``)."""
-        prompt = self.prompt(prompt_name)
-        return self.tokenizer.tokens(with_prompt(prompt, texts), add_special_tokens)
 
     def memory_estimate(
         self,

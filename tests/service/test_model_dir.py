@@ -22,6 +22,7 @@ from models.training.data import ETTH1_CHANNELS
 from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables, model_dir_checkpoints
 from service.engine.servables.forecast import ForecastServable
+from service.http.routes.models import INFINITY_CARD_FIELDS
 from service.settings import Settings
 from tests.service.helpers import hourly_series
 from tests.utils.informer import tiny_checkpoint
@@ -69,7 +70,8 @@ def test_every_folder_is_served_beside_the_shipped_model(good_dir: Path) -> None
         for name in MINE:
             expected = ForecastServable(InformerForecaster.load(str(good_dir / name))).card()
             card = cards[name]
-            served = ("limits", "auto", "routes")  # what the server adds to the model's card
+            # What the server adds to the model's card (infinity's model fields among them).
+            served = ("limits", "auto", "routes", *INFINITY_CARD_FIELDS)
             assert {k: v for k, v in card.items() if k not in served} == expected
             assert card["task"] == "forecast" and card["context"] == 24 and card["horizon"] == 8
             # What the folder holds, known without the card code: its name, the tiny

@@ -14,8 +14,9 @@ from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import embedding_losses, precision_figures
 from models.text import SentenceEncoder, windows
-from models.text.encoder import DEFAULT_ATTENTION, TASK_PROMPTS
+from models.text.encoder import DEFAULT_ATTENTION
 from models.text.matryoshka import shorten
+from models.text.prompts import TASK_PROMPTS
 from models.text.quantize import (
     CALIBRATION_TEXTS,
     CALIBRATION_WORDS,

@@ -15,6 +15,8 @@ router = APIRouter(tags=["models"])
 
 # infinity's capability names for the tasks a model answers (its ModelCapabilites).
 CAPABILITIES = {"encode": "embed", "rerank": "rerank", "classify": "classify"}
+# What with_routes adds to a model's own card for infinity's client.
+INFINITY_CARD_FIELDS = ("id", "object", "created", "backend", "capabilities", "stats")
 
 
 @router.get("/models", response_model=ModelsResponse, responses=ERROR_RESPONSES)
