@@ -16,7 +16,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
-from models.text.bounded import WHOLE, Ends, bounded_reason
+from models.text.bounded import WHOLE, Ends, OverTokenBudget, bounded_reason
 
 # The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
 # out of the tokenizer makes Python objects per token under the GIL, a hold that grows with the
@@ -243,14 +243,19 @@ class TextTokenizer:
         self._check(texts)
         prepared = self._prepare(texts)
         out = []
+        if sum(map(len, prepared)) > limit // 4:
+            # Counted first on growing prefixes (the fast call, no offsets), so that texts far
+            # over the cap are refused after reading about the cap's worth of text, not all of
+            # it (the offsets call below costs several times the fast one).
+            try:
+                self._ends(prepared, [WHOLE] * len(prepared), cap=limit, over=-1)
+            except OverTokenBudget as exc:
+                raise _too_many_to_list(f"at least {exc.tokens}", limit) from None
         # encode_batch (not the fast variant) for its character offsets; it releases the GIL.
         encodings = self._tokenizer.encode_batch(prepared, add_special_tokens=add_special_tokens)
         total = sum(len(enc) for enc in encodings)  # no per-token Python objects yet
         if total > limit:
-            raise ModelInputError(
-                f"the inputs hold {total} tokens; a tokenize answer lists at most {limit} "
-                "tokens (each is an object of the answer): send shorter or fewer texts"
-            )
+            raise _too_many_to_list(str(total), limit)
         for original, text, enc in zip(texts, prepared, encodings, strict=True):
             # Offsets index the text the tokenizer read: the lowercased one when lowercasing
             # kept every character in place, the sent one otherwise.
@@ -272,6 +277,13 @@ class TextTokenizer:
                     f"ids {i} holds token id {bad}, outside this model's vocabulary [0, {vocab})"
                 )
         return list(self._tokenizer.decode_batch(ids, skip_special_tokens=skip_special_tokens))
+
+
+def _too_many_to_list(tokens: str, limit: int) -> ModelInputError:
+    return ModelInputError(
+        f"the inputs hold {tokens} tokens; a tokenize answer lists at most {limit} tokens "
+        "(each is an object of the answer): send shorter or fewer texts"
+    )
 
 
 def _spans(
