@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> None:
             "",
         ]
         for label, root in runs:
-            lines.append(f"`{label}`: the checkout at {root} (commit {commit(root)}).")
+            where = "this checkout" if root == ROOT else f"the checkout at {root}"
+            lines.append(f"`{label}`: {where} (commit {commit(root)}).")
         lines.append("")
         for label, root in runs:
             rows = measure(root, models, args.repeats, Path(tmp) / f"{label}.log")
