@@ -24,7 +24,7 @@ def test_a_listing_within_the_limit_is_every_token(tokenizer: TextTokenizer) -> 
     listed = tokenizer.tokens(texts, limit=90)
     assert [len(t) for t in listed] == [82, 8]
     assert listed == tokenizer.tokens(texts)
-    with pytest.raises(ModelInputError, match="hold 90 tokens.*at most 89"):
+    with pytest.raises(ModelInputError, match=r"hold 90 tokens.*at most 89"):
         tokenizer.tokens(texts, limit=89)
 
 
@@ -35,5 +35,5 @@ def test_texts_far_over_the_limit_are_refused_before_the_offsets_call(
         raise AssertionError("the whole text was tokenised with offsets")
 
     monkeypatch.setattr(tokenizer._tokenizer, "encode_batch", offsets_call)
-    with pytest.raises(ModelInputError, match="at least .* tokens.*at most 1000 tokens"):
+    with pytest.raises(ModelInputError, match=r"at least .* tokens.*at most 1000 tokens"):
         tokenizer.tokens([words(200_000)], limit=1000)
