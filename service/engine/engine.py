@@ -40,7 +40,12 @@ from service.engine.batching.batcher import Batcher
 from service.engine.batching.job import JobResult
 from service.engine.batching.policy import BatchKey, length_bucket
 from service.engine.registry import Registry
-from service.engine.servables.base import ClassifyInput, ForecastInput, TextInput
+from service.engine.servables.base import (
+    INLINE_TOKENIZE_CHARS,
+    ClassifyInput,
+    ForecastInput,
+    TextInput,
+)
 from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
 
@@ -51,9 +56,6 @@ if TYPE_CHECKING:
 TEXT_TABLE_LENGTHS = (64, 128, 256)
 # The tasks of text models (what the text-embeddings-inference routes serve).
 TEXT_TASKS = ("encode", "rerank", "classify")
-# Tokenizing or decoding this many characters / ids costs about a thread hop: shorter requests
-# run on the event loop, longer ones in a thread (as the servables' INLINE_TOKENIZE_CHARS).
-INLINE_TOKENIZE_CHARS = 4096
 
 
 @dataclass(frozen=True)

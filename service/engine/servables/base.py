@@ -25,6 +25,10 @@ from models.names import DEFAULT_PRECISION
 
 OptionItems = tuple[tuple[str, Hashable], ...]
 
+# Tokenizing (or decoding) this many characters costs about as much as a thread hop: shorter
+# requests are tokenized on the event loop, longer ones in a thread (Checked.inline).
+INLINE_TOKENIZE_CHARS = 4096
+
 
 @dataclass(frozen=True)
 class Call:

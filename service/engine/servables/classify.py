@@ -21,6 +21,7 @@ from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
+    INLINE_TOKENIZE_CHARS,
     Call,
     Checked,
     ClassifyInput,
@@ -29,7 +30,6 @@ from service.engine.servables.base import (
     option_items,
 )
 
-INLINE_TOKENIZE_CHARS = 4096  # as for sentence encoders: shorter requests tokenise on the loop
 CALIBRATION_TOKENS = 128
 
 

@@ -30,6 +30,7 @@ from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.backends import accepted_backends, measured_losses, served_card
 from service.engine.servables.base import (
+    INLINE_TOKENIZE_CHARS,
     Call,
     Checked,
     TextCall,
@@ -39,9 +40,6 @@ from service.engine.servables.base import (
     option_items,
 )
 
-# Tokenizing this many characters costs about as much as a thread hop: shorter requests are
-# tokenized on the event loop, longer ones in a thread.
-INLINE_TOKENIZE_CHARS = 4096
 CALIBRATION_TOKENS = 128
 # Most numbers a token-embeddings answer may hold (about 80 MB of JSON, a fraction of a second
 # to render on the event loop).
