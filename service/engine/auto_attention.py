@@ -63,7 +63,7 @@ class Candidate:
 
     @property
     def precision(self) -> str:
-        return getattr(self.call, "precision", DEFAULT_PRECISION)
+        return self.call.precision
 
     @property
     def exact(self) -> bool:
@@ -144,9 +144,8 @@ def candidates(
             if b in backends:
                 measured[model.default_call(b, DEFAULT_PRECISION)] = 0.0
     for call, loss in model.quality_losses(length).items():
-        p = getattr(call, "precision", DEFAULT_PRECISION)
-        exact = call.backend in EXACT_BACKENDS and p == DEFAULT_PRECISION
-        if call.backend in backends and p in loaded and not exact:
+        exact = call.backend in EXACT_BACKENDS and call.precision == DEFAULT_PRECISION
+        if call.backend in backends and call.precision in loaded and not exact:
             measured[call] = loss
     budget = worker.limits.max_batch_memory
     out = []

@@ -40,10 +40,12 @@ SECONDS = {"probsparse": 0.01, "nystrom": 0.02, "performer": 0.03, "flash": 0.05
 def pin(worker: ModelWorker, seconds: dict[str, float], rows: int, length: int) -> None:
     """Rates such that ``rows`` rows of ``length`` cost ``seconds[backend]`` under each backend."""
     servable = worker.servable
-    worker.cost.rates = {
-        b: servable.work_estimate(servable.default_call(b), rows, length) / s
-        for b, s in seconds.items()
-    }
+    worker.cost.rates.update(
+        {
+            (b, None, "float32"): servable.work_estimate(servable.default_call(b), rows, length) / s
+            for b, s in seconds.items()
+        }
+    )
 
 
 @pytest.fixture(scope="module")
@@ -185,13 +187,16 @@ def variant_client(
     with TestClient(make_app([wrapped])) as c:
         worker = c.app.state.attnserve.batcher.workers[wrapped.name]  # type: ignore[attr-defined]
         # Warm-up priced each variant at its own options, beside the defaults.
-        assert set(worker.cost.option_rates) == {
-            ("performer", EIGHT),
-            ("performer", (("num_features", 12),)),
+        rates = worker.cost.rates
+        assert {key for key in rates if key[1] is not None} == {
+            ("performer", EIGHT, "float32"),
+            ("performer", (("num_features", 12),), "float32"),
         }
         pin(worker, SECONDS, 1, wrapped.context)
         work = wrapped.work_estimate(Call("performer", EIGHT), 1, wrapped.context)
-        worker.cost.option_rates = {("performer", EIGHT): work / 0.005}  # 5 ms: cheapest
+        # Only this variant priced (the other unmeasured), at 5 ms: cheapest.
+        worker.cost.rates = {key: rate for key, rate in rates.items() if key[1] is None}
+        worker.cost.rates[("performer", EIGHT, "float32")] = work / 0.005
         yield c, wrapped
 
 

@@ -45,7 +45,7 @@ def pin_rates(worker: ModelWorker, seconds_for_default: float) -> tuple[BatchKey
     key = BatchKey(servable.default_call("performer"), length_bucket(longest))
     work = servable.work_estimate(key.call, len(TEXTS), longest)
     rate = work / seconds_for_default
-    worker.cost.rates = {backend: rate for backend in servable.backends()}
+    worker.cost.rates.update({(b, None, "float32"): rate for b in servable.backends()})
     return key, longest
 
 
@@ -57,7 +57,7 @@ def test_warm_up_measures_a_rate_for_every_served_backend(tiny_text: Any) -> Non
     with TestClient(make_app([tiny_text])) as client:
         worker = worker_of(client)
         rates = worker.cost.rates
-        assert sorted(rates) == sorted(tiny_text.backends())
+        assert sorted(rates) == sorted((b, None, "float32") for b in tiny_text.backends())
         assert all(math.isfinite(r) and r > 0 for r in rates.values())
         _, call, longest = tiny_text.calibration_batch("flash")
         estimate = worker.seconds_estimate(BatchKey(call, length_bucket(longest)), 8, longest)

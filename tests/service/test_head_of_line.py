@@ -89,7 +89,7 @@ def test_the_time_slice_splits_a_request_that_is_within_the_batch_limits(
         longest = max(lengths)
         key = BatchKey(servable.default_call("flash"), length_bucket(longest))
         rate = servable.work_estimate(key.call, len(lengths), longest) / 3.2
-        worker.cost.rates = {backend: rate for backend in servable.backends()}
+        worker.cost.rates.update({(b, None, "float32"): rate for b in servable.backends()})
         assert worker.limits.slice_seconds == 1.0  # settings.batch_slice_s, as the app hands it
 
         part = 2

@@ -296,10 +296,7 @@ def pin(worker: ModelWorker, rows: int, length: int) -> None:
     servable = worker.servable
     for (backend, precision), seconds in AUTO_SECONDS.items():
         work = servable.work_estimate(servable.default_call(backend, precision), rows, length)
-        if precision == "float32":
-            worker.cost.rates[backend] = work / seconds
-        else:
-            worker.cost.precision_rates[(backend, precision)] = work / seconds
+        worker.cost.rates[(backend, None, precision)] = work / seconds
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The peer benchmark's load generator (benchmarks/peers/driver.py): response framing,
+"""The benchmarks' load driver (benchmarks/harness/load.py): response framing,
 percentiles, and closed-loop load against a tiny local asyncio HTTP server (no models)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from contextlib import asynccontextmanager
 import pytest
 import uvloop
 
-from benchmarks.peers.driver import (
+from benchmarks.harness.load import (
     build_request,
     drive,
     parse_head,

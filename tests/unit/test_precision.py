@@ -87,12 +87,12 @@ def test_cost_model_keeps_a_rate_per_precision() -> None:
     cost = CostModel()
     cost.calibrate("flash", 100.0, lambda: None)
     cost.calibrate("flash", 100.0, lambda: None, precision="bfloat16")
-    cost.precision_rates[("flash", "bfloat16")] = 400.0
-    cost.rates["flash"] = 100.0
+    cost.rates[("flash", None, "bfloat16")] = 400.0
+    cost.rates[("flash", None, "float32")] = 100.0
     assert cost.seconds("flash", 100.0) == 1.0
     assert cost.seconds("flash", 100.0, (), "bfloat16") == 0.25
     assert cost.seconds("flash", 100.0, (), "int8") is None  # never measured: never guessed
-    cost.precision_option_rates[("flash", (("x", 1),), "bfloat16")] = 50.0
+    cost.rates[("flash", (("x", 1),), "bfloat16")] = 50.0
     assert cost.seconds("flash", 100.0, (("x", 1),), "bfloat16") == 2.0
 
 

@@ -13,7 +13,7 @@ batch's work over its fastest time. An estimate is then ``work / rate``.
 The rate comes from a batch of a typical size, fixed overhead included, so requests larger than
 it are priced a little high and smaller ones a little low: the bound that uses it
 (``max_request_compute_s``) is about refusing requests that would hold the worker for many
-seconds, where that errs on the safe side. ``python -m benchmarks.cost_model`` prints estimated
+seconds, where that errs on the safe side. ``python -m benchmarks.attention.cost_model`` prints estimated
 against measured times.
 """
 
@@ -32,19 +32,20 @@ from service.engine.servables.base import Call, OptionItems, ServedModel
 CALIBRATION_RUNS = 1
 
 
+# A rate's key: (backend, options, precision), options None for the backend's defaults in that
+# precision (its base rate) and the canonical option items of a measured variant otherwise.
+RateKey = tuple[str, OptionItems | None, str]
+
+
 @dataclass
 class CostModel:
-    """Measured work rates (flop-equivalents per second) of one model on one device: per backend
-    at its default options, and per (backend, options) for the option variants ``auto`` may pick
-    (their constant factors differ from the defaults' too: fewer Performer features leave
-    fixed passes that do not shrink). Precisions other than float32 run other kernels
-    (bfloat16 matmuls, int8 GEMMs), so each has rates of its own, at its defaults and per
-    variant."""
+    """Measured work rates (flop-equivalents per second) of one model on one device, one table
+    keyed by (backend, options, precision): each backend at its default options, and the option
+    variants ``auto`` may pick (their constant factors differ from the defaults' too: fewer
+    Performer features leave fixed passes that do not shrink), in every loaded precision (other
+    precisions run other kernels: bfloat16 matmuls, int8 GEMMs)."""
 
-    rates: dict[str, float] = field(default_factory=dict)
-    option_rates: dict[tuple[str, OptionItems], float] = field(default_factory=dict)
-    precision_rates: dict[tuple[str, str], float] = field(default_factory=dict)
-    precision_option_rates: dict[tuple[str, OptionItems, str], float] = field(default_factory=dict)
+    rates: dict[RateKey, float] = field(default_factory=dict)
 
     def seconds(
         self,
@@ -56,12 +57,9 @@ class CostModel:
         """Estimated seconds of ``work`` under ``backend`` at ``options`` in ``precision`` (the
         variant's own rate when it was measured, else the backend's in that precision); None
         before the backend was calibrated in that precision."""
-        if precision == DEFAULT_PRECISION:
-            rate = self.option_rates.get((backend, options)) or self.rates.get(backend)
-        else:
-            rate = self.precision_option_rates.get(
-                (backend, options, precision)
-            ) or self.precision_rates.get((backend, precision))
+        rate = self.rates.get((backend, options, precision)) or self.rates.get(
+            (backend, None, precision)
+        )
         return None if not rate else work / rate
 
     def calibrate(
@@ -79,16 +77,7 @@ class CostModel:
             started = time.perf_counter()
             run()
             best = min(best, time.perf_counter() - started)
-        rate = work / max(best, 1e-6)
-        if precision != DEFAULT_PRECISION:
-            if options is None:
-                self.precision_rates[(backend, precision)] = rate
-            else:
-                self.precision_option_rates[(backend, options, precision)] = rate
-        elif options is None:
-            self.rates[backend] = rate
-        else:
-            self.option_rates[(backend, options)] = rate
+        self.rates[(backend, options, precision)] = work / max(best, 1e-6)
         return best
 
 
@@ -104,7 +93,7 @@ def measure_backend(
     ``backend`` at other options, or in another precision) that variant's rate; returns the
     batch's seconds."""
     rows, call, longest = model.calibration_batch(backend)
-    precision = getattr(variant or call, "precision", DEFAULT_PRECISION)
+    precision = (variant or call).precision
     # A precision's own defaults are its base rate; other options are its variants.
     options: OptionItems | None = None
     if variant is not None and variant != replace(call, precision=precision):

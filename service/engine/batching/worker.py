@@ -33,7 +33,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from models.names import DEFAULT_PRECISION
 from service.engine.batching.admission import compute_refusal, memory_refusal
 from service.engine.batching.cost import CostModel, measure_backend
 from service.engine.batching.device import DeviceRuntime, torch_thread
@@ -105,8 +104,7 @@ class ModelWorker:
         """Estimated seconds of a forward pass of ``rows`` rows of ``longest`` on this device
         (None before warm-up measured the backend)."""
         work = self._work_estimate(key, rows, longest)
-        precision = getattr(key.call, "precision", DEFAULT_PRECISION)  # rates per precision
-        return self.cost.seconds(key.backend, work, key.call.options, precision)
+        return self.cost.seconds(key.backend, work, key.call.options, key.precision)
 
     # ------------------------------------------------------------------ queue side
 
