@@ -41,8 +41,11 @@ __all__ = [
     "PRECISION_NAMES",
     "PrecisionError",
     "check_precisions",
+    "convert_network",
     "input_ranges",
     "native_bf16",
+    "needs_conversion",
+    "precision_of",
     "quantize_int8",
 ]
 
@@ -286,16 +289,37 @@ def needs_conversion(current: str, target: str) -> bool:
     return True
 
 
-def convert(
-    model: nn.Module,
+def convert_network(
+    net: nn.Module,
     precision: str,
+    *,
+    calibrate: Callable[[nn.Module], object] | None = None,
     keep_float: Iterable[str] = (),
-    input_absmax: Mapping[str, torch.Tensor] | None = None,
+    smooth: bool | Iterable[str] = True,
 ) -> nn.Module:
-    """A copy of float32 ``model`` in ``precision`` (``float32`` returns ``model`` itself);
-    int8 takes ``keep_float`` and ``input_absmax`` (:func:`quantize_int8`)."""
+    """``net`` (float32) in ``precision``, whatever network it is; the original is not modified.
+
+    - ``float32``: ``net`` itself.
+    - ``bfloat16`` / ``float16``: a copy with every parameter and buffer in that dtype.
+    - ``int8``: a copy with its linear layers quantized (:func:`quantize_int8`); layers whose
+      dotted name matches a pattern in ``keep_float`` stay float32. With ``calibrate`` (called
+      with a probed copy of ``net``, which it runs on calibration inputs) and ``smooth``, the
+      layers' input ranges are measured first (:func:`input_ranges`) and each layer smoothed
+      (SmoothQuant); ``smooth`` as patterns limits that to the layers they match.
+
+    Raises:
+        ValueError: an unknown precision.
+    """
+    if precision not in PRECISION_NAMES:
+        raise ValueError(f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}")
     if precision == DEFAULT_PRECISION:
-        return model
-    if precision == "int8":
-        return quantize_int8(model, keep_float, input_absmax)
-    return copy.deepcopy(model).to(DTYPES[precision])
+        return net
+    if precision != "int8":
+        return copy.deepcopy(net).to(DTYPES[precision])
+    ranges = None
+    if calibrate is not None and smooth:
+        ranges = input_ranges(net, calibrate)
+        if not isinstance(smooth, bool):
+            only = tuple(smooth)
+            ranges = {name: peak for name, peak in ranges.items() if matches(name, only)}
+    return quantize_int8(net, keep_float, ranges)

@@ -199,9 +199,9 @@ class Informer(nn.Module):
     def to_precision(self, precision: str, keep_float: tuple[str, ...] = ()) -> Informer:
         """A copy in ``precision`` (:mod:`models.precision`; float32: this model), RevIN and the
         linear path kept float32 (see :meth:`forward`)."""
-        from models.precision import convert
+        from models.precision import convert_network
 
-        copy = convert(self, precision, keep_float)
+        copy = convert_network(self, precision, keep_float=keep_float)
         if copy is not self:
             for keep in (copy.revin, copy.linear):
                 if keep is not None:

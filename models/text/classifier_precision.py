@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING
 
-from models.precision import DTYPES, convert, input_ranges, needs_conversion
+from models.precision import DTYPES, convert_network, needs_conversion
 
 if TYPE_CHECKING:
     from torch import nn
@@ -39,11 +39,10 @@ def in_precision(classifier: TextClassifier, precision: str) -> TextClassifier:
     """
     if not needs_conversion(classifier.precision, precision):
         return classifier
-    ranges = None
-    if precision == "int8":
-        ranges = input_ranges(classifier.model, lambda model: _calibrate(classifier, model))
     twin = copy.copy(classifier)
-    twin.model = convert(classifier.model, precision, (), ranges)  # type: ignore[assignment]
+    twin.model = convert_network(  # type: ignore[assignment]
+        classifier.model, precision, calibrate=lambda model: _calibrate(classifier, model)
+    )
     twin.dtype = DTYPES[precision]
     twin.precision = precision
     return twin

@@ -2,7 +2,7 @@
 
 bfloat16 and float16 convert the float32 network; int8 quantizes its linear layers, by default
 after calibrating SmoothQuant input scales on real texts: embedding them once in float32 gives
-each linear layer's largest input per channel (:func:`models.precision.input_ranges`).
+each linear layer's largest input per channel (:func:`models.precision.convert_network`).
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 from typing import TYPE_CHECKING, Any
 
-from models.precision import DTYPES, convert, input_ranges, matches, needs_conversion
+from models.precision import DTYPES, convert_network, needs_conversion
 
 if TYPE_CHECKING:
     from models.text.encoder import SentenceEncoder
@@ -52,14 +52,15 @@ def in_precision(
     """
     if not needs_conversion(encoder.precision, precision):
         return encoder
-    ranges = None
-    if precision == "int8" and smooth:
-        ranges = input_ranges(encoder.model, lambda model: calibrate(encoder, model))
-        if not isinstance(smooth, bool):
-            ranges = {name: peak for name, peak in ranges.items() if matches(name, smooth)}
     keep = INT8_KEEP_FLOAT if keep_float is None else keep_float
     twin = copy.copy(encoder)
-    twin.model = convert(encoder.model, precision, keep, ranges)  # type: ignore[assignment]
+    twin.model = convert_network(  # type: ignore[assignment]
+        encoder.model,
+        precision,
+        calibrate=lambda model: calibrate(encoder, model),
+        keep_float=keep,
+        smooth=smooth,
+    )
     twin.dtype = DTYPES[precision]
     twin.precision = precision
     twin._compiled, twin.compiled_backends = None, frozenset()
