@@ -267,6 +267,17 @@ def visible_keys(
     return mask
 
 
+def working_precision(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """``q``, ``k``, ``v`` in float32 (float64 stays float64), for the approximate backends.
+
+    Their numerically delicate steps (Performer's stabiliser and feature sums, Nyström's
+    iterative pseudo-inverse, ProbSparse's sampled measure) lose too much in half precision; the
+    caller casts its result back to the input dtype.
+    """
+    work = torch.float64 if q.dtype == torch.float64 else torch.float32
+    return q.to(work), k.to(work), v.to(work)
+
+
 def masked_mean_values(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     """Mean of ``v`` over real keys: ``[b, h, Lk, d] -> [b, h, 1, d]``; zeros for an all-pad row."""
     if key_padding_mask is None:

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption
+from models.attention.base import Backend, Capabilities, IntOption, working_precision
 from models.attention.full import full_attention
 
 
@@ -129,8 +129,7 @@ def nystrom_attention(
     if lk <= m:  # every row has at most m keys: exact attention is as cheap as the approximation
         return full_attention(q, k, v, key_padding_mask)
     out_dtype = q.dtype
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q, k, v = q.to(work), k.to(work), v.to(work)
+    q, k, v = working_precision(q, k, v)
     if key_padding_mask is None:
         return _nystrom(q, k, v, None, None, m, pinv_iterations).to(out_dtype)
     key_real = key_padding_mask

@@ -24,7 +24,7 @@ import math
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption
+from models.attention.base import Backend, Capabilities, IntOption, working_precision
 
 FEATURE_SEED = 0xFA7
 # Prefix-sum chunk of causal mode. The in-chunk product is quadratic in the chunk, so smaller
@@ -153,8 +153,7 @@ def performer_attention(
 ) -> Tensor:
     """FAVOR+ attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]``."""
     out_dtype = q.dtype
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q, k, v = q.to(work), k.to(work), v.to(work)
+    q, k, v = working_precision(q, k, v)
     m = num_features or default_num_features(q.shape[-1])
     phi_q, phi_k = _feature_maps(q, k, key_padding_mask, m)
     if causal:

@@ -44,7 +44,13 @@ import math
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption, masked_mean_values
+from models.attention.base import (
+    Backend,
+    Capabilities,
+    IntOption,
+    masked_mean_values,
+    working_precision,
+)
 from models.attention.full import full_attention
 
 SAMPLE_SEED = 0x5EED
@@ -240,8 +246,7 @@ def probsparse_attention(
     b, h, lq, d = q.shape
     lk = k.shape[-2]
     out_dtype = q.dtype
-    work = torch.float64 if q.dtype == torch.float64 else torch.float32
-    q, k, v = q.to(work), k.to(work), v.to(work)
+    q, k, v = working_precision(q, k, v)
     scale = 1.0 / math.sqrt(d)
 
     # In self-attention the key padding mask also marks padded queries; they are never active.
@@ -280,7 +285,7 @@ def probsparse_attention(
     scores = (torch.gather(q, 2, index) * scale) @ k.transpose(-1, -2)
     if attn_bias is not None:
         rows = top[..., None].expand(b, h, u_max, lk)
-        scores = scores + torch.gather(attn_bias.to(work).expand(b, h, lq, lk), 2, rows)
+        scores = scores + torch.gather(attn_bias.to(q.dtype).expand(b, h, lq, lk), 2, rows)
     allowed = None if key_padding_mask is None else key_padding_mask[:, None, None, :]
     if causal:
         before = torch.arange(lk, device=q.device) <= top[..., None]
@@ -288,7 +293,7 @@ def probsparse_attention(
     if allowed is None:
         out_top = scores.softmax(dim=-1) @ v
     else:
-        scores = scores.masked_fill(~allowed, torch.finfo(work).min)
+        scores = scores.masked_fill(~allowed, torch.finfo(q.dtype).min)
         out_top = (scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)) @ v
 
     out = _lazy_values(v, key_padding_mask, lq, causal).contiguous()

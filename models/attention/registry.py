@@ -8,13 +8,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention import flash, full, nystrom, performer, probsparse
 from models.attention.base import AttentionError, Backend, InputSpec
+from models.attention.flash import BACKEND as FLASH
+from models.attention.full import BACKEND as FULL
+from models.attention.nystrom import BACKEND as NYSTROM
+from models.attention.performer import BACKEND as PERFORMER
+from models.attention.probsparse import BACKEND as PROBSPARSE
 
-_REGISTRY: dict[str, Backend] = {
-    b.name: b
-    for b in (full.BACKEND, flash.BACKEND, probsparse.BACKEND, performer.BACKEND, nystrom.BACKEND)
-}
+# Imported from each backend's module, not from the package, so the package (which re-exports
+# this module) and the registry never import each other.
+_REGISTRY: dict[str, Backend] = {b.name: b for b in (FULL, FLASH, PROBSPARSE, PERFORMER, NYSTROM)}
 
 BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
 
