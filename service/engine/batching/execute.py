@@ -8,27 +8,33 @@ requests before) runs in parts of as many rows as fit
 :class:`BatchRun` runs one part per :meth:`~BatchRun.step` (one call on the worker thread each),
 so the worker can run other requests' batches between them; :meth:`BatchRun.run_to_end` runs them all.
 
-A failed batch of several requests is retried in smaller groups, one forward pass per
-:meth:`~BatchRun.step` (each a worker turn, like a part, so other batches run between them and
-no retry holds the worker past the time slice), by what the failure says (:meth:`BatchRun._recover`):
+A failed batch of several requests is retried in smaller groups: a work list of request ranges
+(``start:stop`` of the batch), one forward pass per :meth:`~BatchRun.step` (each a worker turn,
+like a part, so other batches run between them and no retry holds the worker past the time
+slice). A failed range is split in halves and both halves are tried; what happens next depends
+on what the failure says and on whether both halves failed (:meth:`BatchRun._judge`):
 
-* out of device memory: the batch's composition matters, so it is split in halves (by request)
-  and each half retried, down to a single request, which then gets a clear ``out_of_memory``
-  error;
-* any other error: halves are tried, and while exactly one half fails the fault looks like one
-  request's, so that half is bisected on (one bad request among ``n`` costs ``1 + 2*ceil(log2
-  n)`` passes and fails alone). When *both* halves fail, bisecting on would cost about two passes
-  per request (``2n - 1`` in all for a fault on every row), so a refusal of the input (a 422:
-  a row's content, and every request must get its own answer) tries the requests one at a time
-  (``n + 3`` passes when every row is refused), and a server fault (a 500) fails them all with it
-  (3 passes), as TEI fails a batch its backend could not run (``core/src/infer.rs``).
+* out of device memory: the batch's composition matters, so a failed half is split again, down
+  to a single request, which then gets a clear ``out_of_memory`` error;
+* any other error: while exactly one half fails the fault looks like one request's, so that
+  half is split again (one bad request among ``n`` costs ``1 + 2*ceil(log2 n)`` passes and
+  fails alone). When *both* halves fail, splitting on would cost about two passes per request
+  (``2n - 1`` in all for a fault on every row), so a refusal of the input (a 422: a row's
+  content, and every request must get its own answer) tries the requests one at a time
+  (``n + 3`` passes when every row is refused), and a server fault (a 500) fails them all with
+  it (3 passes), as TEI fails a batch its backend could not run (``core/src/infer.rs``).
+
+The work list is a stack, so retries run depth first: both halves of a range, then everything
+the first half needs, then everything the second half needs. A range whose clients all left is
+answered without a forward pass.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,16 +62,95 @@ class Outcome:
     stats: BatchStats | None = None
 
 
+class _Role(enum.Enum):
+    """What a range of the batch's requests is in the work list for."""
+
+    WHOLE = "whole"  # the batch as the policy formed it
+    SPLIT = "split"  # failed with several requests: try both halves (no forward pass itself)
+    HALF = "half"  # one half of a split: judged with the other half once both ran
+    ALONE = "alone"  # one request of a refused split: its outcome is its answer
+
+
+@dataclass(frozen=True)
+class _Task:
+    """Requests ``start:stop`` of the batch, and why they are in the work list."""
+
+    start: int
+    stop: int
+    role: _Role
+    failure: Exception | None = None  # for a split: what the range failed with
+
+
+@dataclass
+class _Tried:
+    """A range that ran: every job's outcome, and what the model raised if it failed."""
+
+    task: _Task
+    outcomes: list[Outcome]
+    failure: Exception | None = None
+
+
+class _Group:
+    """Some of a batch's requests on their way through the model, a part at a time: all their
+    rows in one forward pass or, for a lone request over a limit, parts of :attr:`part` rows,
+    longest first (so each part pads to rows of its own length)."""
+
+    def __init__(
+        self,
+        task: _Task,
+        jobs: list[Job],
+        limits: Limits,
+        memory: RowsMemory | None,
+        seconds: RowsSeconds | None,
+    ) -> None:
+        self.task, self.jobs = task, jobs
+        self.rows = [row for job in jobs for row in job.rows]
+        self.lengths = [n for job in jobs for n in job.lengths]
+        self.longest = longest = max(self.lengths, default=0)
+        self.part = part_rows(
+            len(self.rows),
+            longest,
+            limits,
+            None if memory is None else lambda n: memory(n, longest),
+            None if seconds is None else lambda n: seconds(n, longest),
+        )
+        self.done = 0  # rows run so far, in :attr:`order`
+        self.order = list(range(len(self.rows)))
+        if self.part < len(self.rows):
+            self.order.sort(key=lambda i: -self.lengths[i])
+        self.outputs: list[Any] = [None] * len(self.rows)
+        self.totals = _Totals()
+        if self.parts > 1:
+            log.info(
+                "request %s (%d rows of up to %d) is over a batch limit: %d parts of %d rows",
+                jobs[0].request_id,
+                len(self.rows),
+                longest,
+                self.parts,
+                self.part,
+            )
+
+    @property
+    def parts(self) -> int:
+        """Forward passes the group takes."""
+        return max(1, -(-len(self.rows) // self.part))
+
+    @property
+    def abandoned(self) -> bool:
+        """Nobody waits for the answer any more (every client left or timed out)."""
+        return all(job.cancelled for job in self.jobs)
+
+
 class BatchRun:
-    """One batch on its way through the model, a part at a time.
+    """One batch on its way through the model, a forward pass at a time.
 
     Each :meth:`step` (on the worker thread) runs the next forward pass: the whole batch, or for
     a lone request over a limit its next :func:`~service.engine.batching.policy.part_rows` rows,
-    longest first (so each part pads to rows of its own length). After the last part the
-    outputs are joined in the rows' order and each job's ``finish`` runs once on all of its
-    rows. Stats add up the parts: ``inference_s`` is their sum (not the time other batches ran
-    between them), ``rows`` and ``tokens`` describe one forward pass, and the memory figures are
-    the largest part's.
+    longest first; after a failure, the next retry (see the module docstring). After a group's
+    last part its outputs are joined in the rows' order and each job's ``finish`` runs once on
+    all of its rows. Stats add up the parts: ``inference_s`` is their sum (not the time other
+    batches ran between them), ``rows`` and ``tokens`` describe one forward pass, and the
+    memory figures are the largest part's; a request answered by a retry gets its retry's.
 
     Args:
         jobs: the batch, in order.
@@ -76,8 +161,6 @@ class BatchRun:
         on_split: called when a failed batch of several requests is split in two.
         memory: estimated peak bytes of (rows, longest) for this batch's key.
         seconds: estimated seconds of (rows, longest) for this batch's key (the time slice).
-        recover: retry a failed batch of several requests in smaller groups (see the module
-            docstring); False: every job gets the error (a group the recovery itself tries).
     """
 
     def __init__(
@@ -90,181 +173,148 @@ class BatchRun:
         on_split: Callable[[], None] = lambda: None,
         memory: RowsMemory | None = None,
         seconds: RowsSeconds | None = None,
-        recover: bool = True,
     ) -> None:
         self.jobs = jobs
-        self._recovers = recover
-        self.failure: Exception | None = None  # what the model raised, if it failed
-        # After a failure: the retries still to run, one forward pass per step.
-        self._recovery: Generator[None, None, list[Outcome]] | None = None
         self._run_rows, self._runtime, self._backend = run_rows, runtime, backend
         self._limits, self._on_split = limits, on_split
         self._memory, self._seconds = memory, seconds
         self.started_at = time.monotonic()  # when it left the queue (its requests' queue time)
-        self.rows = [row for job in jobs for row in job.rows]
-        self.lengths = [n for job in jobs for n in job.lengths]
-        self.longest = longest = max(self.lengths, default=0)
-        self.part = part_rows(
-            len(self.rows),
-            longest,
-            limits,
-            None if memory is None else lambda n: memory(n, longest),
-            None if seconds is None else lambda n: seconds(n, longest),
-        )
-        self.done = 0  # rows run so far, in :attr:`_order`
-        self._order = list(range(len(self.rows)))
-        if self.part < len(self.rows):  # longest first: each part pads to its own length
-            self._order.sort(key=lambda i: -self.lengths[i])
-        self._outputs: list[Any] = [None] * len(self.rows)
-        self._stats = _Totals()
-        if self.parts > 1:
-            log.info(
-                "request %s (%d rows of up to %d) is over a batch limit: %d parts of %d rows",
-                jobs[0].request_id,
-                len(self.rows),
-                longest,
-                self.parts,
-                self.part,
-            )
-
-    def _of(self, jobs: list[Job]) -> BatchRun:
-        """A run of ``jobs`` with this run's model, device, limits and estimates, that reports
-        a failure (:attr:`failure`) for :meth:`_recover` to act on instead of retrying itself."""
-        return BatchRun(
-            jobs,
-            self._run_rows,
-            self._runtime,
-            self._backend,
-            self._limits,
-            self._on_split,
-            self._memory,
-            self._seconds,
-            recover=False,
-        )
-
-    @property
-    def parts(self) -> int:
-        """Forward passes the batch takes."""
-        return max(1, -(-len(self.rows) // self.part))
-
-    @property
-    def abandoned(self) -> bool:
-        """Nobody waits for the answer any more (every client left or timed out)."""
-        return all(job.cancelled for job in self.jobs)
+        # The group whose next forward pass the next step runs: the whole batch first.
+        self._group = self._new_group(_Task(0, len(jobs), _Role.WHOLE))
+        self.part, self.parts = self._group.part, self._group.parts
+        self._todo: list[_Task] = []  # retries still to run, the next one last
+        self._first_half: _Tried | None = None  # a split's first half, waiting for the second
+        self._answers: list[Outcome | None] = [None] * len(jobs)
 
     def step(self) -> list[Outcome] | None:
         """Run the next forward pass (blocking: call on the worker thread). None while parts
-        or retries remain (a failed batch of several requests is retried in smaller groups, one
-        pass per step, see :meth:`_recover`); else every job's outcome: after the last part, on
-        a failure, or, before a part after the first, :class:`~service.errors.ClientDisconnected`
-        when nobody waits."""
-        if self._recovery is not None:
-            return self._resume()
-        if self.done and self.abandoned:
+        or retries remain; else every job's outcome: after the last pass, on a failure that
+        no retry can help, or, before a part after the first, with
+        :class:`~service.errors.ClientDisconnected` when nobody waits."""
+        result = self._advance(self._group)
+        if result is None:
+            return None  # the group's next part runs next turn
+        self._settle(self._group, result)
+        return self._next()
+
+    def run_to_end(self) -> list[Outcome]:
+        """Every remaining pass back to back (blocking); every job's outcome."""
+        while (outcomes := self.step()) is None:
+            pass
+        return outcomes
+
+    def _new_group(self, task: _Task) -> _Group:
+        jobs = self.jobs[task.start : task.stop]
+        return _Group(task, jobs, self._limits, self._memory, self._seconds)
+
+    def _advance(self, group: _Group) -> list[Outcome] | Exception | None:
+        """One forward pass of ``group``: None while parts remain, else its jobs' outcomes
+        (or, before a part after the first, ``ClientDisconnected`` when nobody waits), or
+        what the model raised."""
+        if group.done and group.abandoned:
             log.info(
                 "request %s: stopped after %d of %d rows: nobody waits",
-                self.jobs[0].request_id,
-                self.done,
-                len(self.rows),
+                group.jobs[0].request_id,
+                group.done,
+                len(group.rows),
             )
-            gone = ClientDisconnected("the client left or timed out before the answer")
-            return [Outcome(job, error=gone) for job in self.jobs]
-        chunk = self._order[self.done : self.done + self.part]
+            return _gone(group.jobs)
+        chunk = group.order[group.done : group.done + group.part]
         runtime = self._runtime
         started = time.perf_counter()
         baseline = runtime.reset_peak()
         try:
             try:
                 with runtime.inference(self._backend):
-                    outputs = self._run_rows([self.rows[i] for i in chunk])
+                    outputs = self._run_rows([group.rows[i] for i in chunk])
             finally:
                 measured = runtime.peak_above(baseline)
             if len(outputs) != len(chunk):
                 raise RuntimeError(f"model returned {len(outputs)} outputs for {len(chunk)} rows")
         except Exception as exc:
-            return self._failed(exc)
-        self._stats.add(time.perf_counter() - started, runtime.peak_bytes(), measured)
+            if is_out_of_memory(exc):
+                runtime.after_out_of_memory()
+            return exc
+        group.totals.add(time.perf_counter() - started, runtime.peak_bytes(), measured)
         for i, out in zip(chunk, outputs, strict=True):
-            self._outputs[i] = out
-        self.done += len(chunk)
-        return None if self.done < len(self.rows) else self._finish()
+            group.outputs[i] = out
+        group.done += len(chunk)
+        return None if group.done < len(group.rows) else self._finish(group)
 
-    def run_to_end(self) -> list[Outcome]:
-        """Every remaining part back to back (blocking); every job's outcome."""
-        while (outcomes := self.step()) is None:
-            pass
-        return outcomes
-
-    def _failed(self, exc: Exception) -> list[Outcome] | None:
-        self.failure = exc
-        if is_out_of_memory(exc):
-            self._runtime.after_out_of_memory()
-        if len(self.jobs) > 1 and self._recovers:
-            self._recovery = self._recover(self.jobs, exc)
-            return self._resume()  # the failed pass was this turn: retries start next turn
-        return self._errors(self.jobs, exc)
-
-    def _resume(self) -> list[Outcome] | None:
-        """Advance the recovery by one forward pass; its outcomes once it is done."""
-        assert self._recovery is not None
-        try:
-            next(self._recovery)
-        except StopIteration as done:
-            return done.value
-        return None
-
-    def _recover(self, jobs: list[Job], exc: Exception) -> Generator[None, None, list[Outcome]]:
-        """Every job's outcome after ``jobs`` failed together with ``exc``: a generator that
-        yields before each forward pass, so each pass is one :meth:`step` (a worker turn).
-
-        Group testing by halving (one bad request among ``n`` is found in ``2*ceil(log2 n)``
-        passes) while the evidence points at one request; see the module docstring for when
-        both halves fail."""
-        if len(jobs) == 1:
-            return self._errors(jobs, exc)
-        oom = is_out_of_memory(exc)
-        if oom:
-            log.warning("out of memory on a batch of %d requests: splitting", len(jobs))
+    def _settle(self, group: _Group, result: list[Outcome] | Exception) -> None:
+        """Act on how ``group`` ended (its outcomes, or the failure of one of its passes)."""
+        task = group.task
+        if isinstance(result, Exception):
+            if task.role is _Role.WHOLE and len(group.jobs) > 1:
+                self._todo.append(_Task(task.start, task.stop, _Role.SPLIT, result))
+                return
+            tried = _Tried(task, self._errors(group, result), result)
         else:
-            log.warning("batch of %d requests failed (%r): bisecting", len(jobs), exc)
-        self._on_split()
-        half = len(jobs) // 2
-        tried = []
-        for group in (jobs[:half], jobs[half:]):
-            run = self._of(group)
-            outcomes = yield from self._attempt(run)
-            tried.append((group, outcomes, run.failure))
-        both_failed = all(failure is not None for _, _, failure in tried)
-        result: list[Outcome] = []
-        for group, outcomes, failure in tried:
-            if failure is None or len(group) == 1:
-                result += outcomes
+            tried = _Tried(task, result)
+        if task.role is not _Role.HALF:
+            self._answer(tried.outcomes, task.start)
+        elif self._first_half is None:
+            self._first_half = tried
+        else:
+            first, self._first_half = self._first_half, None
+            self._judge(first, tried)
+
+    def _judge(self, first: _Tried, second: _Tried) -> None:
+        """Both halves of a split ran: answer each, or push its retries (module docstring)."""
+        both_failed = first.failure is not None and second.failure is not None
+        for half in (second, first):  # a stack: the first half's retries go on top
+            task, failure = half.task, half.failure
+            if failure is None or task.stop - task.start == 1:
+                self._answer(half.outcomes, task.start)
             elif is_out_of_memory(failure) or not both_failed:
-                result += yield from self._recover(group, failure)
-            elif from_model_error(failure).status < 500:  # each row's input: each gets its own
-                for job in group:
-                    result += yield from self._attempt(self._of([job]))
+                self._todo.append(_Task(task.start, task.stop, _Role.SPLIT, failure))
+            elif from_model_error(failure).status < 500:  # each row's input: each its own answer
+                self._todo += [
+                    _Task(i, i + 1, _Role.ALONE) for i in range(task.stop - 1, task.start - 1, -1)
+                ]
             else:
-                result += outcomes  # a server fault on both halves: all of them fail with it
-        return result
+                self._answer(half.outcomes, task.start)  # a server fault on both halves: all fail
 
-    def _attempt(self, run: BatchRun) -> Generator[None, None, list[Outcome]]:
-        """Run ``run`` to its end, yielding before each forward pass; a group whose clients all
-        left is answered without one."""
-        if run.abandoned:
-            gone = ClientDisconnected("the client left or timed out before the answer")
-            return [Outcome(job, error=gone) for job in run.jobs]
-        while True:
-            yield
-            if (outcomes := run.step()) is not None:
-                return outcomes
+    def _next(self) -> list[Outcome] | None:
+        """Move to the next retry that needs a forward pass, doing on the way what needs none
+        (splitting a failed range, answering a range whose clients all left): None when one
+        is ready for the next step, else every job's outcome."""
+        while self._todo:
+            task = self._todo.pop()
+            if task.role is _Role.SPLIT:
+                self._split(task)
+                continue
+            group = self._new_group(task)
+            if group.abandoned:
+                self._settle(group, _gone(group.jobs))
+                continue
+            self._group = group
+            return None
+        assert all(outcome is not None for outcome in self._answers)
+        return [outcome for outcome in self._answers if outcome is not None]
 
-    def _errors(self, jobs: list[Job], exc: Exception) -> list[Outcome]:
-        """Every job of ``jobs``, failed together with ``exc``, gets the error a client sees."""
+    def _split(self, task: _Task) -> None:
+        """Push both halves of ``task``'s range (by request), the first on top."""
+        n, failure = task.stop - task.start, task.failure
+        if failure is not None and is_out_of_memory(failure):
+            log.warning("out of memory on a batch of %d requests: splitting", n)
+        else:
+            log.warning("batch of %d requests failed (%r): bisecting", n, failure)
+        self._on_split()
+        middle = task.start + n // 2
+        self._todo.append(_Task(middle, task.stop, _Role.HALF))
+        self._todo.append(_Task(task.start, middle, _Role.HALF))
+
+    def _answer(self, outcomes: list[Outcome], start: int) -> None:
+        self._answers[start : start + len(outcomes)] = outcomes
+
+    def _errors(self, group: _Group, exc: Exception) -> list[Outcome]:
+        """Every job of ``group``, failed together with ``exc``, gets the error a client sees."""
+        jobs = group.jobs
         if is_out_of_memory(exc):
             rows = sum(job.n_rows for job in jobs)
             error: Exception = OutOfDeviceMemory(
-                f"this request ({rows} rows, longest {self.longest}) does not fit in "
+                f"this request ({rows} rows, longest {group.longest}) does not fit in "
                 "device memory even on its own; send fewer or shorter inputs"
             )
         else:
@@ -274,22 +324,22 @@ class BatchRun:
                 log.error("request %s failed in the model", ids, exc_info=exc)
         return [Outcome(job, error=error) for job in jobs]
 
-    def _finish(self) -> list[Outcome]:
-        totals = self._stats
+    def _finish(self, group: _Group) -> list[Outcome]:
+        totals = group.totals
         stats = BatchStats(
-            rows=self.part,
-            requests=len(self.jobs),
-            tokens=padded_tokens(self.part, self.longest),
+            rows=group.part,
+            requests=len(group.jobs),
+            tokens=padded_tokens(group.part, group.longest),
             inference_s=totals.inference_s,
             peak_memory_bytes=totals.peak,
             memory_estimate_bytes=(
-                None if self._memory is None else self._memory(self.part, self.longest)
+                None if self._memory is None else self._memory(group.part, group.longest)
             ),
             memory_measured_bytes=totals.measured,
         )
         outcomes, start = [], 0
-        for job in self.jobs:
-            mine = self._outputs[start : start + job.n_rows]
+        for job in group.jobs:
+            mine = group.outputs[start : start + job.n_rows]
             start += job.n_rows
             try:
                 outcomes.append(Outcome(job, value=job.finish(mine), stats=stats))
@@ -297,6 +347,12 @@ class BatchRun:
                 log.error("request %s failed after the model", job.request_id, exc_info=exc)
                 outcomes.append(Outcome(job, error=from_model_error(exc), stats=stats))
         return outcomes
+
+
+def _gone(jobs: list[Job]) -> list[Outcome]:
+    """Every job's answer when its clients left: no forward pass runs for them."""
+    gone = ClientDisconnected("the client left or timed out before the answer")
+    return [Outcome(job, error=gone) for job in jobs]
 
 
 @dataclass
