@@ -11,6 +11,12 @@ and cost. Two families cover the served classes:
   class's own ``generate``; the forecast is the mean of those samples.
 
 Layer names (``encoder.0.self``, ``decoder.0.cross``) match the plans of our own Informer.
+
+Each family says which precisions (:mod:`models.precision`) it runs in (``precisions``): PatchTST
+with a point head runs in bfloat16 too (the class scales each window inside its forward, in the
+input's dtype, and every layer is a plain linear, convolution or norm). Distribution heads and
+the encoder-decoders sample with ``torch.distributions``, whose float32 code (log-gamma,
+Student-t) is left as it is: those stay float32.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from models.attention.memory import AttentionCall, attention_bytes
 from models.attention.work import MATMUL, attention_work
 from models.hf_forecast.bridge import runs_causal
 from models.informer.model import LayerChoice
+from models.names import DEFAULT_PRECISION
 
 Plan = Mapping[str, LayerChoice]  # layer name -> what it runs
 
@@ -55,6 +62,10 @@ class PatchTSTFamily:
         self.channels = int(c.num_input_channels)
         self.probabilistic = model.distribution_output is not None
         self.samples = int(c.num_parallel_samples) if self.probabilistic else 0
+        # The precisions it runs in (see the module doc): a point head in bfloat16 as well.
+        self.precisions: tuple[str, ...] = (
+            (DEFAULT_PRECISION,) if self.probabilistic else (DEFAULT_PRECISION, "bfloat16")
+        )
         self.time_feature_width = 0
         self.static_categorical = 0
         self.cardinality: list[int] = []
@@ -150,6 +161,7 @@ class Seq2SeqFamily:
     lags, calendar features, sampled autoregressively by ``generate``."""
 
     kind = "seq2seq"
+    precisions: tuple[str, ...] = (DEFAULT_PRECISION,)  # sampled in float32 (see the module doc)
 
     def __init__(self, model: Any) -> None:
         c = model.config

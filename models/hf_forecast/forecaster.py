@@ -42,9 +42,8 @@ from models.hf_forecast.folder import (
 from models.hf_forecast.inputs import SAMPLE_SEED, HFWindow, read_clock, read_features
 from models.informer.history import check_horizon, first_non_finite, read_history
 from models.informer.model import LayerChoice
-from models.informer.timefeatures import (
-    format_timestamps,
-)
+from models.informer.timefeatures import format_timestamps
+from models.precision import convert_network, needs_conversion, precision_of
 
 log = logging.getLogger("attnserve")
 
@@ -127,6 +126,7 @@ class HFForecaster:
         self.default_attention = "probsparse" if trained_prob else "flash"
         self.device = next(model.parameters()).device
         self.dtype: torch.dtype = next(model.parameters()).dtype
+        self.precision = precision_of(self.dtype)
         self.compiled_backends: frozenset[str] = frozenset()
         # Keyed by (backend, options): least recently used plans go first past the bound.
         self._plans = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(self._layer_plan)
@@ -323,10 +323,23 @@ class HFForecaster:
         return out
 
     def with_precision(self, precision: str) -> HFForecaster:
-        """This forecaster in ``precision`` (:func:`models.hf_forecast.precision.in_precision`)."""
-        from models.hf_forecast.precision import in_precision
+        """This forecaster in ``precision``: itself in its own, else a new forecaster over a
+        converted copy of the network (:func:`models.precision.convert_network`), in the
+        precisions its family runs (:mod:`models.hf_forecast.families`).
 
-        return in_precision(self, precision)
+        Raises:
+            ValueError: a precision its family does not run, or this forecaster is not float32.
+        """
+        if precision == self.precision:
+            return self
+        if precision not in self.family.precisions:
+            raise ValueError(
+                f"{self.model_type} runs in float32 only here, not {precision} (bfloat16: "
+                "PatchTST with a point head)"
+            )
+        needs_conversion(self.precision, precision)  # from float32 only
+        model = convert_network(self.model, precision)
+        return type(self)(self.name, model, self.sidecar, self.directory, self.trained_prob)
 
     def _patchtst(self, windows: list[HFWindow]) -> tuple[np.ndarray, list[np.ndarray] | None]:
         f = self.family

@@ -7,7 +7,6 @@ with a readable reason for anything it cannot take), batches the resulting windo
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +32,8 @@ from models.informer.timefeatures import (
     regular_stamps,
     time_features,
 )
-from models.names import DEFAULT_BATCH_BUCKETS, DEFAULT_PRECISION, PRECISION_NAMES
+from models.names import DEFAULT_BATCH_BUCKETS
+from models.precision import needs_conversion, precision_of
 
 # A scaled value further than this from the training mean (in training standard deviations) is
 # taken as a unit or data error, not a reading: ETTh1's whole history stays within ~10.
@@ -75,7 +75,16 @@ class InformerForecaster:
     probabilistic = False  # point forecasts (MSE-trained), no samples
     extra_inputs: tuple[str, ...] = ()  # a history and its timestamps only
 
-    def __init__(self, name: str, model: Informer, meta: dict[str, Any], directory: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        model: Informer,
+        meta: dict[str, Any],
+        directory: Path,
+        precision: str | None = None,
+    ) -> None:
+        """``precision``: what ``model`` was converted to (None: its weights' dtype; an int8
+        network's float parts are float32, so it is named)."""
         self.name = name
         self.model = model
         self.meta = meta
@@ -89,7 +98,7 @@ class InformerForecaster:
         # The backend the checkpoint was trained with (older checkpoints: ProbSparse).
         self.default_attention: str = model.config.default_attention
         self.device = next(model.parameters()).device
-        self.precision = str(model.compute_dtype).removeprefix("torch.")
+        self.precision = precision or precision_of(model.compute_dtype)
         self.compiled_backends: frozenset[str] = frozenset()
         self.batch_buckets: tuple[int, ...] = ()
         self._compiled: Any = None
@@ -113,25 +122,16 @@ class InformerForecaster:
 
     def with_precision(self, precision: str) -> InformerForecaster:
         """This forecaster in ``precision`` (:mod:`models.precision`): a new forecaster over a
-        converted copy of the network (float32: this one), sharing scaler, calendar and quality
-        figures. RevIN and the linear path stay float32 (:meth:`Informer.to_precision`).
+        converted copy of the network (float32: this one), with the same scaler, calendar and
+        quality figures. RevIN and the linear path stay float32 (:meth:`Informer.to_precision`).
 
         Raises:
             ValueError: this forecaster is not float32, or an unknown precision.
         """
-        if precision == self.precision:
+        if not needs_conversion(self.precision, precision):
             return self
-        if self.precision != DEFAULT_PRECISION:
-            raise ValueError(f"convert from the float32 forecaster, not from {self.precision}")
-        if precision not in PRECISION_NAMES:
-            raise ValueError(
-                f"unknown precision {precision!r}; valid: {', '.join(PRECISION_NAMES)}"
-            )
-        twin = copy.copy(self)
-        twin.model = self.model.to_precision(precision)
-        twin.precision = precision
-        twin._compiled, twin.compiled_backends = None, frozenset()
-        return twin
+        model = self.model.to_precision(precision)
+        return type(self)(self.name, model, self.meta, self.directory, precision)
 
     # ------------------------------------------------------------------ input validation
 
