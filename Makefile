@@ -89,7 +89,7 @@ train-ettm1: install
 	bash models/training/train_ettm1.sh
 
 bench-attention: install-bench
-	$(BIN)/python -m benchmarks.attention
+	$(BIN)/python -m benchmarks.attention.backends
 
 # The peer servers get virtualenvs of their own: infinity-emb pins numpy<2, transformers<5 and
 # sentence-transformers<4, which neither the project's .venv nor the other peers' newest releases

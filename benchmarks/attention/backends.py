@@ -1,8 +1,8 @@
 """Attention backends alone: median latency, peak memory and error against exact attention.
 
-    python -m benchmarks.attention                     # B=1, H=8, D=64, fp32, L = 512 … 32768
-    python -m benchmarks.attention --lengths 512 2048 --device cuda --dtype bfloat16
-    python -m benchmarks.attention --implementations probsparse peer:informer2020 --threads 1
+    python -m benchmarks.attention.backends                     # B=1, H=8, D=64, fp32, L = 512 … 32768
+    python -m benchmarks.attention.backends --lengths 512 2048 --device cuda --dtype bfloat16
+    python -m benchmarks.attention.backends --implementations probsparse peer:informer2020 --threads 1
 
 Every (implementation, L) runs in a fresh subprocess so its peak memory is its own: on CPU the
 peak RSS (``ru_maxrss``) minus the RSS before the first call, on CUDA ``max_memory_allocated``
@@ -32,7 +32,8 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.harness.report import RESULTS
+
 IMPLEMENTATIONS = [
     "full",
     "flash",
@@ -125,7 +126,7 @@ def worker(args: argparse.Namespace) -> None:
     dtype = getattr(torch, args.dtype)
     device = args.device
     shape = (1, args.heads, args.length, args.head_dim)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.attention_inputs import structured_qkv
 
     q, k, v = (
@@ -164,7 +165,7 @@ def worker(args: argparse.Namespace) -> None:
 
 def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None) -> dict | None:
     cmd = [
-        sys.executable, "-m", "benchmarks.attention", "--worker", "--impl", impl,
+        sys.executable, "-m", "benchmarks.attention.backends", "--worker", "--impl", impl,
         "--length", str(length), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
         "--dtype", args.dtype, "--device", args.device, "--seconds", str(args.seconds),
         "--min-reps", str(args.min_reps), "--threads", str(args.threads),

@@ -1,8 +1,8 @@
 """Estimated against measured seconds of a forward pass: how far the per-request compute bound
 (``max_request_compute_s``, :mod:`service.engine.batching.cost`) can be trusted.
 
-    python -m benchmarks.cost_model                       # MiniLM + the long ETTm1 forecaster
-    python -m benchmarks.cost_model --models informer-etth1-h24 --threads 2
+    python -m benchmarks.attention.cost_model                       # MiniLM + the long ETTm1 forecaster
+    python -m benchmarks.attention.cost_model --models informer-etth1-h24 --threads 2
 
 Each model is loaded as the server loads it, warmed up and calibrated exactly as the worker does
 at start-up (one calibration batch per backend at default options), then every (call, rows,
@@ -18,11 +18,11 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from benchmarks.harness.report import RESULTS
 from models.names import TEXT_MODEL
 from service.engine.batching.cost import CostModel, measure_backend
 from service.engine.batching.device import DeviceRuntime, select_device
@@ -30,7 +30,6 @@ from service.engine.registry import load_servables
 from service.engine.servables.base import Call, ServedModel, TextCall
 from service.settings import Settings
 
-RESULTS = Path(__file__).parent / "results"
 TEXT_GRID = [(1, 32), (8, 128), (32, 128), (16, 256), (64, 256)]
 FORECAST_ROWS = [1, 4, 16]
 # Non-default options worth pricing: the ones a request can turn up (or down) the most.
@@ -153,7 +152,7 @@ def main() -> None:
     lines = [
         f"# Estimated vs measured forward seconds ({device.type}, {args.threads} thread(s))",
         "",
-        f"`python -m benchmarks.cost_model --models {' '.join(args.models)} "
+        f"`python -m benchmarks.attention.cost_model --models {' '.join(args.models)} "
         f"--threads {args.threads} --max-seconds {args.max_seconds:g}`; rates calibrated as the "
         "worker does at start-up.",
         "",

@@ -1,7 +1,7 @@
 """Attention on a GPU: flash TFLOP/s, every backend's latency and memory, padded batches.
 
-    python -m benchmarks.attention_gpu                      # the issue's grid, on CUDA
-    python -m benchmarks.attention_gpu --lengths 1024 4096 --head-dims 64 --quick
+    python -m benchmarks.attention.gpu                      # the issue's grid, on CUDA
+    python -m benchmarks.attention.gpu --lengths 1024 4096 --head-dims 64 --quick
 
 Three tables, written to ``benchmarks/results/attention-gpu.md`` (and ``.json``):
 
@@ -31,9 +31,9 @@ from typing import Any
 
 import torch
 
+from benchmarks.harness.report import RESULTS
 from models.attention import BACKENDS, attend
 
-RESULTS = Path(__file__).parent / "results"
 FA2_H100_FWD_BWD_TFLOPS = "215-340"  # FlashAttention-2 on H100 (Dao 2023 / FA3 paper baselines)
 
 

@@ -1,7 +1,7 @@
 """Informer forward pass as the context grows: latency and peak memory per attention backend.
 
-    python -m benchmarks.informer_long                       # L = 96 … 8192, batch 1, 1 thread
-    python -m benchmarks.informer_long --lengths 96 1024 --backends full probsparse
+    python -m benchmarks.attention.informer_long                       # L = 96 … 8192, batch 1, 1 thread
+    python -m benchmarks.attention.informer_long --lengths 96 1024 --backends full probsparse
 
 One forward pass (batch 1, fp32, inference mode) of the per-step Informer (``small`` preset,
 random weights: speed and memory do not depend on the values; one token per step, so the
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.harness.report import RESULTS
+
 BACKENDS = ["full", "flash", "probsparse", "performer", "nystrom"]
 LENGTHS = [96, 192, 384, 768, 1536, 3072, 6144, 8192]
 
@@ -99,7 +100,7 @@ def measure(backend: str, length: int, args: argparse.Namespace) -> dict:
     cmd = [
         sys.executable,
         "-m",
-        "benchmarks.informer_long",
+        "benchmarks.attention.informer_long",
         "--worker",
         backend,
         str(length),

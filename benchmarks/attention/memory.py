@@ -1,7 +1,7 @@
 """Estimated vs measured peak activation memory of a long-context Informer forward pass.
 
-    python -m benchmarks.memory                         # preset long, L 2048, horizon 96, random init
-    python -m benchmarks.memory --checkpoint DIR --backends full flash --batches 1 32
+    python -m benchmarks.attention.memory                         # preset long, L 2048, horizon 96, random init
+    python -m benchmarks.attention.memory --checkpoint DIR --backends full flash --batches 1 32
 
 For each (backend, batch), in a fresh subprocess on one thread: the estimate the batcher uses
 (:mod:`models.informer.memory` over the layer plan), the torch allocator's peak during one forward
@@ -18,11 +18,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).parent / "results"
+from benchmarks.harness.report import RESULTS
+
 BACKENDS = ["full", "flash", "performer", "nystrom", "probsparse"]
 MIB = 2**20
 
@@ -74,7 +74,7 @@ def worker(backend: str, batch: int, checkpoint: str | None) -> None:
 
 
 def measure(backend: str, batch: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.memory", "--worker", backend, str(batch)]
+    cmd = [sys.executable, "-m", "benchmarks.attention.memory", "--worker", backend, str(batch)]
     if args.checkpoint:
         cmd += ["--checkpoint", args.checkpoint]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
             print(json.dumps(rows[-1]), flush=True)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "memory-cpu.json").write_text(json.dumps(rows, indent=1) + "\n")
-    command = "python -m benchmarks.memory " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.attention.memory " + " ".join(argv if argv is not None else sys.argv[1:])
     note = (
         f"\nCPU, float32, inference mode, 1 thread; torch {torch.__version__}, "
         f"{os.cpu_count()} cores. Command: `{command.strip()}`. Model: {rows[0].get('model')}.\n"

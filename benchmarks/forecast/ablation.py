@@ -5,7 +5,7 @@ Each variant is trained with ``attnserve train`` into ``runs/ablation/h{H}-{vari
 and scored with ``attnserve evaluate`` at the default backend; the table goes to
 ``benchmarks/results/forecast-ablation-etth1.md``.
 
-    python -m benchmarks.forecast_ablation --horizon 24 --context 96
+    python -m benchmarks.forecast.ablation --horizon 24 --context 96
 """
 
 from __future__ import annotations
@@ -14,11 +14,12 @@ import argparse
 import json
 from pathlib import Path
 
+from benchmarks.harness.report import RESULTS
 from models.training.informer_evaluate import evaluate_checkpoint
 from models.training.informer_fit import STATE_FILE
 from models.training.informer_train import main as train
 
-RESULTS = Path(__file__).resolve().parent / "results" / "forecast-ablation-etth1.md"
+OUT = RESULTS / "forecast-ablation-etth1.md"
 # Variant -> (what changes, extra train flags on top of the ``patch`` preset), one lever at a
 # time from the paper's tokens to the shipped recipe (whose calendar setting depends on context).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -129,10 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         args.horizon, args.context, run(args.horizon, args.context, args.variants, args.epochs)
     )
     print(text)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    with RESULTS.open("a") as f:
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    with OUT.open("a") as f:
         f.write(
-            text + "\n\nCommand: `python -m benchmarks.forecast_ablation --horizon "
+            text + "\n\nCommand: `python -m benchmarks.forecast.ablation --horizon "
             f"{args.horizon} --context {args.context}`\n\n"
         )
 

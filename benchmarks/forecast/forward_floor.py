@@ -2,8 +2,8 @@
 same forward with every attention layer replaced by a free stub (the *floor* no backend can go
 below), for the shipped context-2,048 models.
 
-    python -m benchmarks.forward_floor
-    python -m benchmarks.forward_floor --models informer-ettm1-h96-c2048 --repeats 40
+    python -m benchmarks.forecast.forward_floor
+    python -m benchmarks.forecast.forward_floor --models informer-ettm1-h96-c2048 --repeats 40
 
 One window (batch 1, the shipped weights, a random input: the cost does not depend on the
 values), 1 torch thread by default, inference mode, in-process (no HTTP). The backends and the
@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
+from benchmarks.harness.report import RESULTS
 from models.informer import layers
 from models.informer.forecaster import InformerForecaster
 from models.names import BACKEND_NAMES
 
-RESULTS = Path(__file__).parent / "results"
 MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
 FLOOR = "no attention (floor)"
 
@@ -169,7 +169,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.repeats} (backends and the attention-free floor alternated).\n\n"
         + table(results)
         + breakdown
-        + f"\n\nRegenerate: `python -m benchmarks.forward_floor{' --parts' if args.parts else ''}`\n"
+        + f"\n\nRegenerate: `python -m benchmarks.forecast.forward_floor{' --parts' if args.parts else ''}`\n"
     )
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -3,8 +3,8 @@ by transformers itself (its ``sdpa`` and ``eager`` attention): latency of one ba
 backend's speed-up over ``flash``, at the shipped model's context and at long contexts where
 the approximations can pay.
 
-    python -m benchmarks.hf_forecast                       # -> benchmarks/results/hf-forecast-cpu.md
-    python -m benchmarks.hf_forecast --contexts 512 4096 --batch 8 --threads 2
+    python -m benchmarks.forecast.hf                       # -> benchmarks/results/hf-forecast-cpu.md
+    python -m benchmarks.forecast.hf --contexts 512 4096 --batch 8 --threads 2
 
 The shipped ``patchtst-ettm1-h96-c512`` (trained here) is timed at its own context; longer
 contexts use the same architecture with random weights (speed does not depend on the weights).
@@ -17,18 +17,18 @@ import argparse
 import copy
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.harness.report import RESULTS
 from benchmarks.host import cpu_model, load_average
 from models.attention import BACKENDS
 from models.hf_forecast.bridge import backend_scope
 from models.hf_forecast.folder import shipped_folders
 from models.hf_forecast.forecaster import HFForecaster
 
-OUT = Path(__file__).resolve().parent / "results" / "hf-forecast-cpu.md"
+OUT = RESULTS / "hf-forecast-cpu.md"
 SHIPPED = "patchtst-ettm1-h96-c512"
 
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> str:
     lines = [
         "# A transformers PatchTST through attnserve, per backend (CPU)",
         "",
-        f"`python -m benchmarks.hf_forecast --contexts {' '.join(map(str, args.contexts))} "
+        f"`python -m benchmarks.forecast.hf --contexts {' '.join(map(str, args.contexts))} "
         f"--batch {args.batch} --threads {args.threads}`; {cpu_model()}, {args.threads} torch "
         f"threads, load {load_average()} at the start; median of {args.repeats} after a warm-up; "
         f"one batch of {args.batch} histories x 7 channels. Error: max |forecast - exact| / "

@@ -3,18 +3,18 @@ baseline at its context and our shipped Informer at the same horizon (ETTm1, hor
 from the models' ``quality.json`` files (written by ``attnserve evaluate``).
 
     attnserve evaluate models/weights/patchtst-ettm1-h96-c512     # refresh its quality.json
-    python -m benchmarks.hf_forecast_quality                      # -> benchmarks/results/patchtst-ettm1-quality.md
+    python -m benchmarks.forecast.hf_quality                      # -> benchmarks/results/patchtst-ettm1-quality.md
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
+from benchmarks.harness.report import RESULTS
 from models.hf_forecast.folder import read_sidecar, shipped_folders
 from models.informer.checkpoint import shipped_dirs
 
-OUT = Path(__file__).resolve().parent / "results" / "patchtst-ettm1-quality.md"
+OUT = RESULTS / "patchtst-ettm1-quality.md"
 PATCHTST = "patchtst-ettm1-h96-c512"
 INFORMER = "informer-ettm1-h96-c2048"
 

@@ -1,7 +1,7 @@
 """What a long-history forecast request costs over its own inference, through HTTP.
 
-    python -m benchmarks.forecast_overhead                      # 2,048 x 7, ETTm1, probsparse
-    python -m benchmarks.forecast_overhead --before /tmp/attn-before   # and an older checkout
+    python -m benchmarks.forecast.overhead                      # 2,048 x 7, ETTm1, probsparse
+    python -m benchmarks.forecast.overhead --before /tmp/attn-before   # and an older checkout
 
 One ``attnserve serve`` process (only ``--model``, ``--threads`` torch threads) per checkout,
 and per server and client library one keep-alive connection sending one window per request,
@@ -266,7 +266,7 @@ def main(argv: list[str] | None = None) -> None:
     args.out.write_text(
         "# Forecast request overhead over inference (2,048 x 7 history)\n\n"
         + text
-        + f"\nRegenerate: `python -m benchmarks.forecast_overhead{flags}`\n"
+        + f"\nRegenerate: `python -m benchmarks.forecast.overhead{flags}`\n"
     )
 
 

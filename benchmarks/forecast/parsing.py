@@ -1,8 +1,8 @@
 """What a long history costs before the model sees it: JSON parsing, schema validation and the
 forecaster's checks, against one ``flash`` forward of the same window.
 
-    python -m benchmarks.forecast_parsing                       # 2,048 x 7, ETTm1 rows
-    python -m benchmarks.forecast_parsing --rows 4096 --model informer-ettm1-h96-c2048
+    python -m benchmarks.forecast.parsing                       # 2,048 x 7, ETTm1 rows
+    python -m benchmarks.forecast.parsing --rows 4096 --model informer-ettm1-h96-c2048
 
 Four payloads carry the same history (the last ``rows`` rows of the shipped ETTm1 test split):
 ``rows`` (``timestamps`` + ``values``, one list per step), ``columns`` (``start`` + one list per
@@ -28,13 +28,12 @@ from pathlib import Path
 import torch
 from pydantic_core import from_json
 
+from benchmarks.harness.report import RESULTS
 from models.informer import InformerForecaster
 from models.informer.timefeatures import format_timestamps
 from models.training.data import data_dir
 from models.training.table import load_series_csv
 from service.http.schemas.forecast import ForecastRequest
-
-RESULTS = Path(__file__).parent / "results"
 
 
 def _median_ms(fn: Callable[[], object], repeats: int) -> float:
@@ -128,7 +127,7 @@ def main(argv: list[str] | None = None) -> None:
     text = "\n".join(lines) + "\n"
     print(text)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\nRegenerate: `python -m benchmarks.forecast_parsing`\n")
+    args.out.write_text(text + "\nRegenerate: `python -m benchmarks.forecast.parsing`\n")
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """The attention trade through HTTP: for each long-context forecaster and each backend, what a
 request costs (latency, throughput, memory) beside what it is worth (test MSE).
 
-    python -m benchmarks.forecast_trade                    # the shipped ETTm1 context-2048 models
-    python -m benchmarks.forecast_trade --models informer-ettm1-h96-c2048 --seconds 20
-    python -m benchmarks.forecast_trade --payload columns  # histories as JSON numbers
+    python -m benchmarks.forecast.trade                    # the shipped ETTm1 context-2048 models
+    python -m benchmarks.forecast.trade --models informer-ettm1-h96-c2048 --seconds 20
+    python -m benchmarks.forecast.trade --payload columns  # histories as JSON numbers
 
 Per model, one ``attnserve serve`` process (only that model, ``--torch-threads`` threads, batches
 of up to 32) and per backend the phases below, ``--seconds`` each in total, split into
@@ -63,7 +63,8 @@ import httpx
 import psutil
 import torch
 
-from benchmarks.forecast_overhead import KeepAlive
+from benchmarks.forecast.overhead import KeepAlive
+from benchmarks.harness.report import RESULTS
 from benchmarks.host import cpu_model, load_average
 from benchmarks.service import (
     LoadResult,
@@ -81,7 +82,6 @@ from models.quality_loss import forecast_losses, forecast_variant_losses, varian
 from models.training.source import source_of
 from service.http.schemas.forecast import ForecastRequest
 
-RESULTS = Path(__file__).parent / "results"
 LONG_MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
 PAYLOADS = ("base64", "columns")
 # An approximate backend's speed-up over flash through HTTP should keep this share of its
@@ -653,8 +653,8 @@ def main(argv: list[str] | None = None) -> None:
         + comparison
         + "\n\nLoad average (1, 5, 15 min) at each round's start: "
         + "; ".join(loads)
-        + f"\n\nRegenerate: `python -m benchmarks.forecast_trade{flag}`"
-        + f" (this run: `{' '.join(['python -m benchmarks.forecast_trade', *given])}`)\n"
+        + f"\n\nRegenerate: `python -m benchmarks.forecast.trade{flag}`"
+        + f" (this run: `{' '.join(['python -m benchmarks.forecast.trade', *given])}`)\n"
     )
     print(text)
     args.out.with_suffix(".md").write_text(text)

@@ -34,7 +34,7 @@ class RerankRequest:
 
 def rerank_folder(root: Path | None = None) -> Path:
     """The cross-encoder folder every server loads (built on first use; project venv only)."""
-    from benchmarks.rerank_speed import build_cross_encoder
+    from benchmarks.text.rerank_speed import build_cross_encoder
 
     if root is None:
         from models.text.packaged import cache_dir

@@ -1,6 +1,6 @@
 """One short text per forward: attnserve before and after a change, beside ONNX Runtime.
 
-    .venv/bin/python -m benchmarks.batch_one --before REV [--rounds 3] [--threads 2] [--ops]
+    .venv/bin/python -m benchmarks.text.batch_one --before REV [--rounds 3] [--threads 2] [--ops]
 
 Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's optimized float32
 graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
@@ -36,7 +36,7 @@ from benchmarks.peers.model_folder import peer_folder
 from benchmarks.peers.servers import server_env
 from benchmarks.service import short_texts
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TEXTS = 256  # as the peers' in-process rows
 
 
@@ -82,7 +82,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
-        "--ops", action="store_true", help="append the per-op table (benchmarks.batch_one_ops)"
+        "--ops", action="store_true", help="append the per-op table (benchmarks.text.batch_one_ops)"
     )
     parser.add_argument(
         "--bfloat16",
@@ -154,7 +154,7 @@ def main() -> None:
     text = "\n".join(header + lines)
     if args.ops:  # this checkout's lone-text forward, per op, in the same environment
         ops = subprocess.run(
-            [sys.executable, "-m", "benchmarks.batch_one_ops", "--threads", str(args.threads),
+            [sys.executable, "-m", "benchmarks.text.batch_one_ops", "--threads", str(args.threads),
              "--omp-wait-policy", args.omp_wait_policy],
             cwd=ROOT, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip

@@ -1,12 +1,12 @@
 """Where a one-text forward spends its time, per op: ``torch.profiler`` over lone texts.
 
-    .venv/bin/python -m benchmarks.batch_one_ops [--threads 2] [--texts 128]
+    .venv/bin/python -m benchmarks.text.batch_one_ops [--threads 2] [--texts 128]
 
 Runs :meth:`models.text.SentenceEncoder.embed` on one text at a time (the peers' short texts,
 :func:`benchmarks.service.short_texts`), in the environment the in-process rows get
 (:func:`benchmarks.peers.servers.server_env`, set before torch loads: this process re-executes
 itself in it), and prints a markdown table of self CPU time per text by op, with calls per text,
-plus the wall time per text outside the profiler. :mod:`benchmarks.batch_one` appends it to its
+plus the wall time per text outside the profiler. :mod:`benchmarks.text.batch_one` appends it to its
 results with ``--ops``.
 """
 

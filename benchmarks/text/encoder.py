@@ -1,6 +1,6 @@
 """Encoding throughput of ``models.text.SentenceEncoder`` next to sentence-transformers.
 
-    .venv/bin/python -m benchmarks.text_encoder [--repeats 3] [--backends flash full]
+    .venv/bin/python -m benchmarks.text.encoder [--repeats 3] [--backends flash full]
 
 Two workloads from the stdlib-docstring corpus (``models.text.corpus.word_windows``): 1024 texts
 of 20 words and 64 texts of 200 words. Every encoder sees the same texts, batch size 32 and the

@@ -1,6 +1,6 @@
 """Eager linear layers against oneDNN's fused ones, per row count (``models/text/fused_linear.py``).
 
-    .venv/bin/python -m benchmarks.fused_linear [--threads 1 2] [--out benchmarks/results/fused-linear-cpu.md]
+    .venv/bin/python -m benchmarks.text.fused_linear [--threads 1 2] [--out benchmarks/results/fused-linear-cpu.md]
 
 For MiniLM's three layer shapes (384->1152 QKV, 384->1536 + GELU, 1536->384 + residual add) and
 row counts from one token to a long batch, the microseconds per call of the eager expression
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         "# Eager vs fused (oneDNN) linear layers, per row count",
         "",
-        "`.venv/bin/python -m benchmarks.fused_linear --threads "
+        "`.venv/bin/python -m benchmarks.text.fused_linear --threads "
         + " ".join(str(t) for t in args.threads)
         + "`",
         "",

@@ -1,7 +1,7 @@
 """Long documents through HTTP: each backend on a ModernBERT embedder at 1K-8K tokens.
 
-    .venv/bin/python -m benchmarks.long_document_speed [--lengths 1024 2048 4096 8192] [--repeats 1]
-    .venv/bin/python -m benchmarks.long_document_speed --lengths 8192 --precisions float32 bfloat16 \
+    .venv/bin/python -m benchmarks.text.long_document_speed [--lengths 1024 2048 4096 8192] [--repeats 1]
+    .venv/bin/python -m benchmarks.text.long_document_speed --lengths 8192 --precisions float32 bfloat16 \
         --backends flash probsparse performer nystrom --floor --no-reference
 
 The model has gte-modernbert-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
@@ -19,7 +19,7 @@ called directly. ``full`` stops at ``--full-max`` tokens (its ``[12, n, n]`` sco
 runs in each (the request's ``precision``): one row per backend x precision, speed-ups and
 cosines against ``flash`` in the first precision listed. ``--floor`` adds, per precision, the
 same request with every global attention layer replaced by a stub that returns its values
-unchanged (the attention-free floor, as :mod:`benchmarks.forward_floor` measures it for
+unchanged (the attention-free floor, as :mod:`benchmarks.forecast.forward_floor` measures it for
 Informer): what no backend can go below. The local (sliding-window) layers still run there, as
 they do under every backend. The cells run in rounds (each row once per round, ``--repeats``
 rounds), so a slow spell of a shared machine hits every row alike.
@@ -41,12 +41,12 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from benchmarks.harness.report import RESULTS
 from benchmarks.host import load_average
 from models.attention import BACKENDS
 from models.text.corpus import word_windows
 from models.text.weights import model_dir
 
-RESULTS = Path(__file__).resolve().parent / "results"
 FLOOR = "no attention (floor)"
 WARM_TOKENS = 256  # each row's first request, unmeasured
 SHAPE: dict[str, Any] = {

@@ -1,6 +1,6 @@
 """Texts over a model's limit: overlapping windows against truncation, on a retrieval check.
 
-    .venv/bin/python -m benchmarks.long_text_retrieval [--documents 60] [--model all-MiniLM-L6-v2]
+    .venv/bin/python -m benchmarks.text.long_text_retrieval [--documents 60] [--model all-MiniLM-L6-v2]
 
 Documents: standard-library modules, each all its docstrings in source order
 (:func:`models.text.corpus.module_documents`), kept when they run 2x to 12x the model's token
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.harness.report import RESULTS
 from models.text import SentenceEncoder
 from models.text.corpus import module_documents
 from models.text.packaged import PACKAGED, packaged_folder
 
-RESULTS = Path(__file__).resolve().parent / "results"
 MIN_QUERY_WORDS = 6
 
 

@@ -1,7 +1,7 @@
 """Precision against speed and quality, in-process: all-MiniLM-L6-v2 in float32, bfloat16 and
 int8 (with different layers kept in float), and the shipped Informers in bfloat16.
 
-    .venv/bin/python -m benchmarks.precision [--rounds 5] [--threads 2] [--write]
+    .venv/bin/python -m benchmarks.text.precision [--rounds 5] [--threads 2] [--write]
 
 Text: real texts from the stdlib-docstring corpus (``models.text.corpus``, cut at 256 tokens),
 embedded at batch 32 and at batch 1 with ``flash``. Each configuration is timed once per round,
@@ -27,16 +27,16 @@ import sys
 import time
 from collections.abc import Callable
 from functools import partial
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
+from benchmarks.harness.report import RESULTS
 from models.precision import int8_engine, native_bf16
 from models.text import SentenceEncoder
 from models.text.corpus import stdlib_docstrings
 
-RESULTS = Path(__file__).resolve().parent / "results" / "precision-cpu.md"
+OUT = RESULTS / "precision-cpu.md"
 BATCH = 32
 # int8 configurations: SmoothQuant-calibrated (the served default) or plain, and linear layers
 # left in float32 (regular expressions over the module names of models.text.bert:
@@ -160,7 +160,7 @@ def main() -> None:
     parser.add_argument("--stride", type=int, default=16, help="ETTm1 c2048: every k-th window")
     parser.add_argument("--forecasters", nargs="*", default=None, help="default: all shipped")
     parser.add_argument("--skip-forecasts", action="store_true")
-    parser.add_argument("--write", action="store_true", help=f"write {RESULTS.name}")
+    parser.add_argument("--write", action="store_true", help=f"write {OUT.name}")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     header = (
@@ -175,8 +175,8 @@ def main() -> None:
     if args.write:
         policy = os.environ.get("OMP_WAIT_POLICY")
         command = "    " + (f"OMP_WAIT_POLICY={policy} " if policy else "")
-        command += ".venv/bin/python -m benchmarks.precision " + " ".join(sys.argv[1:])
-        RESULTS.write_text(
+        command += ".venv/bin/python -m benchmarks.text.precision " + " ".join(sys.argv[1:])
+        OUT.write_text(
             "# Precision per request: speed and quality on CPU\n\n"
             f"Made by\n\n{command}\n\n{header}. The machine is shared with other work: "
             "configurations alternate within each round, and both the median and the best "

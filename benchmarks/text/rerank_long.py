@@ -1,6 +1,6 @@
 """Long pairs: each backend reranking a query against an 8,192-token document on ModernBERT's shape.
 
-    .venv/bin/python -m benchmarks.rerank_long [--rounds 2] [--quality-layers 6]
+    .venv/bin/python -m benchmarks.text.rerank_long [--rounds 2] [--quality-layers 6]
 
 The reranker has ModernBERT-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
 layer every third, 128-token local windows elsewhere, 8,192 positions) with **random weights**:
@@ -37,13 +37,13 @@ from typing import Any
 
 import torch
 
+from benchmarks.harness.report import RESULTS
 from benchmarks.host import cpu_model, load_average
-from benchmarks.long_document_speed import SHAPE, build_folder
+from benchmarks.text.long_document_speed import SHAPE, build_folder
 from models.text.classifier import TextClassifier
 from models.text.classifier_quality import fit_pair, measure, query_of
 from models.text.corpus import stdlib_docstrings, word_windows
 
-RESULTS = Path(__file__).resolve().parent / "results"
 BACKENDS = ("flash", "probsparse", "performer", "nystrom", "full")
 WARM_TOKENS = 256
 
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "rerank-long-cpu")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    command = "python -m benchmarks.rerank_long " + shlex.join(
+    command = "python -m benchmarks.text.rerank_long " + shlex.join(
         sys.argv[1:] if argv is None else argv
     )
     load_before = load_average()

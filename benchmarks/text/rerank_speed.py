@@ -1,7 +1,7 @@
 """Reranking throughput of ``models.text.classifier.TextClassifier`` next to sentence-transformers'
 ``CrossEncoder.predict``, in one process, on a cross-encoder of ms-marco-MiniLM-L-6-v2's shape.
 
-    .venv/bin/python -m benchmarks.rerank_speed [--repeats 3] [--docs 64] [--out FILE]
+    .venv/bin/python -m benchmarks.text.rerank_speed [--repeats 3] [--docs 64] [--out FILE]
 
 The cross-encoder is the shipped all-MiniLM-L6-v2 encoder (real weights) under a one-logit
 ``BertForSequenceClassification`` head drawn from a seed, saved by ``CrossEncoder.save``: the
@@ -27,7 +27,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch
 
 from benchmarks.host import cpu_model, load_average
-from benchmarks.text_encoder import best_times
+from benchmarks.text.encoder import best_times
 from models.text.classifier import TextClassifier
 from models.text.corpus import stdlib_docstrings
 from models.text.weights import model_dir
@@ -103,7 +103,7 @@ def main() -> None:
         f"# Rerank throughput, in process ({args.docs} pairs, batch {BATCH_SIZE}, "
         f"{MAX_TOKENS} tokens max, {torch.get_num_threads()} threads)",
         "",
-        f"`python -m benchmarks.rerank_speed --repeats {args.repeats} --docs {args.docs}` · "
+        f"`python -m benchmarks.text.rerank_speed --repeats {args.repeats} --docs {args.docs}` · "
         f"{cpu_model()} · load {load_average()} · torch {torch.__version__}",
         "",
         "| contender | pairs/s (wall) | × CrossEncoder | CPU s | max abs score diff |",

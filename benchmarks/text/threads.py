@@ -1,8 +1,8 @@
 """torch's CPU threads beside other work: thread count and OpenMP wait policy, quiet, beside a
 spinning neighbour, and inside a one-CPU cgroup quota (issue 37, item 2).
 
-    python -m benchmarks.threads                 # 3 rounds, writes benchmarks/results/threads-cpu.md
-    python -m benchmarks.threads --rounds 1 --seconds 2 --no-quota
+    python -m benchmarks.text.threads                 # 3 rounds, writes benchmarks/results/threads-cpu.md
+    python -m benchmarks.text.threads --rounds 1 --seconds 2 --no-quota
 
 In-process, no HTTP: all-MiniLM-L6-v2 (``SentenceEncoder.load()``, flash, float32) encodes 20-word
 texts from the stdlib-docstring corpus at batch 32 (texts/s) and one at a time (texts/s and the
@@ -38,9 +38,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.harness.report import RESULTS
 from benchmarks.host import cpu_model, load_average
 
-RESULTS = Path(__file__).parent / "results"
 QUOTA_GROUP = Path("/sys/fs/cgroup/cpu/attnserve-bench-threads")
 POLICIES: dict[str, dict[str, str]] = {
     "unset": {},
@@ -166,7 +166,7 @@ def run_one(config: Config, seconds: float) -> dict[str, float]:
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env.pop("OMP_NUM_THREADS", None)
     env.update(POLICIES[config.policy])
-    cmd = [sys.executable, "-m", "benchmarks.threads", "--child", config.threads, "--seconds"]
+    cmd = [sys.executable, "-m", "benchmarks.text.threads", "--child", config.threads, "--seconds"]
     cmd.append(str(seconds))
     if config.place == "quota":
         # Join the group before the interpreter starts, so torch never runs outside it.
@@ -234,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         if quota:
             remove_quota_group()
-    command = "python -m benchmarks.threads " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = "python -m benchmarks.text.threads " + " ".join(argv if argv is not None else sys.argv[1:])
     report = "\n".join(
         [
             "# torch threads and OpenMP wait policy beside other work (CPU)",

@@ -16,7 +16,7 @@ The service turns work into seconds with a rate per backend measured on its own 
 start-up (:mod:`service.engine.batching.cost`), so only the *ratios* between two calls of one backend
 matter here: how cost grows with rows, length and options. Each function follows its kernel
 (:mod:`models.attention`) top-down, as :mod:`models.attention.memory` does for bytes;
-``benchmarks/cost_model.py`` prints estimated against measured time.
+``benchmarks/attention/cost_model.py`` prints estimated against measured time.
 
 Dimension legend (as :mod:`models.attention.base`): ``L`` lengths, ``d`` head dimension,
 ``m`` features / landmarks, ``U`` sampled keys, ``u`` active queries.

@@ -64,7 +64,7 @@ def load_snapshot(path: Path = SNAPSHOT) -> dict[str, Any]:
 def module_documents() -> list[tuple[str, list[str]]]:
     """Each standard-library module as one long document: its docstrings (module, classes,
     functions) in source order, whitespace-collapsed; modules ordered by SHA-1 of their name.
-    Long-text retrieval (``benchmarks/long_text_retrieval.py``) cuts queries from them."""
+    Long-text retrieval (``benchmarks/text/long_text_retrieval.py``) cuts queries from them."""
     return [(name, list(docs)) for name, docs in load_snapshot()["modules"]]
 
 

@@ -11,20 +11,20 @@ or fails a start-up probe, when the tensor is not a CPU float32/bfloat16 tensor,
 has fewer than :data:`MIN_ROWS` rows (there oneDNN's per-call set-up costs about what it saves).
 The fused op pays from a few rows up, not only on long inputs: one short text is ~20 token rows,
 and a batch of a few short texts is where a server spends its day (eager vs fused per row count:
-``python -m benchmarks.fused_linear``). Results agree with eager to float rounding (~1e-6
+``python -m benchmarks.text.fused_linear``). Results agree with eager to float rounding (~1e-6
 relative).
 
 Weights are packed once into oneDNN's blocked layout (``mkldnn._reorder_linear_weight``, what
 Inductor's weight-prepack pass emits for CPU linears, same file) and the packed copy is kept
 beside the layer: with plain ``[o, i]`` weights oneDNN reorders the whole weight matrix on every
 call, which for one short text (a few dozen rows) costs a large share of the matmul itself
-(``python -m benchmarks.batch_one``). The packed copy costs one more copy of each linear weight in
+(``python -m benchmarks.text.batch_one``). The packed copy costs one more copy of each linear weight in
 memory; it is rebuilt when the weight changes (new storage, in-place update or dtype).
 
 Below :data:`MKL_MAX_ROWS` rows (one short text) on one thread (:mod:`models.text.serial`),
 float32 layers without a GELU run on MKL's GEMM instead: with the weight laid out ``[i, o]`` in memory (MKL's no-transpose operand) it is faster
 than oneDNN's packed matmul there, with the residual folded in as ``addmm_``'s beta = 1
-(``python -m benchmarks.batch_one``). :func:`prepack` lays each float32 weight out that way: the
+(``python -m benchmarks.text.batch_one``). :func:`prepack` lays each float32 weight out that way: the
 parameter stays ``[o, i]`` (a transposed view of ``[i, o]`` storage), so no extra copy is kept, and
 every other path reads it through its strides as before.
 

@@ -8,7 +8,7 @@ every region first waits for it to be woken: a futex wake, in a virtual machine 
 halted vCPU, and on a CPU shared with other work the helper's next time slice. A forward over one
 short text (a few dozen token rows) runs about 60 regions whose own work is tens to a few hundred
 microseconds, so the wake-ups cost more than the second thread saves: such a forward is faster on
-one thread (``python -m benchmarks.batch_one``; the crossover measured on this project's 2-vCPU
+one thread (``python -m benchmarks.text.batch_one``; the crossover measured on this project's 2-vCPU
 host was between 48 and 72 tokens). ONNX Runtime avoids the same cost differently: its
 ``ParallelFor`` lets the calling thread run the shards a sleeping helper has not started.
 

@@ -11,7 +11,7 @@ embeddings are averaged weighted by how many of the text's tokens each holds, th
 the model does. This is the chunk-and-average scheme long-document retrieval uses when the
 encoder's context is too short (e.g. "MaxP/FirstP/AvgP" passage aggregation in Dai & Callan,
 "Deeper Text Understanding for IR with Contextual Neural Language Modeling", SIGIR 2019);
-``benchmarks/long_text_retrieval.py`` measures it against truncation.
+``benchmarks/text/long_text_retrieval.py`` measures it against truncation.
 """
 
 from __future__ import annotations

@@ -166,7 +166,7 @@ def _check_precisions(precisions: tuple[str, ...], device: str) -> None:
     if "bfloat16" in precisions and device == "cpu" and native_bf16() is None:
         log.warning(
             "precision bfloat16: cannot tell whether this CPU has native bfloat16 arithmetic "
-            "(no /proc/cpuinfo); compare its speed with float32 (benchmarks/precision.py)"
+            "(no /proc/cpuinfo); compare its speed with float32 (benchmarks/text/precision.py)"
         )
 
 

@@ -1,6 +1,6 @@
 """The arithmetic estimates behind the per-request compute bound: how work grows with rows,
 length and options, per backend and per model (the rate that turns work into seconds is measured
-by the service; ``benchmarks/cost_model.py`` compares the two with real timings)."""
+by the service; ``benchmarks/attention/cost_model.py`` compares the two with real timings)."""
 
 from __future__ import annotations
 

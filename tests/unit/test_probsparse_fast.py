@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.attention import informer2020_probsparse
+from benchmarks.attention.backends import informer2020_probsparse
 from models.attention import attend, probsparse
 from models.attention.probsparse import _count, _shared_positions, probsparse_attention
 from tests.attention_inputs import relative_error, structured_qkv

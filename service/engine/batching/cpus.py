@@ -17,7 +17,7 @@ bundle) keeps its helper threads spinning for a while (``OMP_WAIT_POLICY`` unset
 ``ACTIVE``: indefinitely; see ``GOMP_SPINCOUNT`` in the libgomp manual). On a CPU the server has to itself that saves a wake-up per region; on
 a CPU shared with any other busy process the spinning helpers take the time slices the thread
 doing the work needs, and every region waits for a helper the scheduler has parked. ``PASSIVE``
-puts idle helpers to sleep at once. Measured in ``benchmarks/threads.py`` (results in
+puts idle helpers to sleep at once. Measured in ``benchmarks/text/threads.py`` (results in
 ``benchmarks/results/threads-cpu.md``); the ``omp_wait_policy`` setting picks it, and
 :func:`openmp_env` exports it before torch loads, since the runtime reads it only once.
 """

@@ -2,7 +2,7 @@
 
 FastAPI reads a JSON body with ``json.loads``; for a forecast request (hundreds to thousands of
 numbers) that builds Python objects on the event loop several times slower than
-``pydantic_core.from_json`` (``python -m benchmarks.forecast_parsing`` measures the JSON step). Routers opt in with ``APIRouter(route_class=FastJSONRoute)`` (FastAPI's
+``pydantic_core.from_json`` (``python -m benchmarks.forecast.parsing`` measures the JSON step). Routers opt in with ``APIRouter(route_class=FastJSONRoute)`` (FastAPI's
 documented custom-route hook); validation, OpenAPI and error bodies are unchanged. Large bodies
 leave the event loop altogether (:mod:`service.http.body_pool`).
 """
