@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 
 from service.engine.batching.policy import (
@@ -15,14 +13,11 @@ from service.engine.batching.policy import (
     rows_within,
 )
 from service.engine.servables.base import TextCall
-from tests.utils.batching import FakePending
+from tests.utils.batching import FLASH
+from tests.utils.batching import FakePending as P  # on FLASH unless told
 
-FLASH = BatchKey(TextCall("flash"), 16)
 FULL = BatchKey(TextCall("full"), 16)
 LIMITS = Limits(max_batch_size=8, max_batch_tokens=1024, max_wait_s=0.010)
-
-
-P = functools.partial(FakePending, key=FLASH)
 
 
 def test_empty_queue_sleeps_until_arrival() -> None:

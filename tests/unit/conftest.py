@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Iterator
 
 import pytest
+import torch
 
 
 @pytest.fixture
@@ -14,3 +15,13 @@ def loop() -> Iterator[asyncio.AbstractEventLoop]:
     loop = asyncio.new_event_loop()
     yield loop
     loop.close()
+
+
+@pytest.fixture
+def one_thread() -> Iterator[None]:
+    """torch on one CPU thread for the test, the count before restored after (memory peaks and
+    timings that depend on the thread count stay comparable)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

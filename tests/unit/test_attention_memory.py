@@ -8,14 +8,14 @@ head-split views of ``[b, L, h·d]`` projections, as the models pass them. The s
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 
 from models.attention import BACKENDS, attend
 from models.attention.memory import ESTIMATES, AttentionCall, attention_bytes, full_bytes
 from models.profiling import allocated_peak
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 FACTOR = {"full": (0.85, 1.15)}
 DEFAULT_FACTOR = (0.5, 2.0)
@@ -28,14 +28,6 @@ SHAPES = [
     (4, 4, 144, 1025, 16, False, False),
     (8, 12, 256, 256, 32, False, True),
 ]
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def _inputs(

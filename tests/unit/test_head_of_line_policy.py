@@ -3,8 +3,6 @@ between two parts of a large request the waiting requests get one batch (pure fu
 
 from __future__ import annotations
 
-import functools
-
 from service.engine.batching.policy import (
     BatchKey,
     Decision,
@@ -14,14 +12,11 @@ from service.engine.batching.policy import (
     part_rows,
 )
 from service.engine.servables.base import TextCall
-from tests.utils.batching import FakePending
+from tests.utils.batching import FLASH
+from tests.utils.batching import FakePending as P  # on FLASH unless told
 
 FULL = BatchKey(TextCall("full"), 256)
-FLASH = BatchKey(TextCall("flash"), 16)
 SLICE = Limits(max_batch_size=32, max_batch_tokens=10**9, max_wait_s=0.010, slice_seconds=0.25)
-
-
-P = functools.partial(FakePending, key=FLASH)
 
 
 def per_row(key: BatchKey, rows: int, longest: int) -> float:

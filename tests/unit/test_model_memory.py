@@ -29,16 +29,10 @@ from models.text.memory import forward_bytes as bert_bytes
 from models.training.data import ETTH1_CHANNELS
 from tests.utils.informer import random_batch
 
+pytestmark = pytest.mark.usefixtures("one_thread")
+
 FACTOR = {"full": (0.8, 1.2)}
 DEFAULT_FACTOR = (0.6, 1.6)
-
-
-@pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(autouse=True)

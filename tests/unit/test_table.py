@@ -23,6 +23,11 @@ def write(tmp_path: Path, text: str, name: str = "series.csv") -> Path:
     return path
 
 
+def write_lines(tmp_path: Path, lines: list[str]) -> Path:
+    """A CSV of :data:`HEADER` and ``lines`` (edited :func:`rows`), each ended by a newline."""
+    return write(tmp_path, HEADER + "\n".join(lines) + "\n")
+
+
 def rows(n: int, start: str = "2020-01-01 00:00:00", step: str = "1h") -> str:
     """``n`` regular CSV lines ``date,a,b`` (a = row number, b = 10 × row number)."""
     stamps = pd.date_range(start, periods=n, freq=pd.Timedelta(step))
@@ -148,7 +153,7 @@ def test_header_problems(tmp_path):
 def test_a_bad_value_names_line_column_and_text(tmp_path, cell, why):
     lines = rows(6).splitlines()
     lines[3] = lines[3].rsplit(",", 1)[0] + f",{cell}"  # data row 3: line 5 in an editor
-    path = write(tmp_path, HEADER + "\n".join(lines) + "\n")
+    path = write_lines(tmp_path, lines)
     message = refused(path, "line 5", why)
     if cell != "1,5":
         assert "column 'b'" in message
@@ -158,19 +163,19 @@ def test_a_bad_value_reports_the_first_cell_and_counts_the_rest(tmp_path):
     lines = rows(6).splitlines()
     lines[4] = lines[4].split(",")[0] + ",x,1"  # line 6, column a
     lines[2] = lines[2].split(",")[0] + ",1,y"  # line 4, column b: first in the file
-    refused(write(tmp_path, HEADER + "\n".join(lines) + "\n"), "line 4, column 'b'", "1 more")
+    refused(write_lines(tmp_path, lines), "line 4, column 'b'", "1 more")
 
 
 def test_a_short_line_is_an_empty_cell(tmp_path):
     lines = rows(4).splitlines()
     lines[1] = lines[1].rsplit(",", 1)[0]
-    refused(write(tmp_path, HEADER + "\n".join(lines) + "\n"), "line 3, column 'b'", "fewer fields")
+    refused(write_lines(tmp_path, lines), "line 3, column 'b'", "fewer fields")
 
 
 def test_a_blank_line_inside_the_data(tmp_path):
     lines = rows(4).splitlines()
     lines.insert(2, "")
-    refused(write(tmp_path, HEADER + "\n".join(lines) + "\n"), "line 4 is blank")
+    refused(write_lines(tmp_path, lines), "line 4 is blank")
 
 
 def test_a_quoted_line_break(tmp_path):
@@ -192,25 +197,20 @@ def test_a_quoted_line_break(tmp_path):
 def test_a_bad_timestamp_names_line_and_text(tmp_path, stamp, why):
     lines = rows(4).splitlines()
     lines[2] = stamp + "," + lines[2].split(",", 1)[1]  # data row 2: line 4
-    refused(write(tmp_path, HEADER + "\n".join(lines) + "\n"), "line 4", "column 'date'", why)
+    refused(write_lines(tmp_path, lines), "line 4", "column 'date'", why)
 
 
 def test_duplicate_timestamps_name_both_lines(tmp_path):
     lines = rows(5).splitlines()
     lines[3] = lines[1].split(",")[0] + "," + lines[3].split(",", 1)[1]
-    refused(
-        write(tmp_path, HEADER + "\n".join(lines) + "\n"),
-        "lines 3 and 5",
-        "2020-01-01 01:00:00",
-        "appear once",
-    )
+    refused(write_lines(tmp_path, lines), "lines 3 and 5", "2020-01-01 01:00:00", "appear once")
 
 
 def test_unsorted_timestamps(tmp_path):
     lines = rows(5).splitlines()
     lines[2], lines[3] = lines[3], lines[2]
     refused(
-        write(tmp_path, HEADER + "\n".join(lines) + "\n"),
+        write_lines(tmp_path, lines),
         "not in order",
         "line 5 (2020-01-01 02:00:00) comes after line 4 (2020-01-01 03:00:00)",
         "sort",
@@ -220,7 +220,7 @@ def test_unsorted_timestamps(tmp_path):
 def test_a_gap_names_both_lines_and_both_steps(tmp_path):
     lines = rows(8).splitlines()
     del lines[4]  # 04:00 missing: line 5 (03:00) -> line 6 (05:00)
-    path = write(tmp_path, HEADER + "\n".join(lines) + "\n")
+    path = write_lines(tmp_path, lines)
     refused(
         path,
         "line 5 (2020-01-01 03:00:00) to line 6 (2020-01-01 05:00:00)",
