@@ -32,7 +32,7 @@ from service.http.schemas.cohere import (
 )
 from service.http.schemas.common import ERROR_RESPONSES
 
-router = APIRouter(tags=["cohere"], route_class=FastJSONRoute)
+router = APIRouter(tags=["cohere"], route_class=FastJSONRoute, responses=ERROR_RESPONSES)
 
 # Cohere's input_type -> the task whose prompt the model picks (TextInput.task).
 TASKS = {
@@ -116,7 +116,6 @@ async def embedded_by_type(
     "/v1/embed",
     response_model=CohereEmbedFloatsResponse | CohereEmbedByTypeResponse,
     response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
 )
 async def embed_v1(
     body: CohereEmbedRequest, request: Request, response: Response, engine: EngineDep
@@ -137,10 +136,7 @@ async def embed_v1(
 
 
 @router.post(
-    "/v2/embed",
-    response_model=CohereEmbedByTypeResponse,
-    response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
+    "/v2/embed", response_model=CohereEmbedByTypeResponse, response_model_exclude_none=True
 )
 async def embed_v2(
     body: CohereEmbedV2Request, request: Request, response: Response, engine: EngineDep
@@ -149,12 +145,7 @@ async def embed_v2(
     return await embedded_by_type(body, body.output_dimension, "2", request, response, engine)
 
 
-@router.post(
-    "/v2/rerank",
-    response_model=CohereRerankResponse,
-    response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
-)
+@router.post("/v2/rerank", response_model=CohereRerankResponse, response_model_exclude_none=True)
 async def rerank_v2(
     body: CohereRerankV2Request, request: Request, response: Response, engine: EngineDep
 ) -> CohereRerankResponse:

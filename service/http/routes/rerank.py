@@ -25,7 +25,7 @@ from service.http.schemas.rerank import (
     TeiRerankRequest,
 )
 
-router = APIRouter(tags=["rerank"], route_class=FastJSONRoute)
+router = APIRouter(tags=["rerank"], route_class=FastJSONRoute, responses=ERROR_RESPONSES)
 
 
 def best_first(scores: list[list[float]]) -> list[tuple[int, float]]:
@@ -33,12 +33,7 @@ def best_first(scores: list[list[float]]) -> list[tuple[int, float]]:
     return sorted(enumerate(row[0] for row in scores), key=lambda item: -item[1])
 
 
-@router.post(
-    "/v1/rerank",
-    response_model=RerankResponse,
-    response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
-)
+@router.post("/v1/rerank", response_model=RerankResponse, response_model_exclude_none=True)
 async def rerank(
     body: RerankRequest, request: Request, response: Response, engine: EngineDep
 ) -> RerankResponse:
@@ -68,7 +63,6 @@ async def rerank(
     "/rerank",
     response_model=list[TeiRank] | InfinityRerankResponse,
     response_model_exclude_none=True,
-    responses=ERROR_RESPONSES,
 )
 async def tei_or_infinity_rerank(
     body: RerankBody,
