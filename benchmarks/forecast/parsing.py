@@ -12,122 +12,107 @@ base64: the numbers rounded to float32, which the model computes in anyway). Eac
 :class:`~service.http.schemas.forecast.ForecastRequest` model,
 :meth:`InformerForecaster.prepare`); the reference row is the model's forward pass on one window
 under ``flash`` (median of repeats, the same thread count). Writes
-``benchmarks/results/forecast-parsing.md``.
+``benchmarks/results/forecast-parsing.md``. ``--smoke``: 2 repeats.
 """
 
 from __future__ import annotations
 
-import argparse
-import base64
 import json
-import statistics
-import time
-from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from pydantic_core import from_json
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.forecast.common import series
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report
+from benchmarks.harness.timing import median_ms
 from models.informer import InformerForecaster
 from models.informer.timefeatures import format_timestamps
 from models.training.data import data_dir
 from models.training.table import load_series_csv
 from service.http.schemas.forecast import ForecastRequest
 
-
-def _median_ms(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1e3
+# The table's payload labels and the request form each one is (benchmarks.forecast.common).
+PAYLOADS = {
+    "rows": "rows",
+    "columns": "columns",
+    "columns + timestamps": "columns + timestamps",
+    "columns as base64": "base64",
+}
 
 
 def payloads(rows: int, channels: list[str], model: str) -> dict[str, bytes]:
     """The same history as four request bodies."""
     table = load_series_csv(data_dir() / "ETT" / "ETTm1.csv", "date", channels)
-    values = table.values[-rows:]
-    stamps = format_timestamps(table.stamps[-rows:])
-    columns = {c: values[:, i].tolist() for i, c in enumerate(channels)}
-    bodies = {
-        "rows": {"timestamps": stamps, "values": values.tolist()},
-        "columns": {"start": stamps[0], "columns": columns},
-        "columns + timestamps": {"timestamps": stamps, "columns": columns},
-        "columns as base64": {
-            "start": stamps[0],
-            "columns": {
-                c: base64.b64encode(values[:, i].astype("<f4").tobytes()).decode()
-                for i, c in enumerate(channels)
-            },
-        },
+    values, stamps = table.values[-rows:], format_timestamps(table.stamps[-rows:])
+    return {
+        label: json.dumps(
+            {"model": model, "series": [series(stamps, values, channels, form)]}
+        ).encode()
+        for label, form in PAYLOADS.items()
     }
-    return {k: json.dumps({"model": model, "series": [v]}).encode() for k, v in bodies.items()}
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(
+        __doc__, cli.repeats(30), cli.threads(1), cli.out(RESULTS / "forecast-parsing.md")
+    )
     p.add_argument("--model", default="informer-ettm1-h96-c2048")
     p.add_argument("--rows", type=int, default=None, help="history rows (default: the context)")
-    p.add_argument("--repeats", type=int, default=30)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--out", type=Path, default=RESULTS / "forecast-parsing.md")
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, repeats=2)
     torch.set_num_threads(args.threads)
+    report = Report("benchmarks.forecast.parsing", argv)
     forecaster = InformerForecaster.load(args.model)
     rows = args.rows or forecaster.context
     bodies = payloads(rows, forecaster.channels, forecaster.name)
-
-    window = forecaster.prepare(
-        **ForecastRequest.model_validate_json(bodies["columns"])
-        .series[0]
-        .model_dump(exclude_none=True)
-    )
-    flash_ms = _median_ms(lambda: forecaster.predict([window], backend="flash"), 5)
-    lines = [
-        f"{forecaster.name}: {rows} x {len(forecaster.channels)} history, "
-        f"{args.threads} thread(s), median of {args.repeats}",
-        "",
-        "| payload | bytes | JSON ms | schema ms | prepare ms | total ms | share of a flash "
-        "forward |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        f"| *reference: one `flash` forward* | | | | | {flash_ms:.1f} | 100% |",
-    ]
+    request = ForecastRequest.model_validate_json(bodies["columns"])
+    window = forecaster.prepare(**request.series[0].model_dump(exclude_none=True))
+    flash_ms = median_ms(lambda: forecaster.predict([window], backend="flash"), 5)
+    cells = [["*reference: one `flash` forward*", "", "", "", "", f"{flash_ms:.1f}", "100%"]]
     totals = {}
     for name, body in bodies.items():
         parsed = from_json(body)
-        request = ForecastRequest.model_validate(parsed)
-        s = request.series[0]
+        s = ForecastRequest.model_validate(parsed).series[0]
         kwargs = {
             "timestamps": s.timestamps,
             "start": s.start,
             "values": s.values,
             "columns": s.columns,
         }
-        json_ms = _median_ms(lambda body=body: from_json(body), args.repeats)
-        schema_ms = _median_ms(
+        json_ms = median_ms(lambda body=body: from_json(body), args.repeats)
+        schema_ms = median_ms(
             lambda parsed=parsed: ForecastRequest.model_validate(parsed), args.repeats
         )
-        prep_ms = _median_ms(lambda kwargs=kwargs: forecaster.prepare(**kwargs), args.repeats)
-        total = json_ms + schema_ms + prep_ms
-        totals[name] = total
-        lines.append(
-            f"| {name} | {len(body):,} | {json_ms:.2f} | {schema_ms:.2f} | {prep_ms:.2f} | "
-            f"{total:.2f} | {total / flash_ms:.1%} |"
-        )
-    lines += [
-        "",
+        prep_ms = median_ms(lambda kwargs=kwargs: forecaster.prepare(**kwargs), args.repeats)
+        totals[name] = total = json_ms + schema_ms + prep_ms
+        cells.append(
+            [name, f"{len(body):,}", f"{json_ms:.2f}", f"{schema_ms:.2f}", f"{prep_ms:.2f}",
+             f"{total:.2f}", f"{total / flash_ms:.1%}"]
+        )  # fmt: skip
+    report.add(
+        f"{forecaster.name}: {rows} x {len(forecaster.channels)} history, "
+        f"{args.threads} thread(s), median of {args.repeats}"
+    )
+    report.table(
+        [
+            "payload",
+            "bytes",
+            "JSON ms",
+            "schema ms",
+            "prepare ms",
+            "total ms",
+            "share of a flash forward",
+        ],
+        cells,
+        "lrrrrrr",
+    )
+    report.add(
         f"`columns` costs {totals['columns'] / totals['rows']:.2f}x what `rows` costs "
         f"({totals['rows'] / totals['columns']:.1f}x cheaper); `columns as base64` "
         f"{totals['columns as base64'] / totals['rows']:.2f}x "
-        f"({totals['rows'] / totals['columns as base64']:.1f}x cheaper).",
-    ]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text + "\nRegenerate: `python -m benchmarks.forecast.parsing`\n")
+        f"({totals['rows'] / totals['columns as base64']:.1f}x cheaper)."
+    )
+    report.write(args.out)
 
 
 if __name__ == "__main__":
