@@ -24,7 +24,8 @@ import yaml
 
 from tests.ops.helpers import ALERTS, DOCKER, prometheus_binary
 from tests.service.helpers import hourly_series
-from tests.service.server_process import ServerProcess, free_port
+from tests.service.server_process import ServerProcess
+from tests.utils.live_server import free_port
 
 DASHBOARD = DOCKER / "grafana" / "dashboards" / "attnserve.json"
 KEY = "prometheus-test-key"

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,16 +14,11 @@ from pathlib import Path
 import httpx
 
 from tests.service.conftest import metric
+from tests.utils.live_server import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 # ~200 tokens each: batches of four take long enough on CPU for queues to form.
 LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in range(28))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class ServerProcess:
@@ -67,6 +61,23 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self.log.close()
+
+
+def start_up_failure(*args: str) -> str:
+    """Run ``python -m service serve <args>`` on CPU (port 0, one torch thread) and expect it to
+    stop at start-up: exit status 1 and no traceback. Returns what it wrote (stdout, then stderr).
+    """
+    command = [
+        sys.executable, "-m", "service", "serve",
+        *args,
+        "--device", "cpu", "--port", "0", "--torch-threads", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=200)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert "Traceback" not in output
+    return output
 
 
 def long_text_burst(client: httpx.AsyncClient, n: int) -> list[asyncio.Task[httpx.Response]]:

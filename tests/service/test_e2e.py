@@ -22,10 +22,10 @@ from tests.service.helpers import hourly_series, tiny_checkpoint
 from tests.service.server_process import (
     ROOT,
     ServerProcess,
-    free_port,
     long_text_burst,
     wait_until_admitted,
 )
+from tests.utils.live_server import free_port
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
