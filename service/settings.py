@@ -139,8 +139,8 @@ class Settings(BaseSettings):
             "request over it runs in parts of about this much with the batches of requests "
             "that arrived meanwhile run between its parts, so a small request never waits "
             "for all of a large one. Smaller slices cost per-row efficiency; "
-            "benchmarks/head_of_line.py measures both sides. 0: off (forward passes as large "
-            "as the other batch limits allow)."
+            "benchmarks/service/head_of_line.py measures both sides. 0: off (forward passes as "
+            "large as the other batch limits allow)."
         ),
     )
     max_body_bytes: int = Field(

@@ -19,11 +19,13 @@ each answer ran in (attnserve's ``x-batch-size``) has those sizes recorded too.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+
+from benchmarks.harness.host import load_average
+from benchmarks.harness.timing import percentile
 
 HOST = "127.0.0.1"  # every server under test listens here
 GRACE_S = 30.0  # how long a request sent inside the window may take before it is an error
@@ -142,21 +144,6 @@ async def request_once(
 # ----------------------------------------------------------------------------- results
 
 
-def percentile(values: Sequence[float], q: float) -> float:
-    """The nearest-rank ``q``-th percentile (0 < q <= 100) of ``values``; NaN when empty.
-
-    Nearest rank: the smallest value with at least ``q`` % of the values at or below it, so p99
-    of 100 values is the 99th smallest and p100 the largest; never an interpolated value.
-    """
-    if not values:
-        return float("nan")
-    if not 0 < q <= 100:
-        raise ValueError(f"q must be in (0, 100], got {q}")
-    ordered = sorted(values)
-    rank = math.ceil(q / 100 * len(ordered))
-    return ordered[max(rank, 1) - 1]
-
-
 @dataclass
 class LoadResult:
     """What one measured window saw.
@@ -170,6 +157,8 @@ class LoadResult:
             given to :func:`drive` (the server's, the whole machine's, ...).
         batch_sizes: the batch each of those answers ran in, where the server says
             (``x-batch-size``).
+        load: the 1, 5 and 15-minute load averages before and after (:func:`run_load`), so a
+            row skewed by other work on the machine shows it.
     """
 
     requests: int
@@ -178,6 +167,7 @@ class LoadResult:
     errors: Counter[str] = field(default_factory=Counter)
     cpu_s: dict[str, float] = field(default_factory=dict)
     batch_sizes: list[int] = field(default_factory=list)
+    load: tuple[str, str] = ("", "")
 
     @property
     def error_count(self) -> int:
@@ -313,17 +303,31 @@ def run_load(
     probes: Mapping[str, Callable[[], float]] | None = None,
     pause: float = 0.0,
 ) -> LoadResult:
-    """:func:`drive` on a fresh event loop (uvloop when installed)."""
+    """:func:`drive` on a fresh event loop (uvloop when installed), with the load average
+    before and after."""
     try:
         import uvloop
 
         factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
     except ImportError:
         factory = None
+    before = load_average()
     with asyncio.Runner(loop_factory=factory) as runner:
-        return runner.run(
+        result = runner.run(
             drive(host, port, requests, clients, seconds, warmup, probes, pause=pause)
         )
+    result.load = (before, load_average())
+    return result
+
+
+def say(label: str, result: LoadResult, extra: str = "") -> None:
+    """One progress line for a load window: req/s, p50 and p99, errors by kind."""
+    errors = f"  errors {dict(result.errors)}" if result.errors else ""
+    print(
+        f"  {label} {result.throughput:7.1f} req/s  p50 {result.pct(50):7.1f}  "
+        f"p99 {result.pct(99):7.1f} ms{extra}{errors}",
+        flush=True,
+    )
 
 
 def call_once(host: str, port: int, request: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
@@ -340,8 +344,8 @@ __all__ = [
     "combined",
     "drive",
     "parse_head",
-    "percentile",
     "read_response",
     "request_once",
     "run_load",
+    "say",
 ]

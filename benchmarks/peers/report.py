@@ -14,7 +14,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from benchmarks.peers.driver import LoadResult, percentile
+from benchmarks.harness.load import LoadResult
+from benchmarks.harness.timing import percentile
 
 BASELINE = "litserve"
 

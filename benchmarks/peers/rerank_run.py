@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.peers.rerank_run [--seconds 12] [--rounds 2] [--clients 1 8]
         [--threads 2] [--servers attnserve infinity litserve litserve-1]
 
-The /encode peer harness (:mod:`.run`, :mod:`.servers`, :mod:`.driver`) on a rerank workload:
+The /encode peer harness (:mod:`.run`, :mod:`.servers`, :mod:`benchmarks.harness`) on a rerank workload:
 each request is one query and 16 documents (:mod:`.rerank_workload`), every server loads the same
 ``CrossEncoder.save`` folder by path.
 
@@ -15,31 +15,34 @@ each request is one query and 16 documents (:mod:`.rerank_workload`), every serv
    its scores of the first :data:`GUARD` requests against the reference (within
    ``--tolerance``, in request order, after sorting by index), drive it at each ``--clients``
    count, stop it and check with psutil that none of its process tree is left
-   (:meth:`.servers.ServerProcess.stop`) before the next starts.
+   (:meth:`benchmarks.harness.process.ServerProcess.stop`) before the next starts.
 3. Writes ``<out-dir>/<name>.md`` and ``.json``.
+
+``--smoke``: one short round at 2 clients; attnserve alone when the peer virtualenvs are missing
+(its scores are then checked against its own in-process ones).
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
-import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host import cpu_model, load_average
+import psutil
+
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.load import HOST, call_once
+from benchmarks.harness.report import command, write
 from benchmarks.peers import report
-from benchmarks.peers.driver import LoadResult, build_request, call_once, run_load
 from benchmarks.peers.rerank_workload import (
     DOCS,
     NAME,
@@ -48,17 +51,18 @@ from benchmarks.peers.rerank_workload import (
     rerank_folder,
     rerank_requests,
 )
-from benchmarks.peers.run import machine_cpu_seconds
 from benchmarks.peers.servers import (
-    HOST,
-    ROOT,
     Launch,
-    ServerProcess,
-    Stopped,
-    attnserve_command,
-    default_infinity_python,
-    default_peers_python,
-    server_env,
+    Peer,
+    PeerServer,
+    Turn,
+    attnserve_serve,
+    in_process,
+    infinity_v2,
+    interpreters,
+    peer_options,
+    peers_app,
+    take_turn,
     versions,
 )
 
@@ -78,82 +82,32 @@ NOTES = (
 # ----------------------------------------------------------------------------- the servers
 
 
-@dataclass(frozen=True)
-class RerankPeer:
-    """One rerank server: how it starts, where a request goes, what the body is."""
-
-    name: str
-    path: str
-    body: Callable[[RerankRequest], dict[str, Any]]
-    command: Callable[[Launch], list[str]]
-    interpreter: str  # attnserve, peers or infinity
-    packages: tuple[str, ...]
-    config: str
-
-
-def _attnserve(launch: Launch) -> list[str]:
-    return [
-        *attnserve_command(launch), "serve",
-        "--host", HOST, "--port", str(launch.port), "--device", "cpu",
-        "--models", str(launch.folder),
-        "--torch-threads", str(launch.threads),
-        "--max-batch-size", str(BATCH),
-        "--log-level", "warning",
-    ]  # fmt: skip
-
-
-def _infinity(launch: Launch) -> list[str]:
-    return [
-        str(launch.infinity_python.parent / "infinity_emb"), "v2",
-        "--model-id", str(launch.folder),
-        "--served-model-name", NAME,
-        "--engine", "torch", "--device", "cpu",
-        "--batch-size", str(BATCH),
-        "--no-vector-disk-cache",
-        "--host", HOST, "--port", str(launch.port),
-        "--log-level", "warning",
-    ]  # fmt: skip
-
-
-def _litserve(requests_per_batch: int) -> Callable[[Launch], list[str]]:
-    def command(launch: Launch) -> list[str]:
-        return [
-            str(launch.peers_python), "-m", "benchmarks.peers.rerank_litserve_app",
-            "--folder", str(launch.folder),
-            "--host", HOST, "--port", str(launch.port),
-            "--threads", str(launch.threads),
-            "--max-batch-size", str(requests_per_batch),
-        ]  # fmt: skip
-
-    return command
-
-
 def _cohere(r: RerankRequest) -> dict[str, Any]:
     return {"model": NAME, "query": r.query, "documents": r.documents, "return_documents": False}
 
 
 _ST = ("sentence-transformers", "transformers", "torch")
-PEERS: dict[str, RerankPeer] = {
-    "attnserve": RerankPeer(
-        "attnserve", "/v1/rerank", _cohere, _attnserve, "attnserve",
+PEERS: dict[str, Peer] = {
+    "attnserve": Peer(
+        "attnserve", "/v1/rerank", _cohere, attnserve_serve(), "attnserve",
         ("attnserve", "torch", "fastapi", "uvicorn"),
         f"attnserve serve --models FOLDER --max-batch-size {BATCH} (pairs), max wait 5 ms, "
         "attention flash (its defaults)",
     ),
-    "infinity": RerankPeer(
-        "infinity", "/rerank", _cohere, _infinity, "infinity",
+    "infinity": Peer(
+        "infinity", "/rerank", _cohere, infinity_v2(NAME), "infinity",
         ("infinity-emb", *_ST, "fastapi", "uvicorn"),
         f"infinity_emb v2 --engine torch --device cpu --batch-size {BATCH} (pairs), no disk cache",
     ),
-    "litserve": RerankPeer(
+    "litserve": Peer(
         "litserve", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        _litserve(32), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        peers_app("rerank_litserve_app", "--max-batch-size", "32"), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
         "LitAPI max_batch_size=32 (requests), batch_timeout=0.01, CrossEncoder.predict of all "
         f"their pairs, batch_size={BATCH}; one worker, cpu, fast_queue off",
     ),
-    "litserve-1": RerankPeer(
+    "litserve-1": Peer(
         "litserve-1", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        _litserve(1), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        peers_app("rerank_litserve_app", "--max-batch-size", "1"), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
         "LitAPI max_batch_size=1: CrossEncoder.predict of one request's pairs per call; "
         "one worker, cpu, fast_queue off",
     ),
@@ -168,26 +122,12 @@ def scores_in_order(answer: Any, count: int) -> list[float]:
     return out
 
 
-class RerankServer(ServerProcess):
-    """A :class:`.servers.ServerProcess` whose requests are rerank requests."""
-
-    def __init__(self, peer: RerankPeer, launch: Launch, log: Path, wait_policy: str) -> None:
-        # The base reads only the peer's command (and, when stopping, its name).
-        super().__init__(peer, launch, log, wait_policy)  # type: ignore[arg-type]
-
-    def rerank_request(self, r: RerankRequest) -> bytes:
-        body = json.dumps(self.peer.body(r)).encode()  # type: ignore[arg-type]
-        return build_request(HOST, self.port, self.peer.path, body)
-
-    def scores(self, r: RerankRequest) -> list[float]:
-        status, body = call_once(HOST, self.port, self.rerank_request(r), timeout=60.0)
-        if not 200 <= status < 300:
-            raise RuntimeError(f"{self.peer.name} answered {status}: {body[:300]!r}")
-        return scores_in_order(json.loads(body), len(r.documents))
-
-    def wait_ready(self, r: RerankRequest, timeout: float = 300.0) -> None:
-        """Post ``r`` until a 2xx answer comes (503/404/no connection: still starting)."""
-        self.first_answer(self.rerank_request(r), timeout, per_call=60.0)
+def scores(server: PeerServer, r: RerankRequest) -> list[float]:
+    """``server``'s scores of ``r``, in request order."""
+    status, body = call_once(HOST, server.port, server.request(r), timeout=60.0)
+    if not 200 <= status < 300:
+        raise RuntimeError(f"{server.name} answered {status}: {body[:300]!r}")
+    return scores_in_order(json.loads(body), len(r.documents))
 
 
 # ----------------------------------------------------------------------------- the run
@@ -197,88 +137,25 @@ def worst_diff(a: list[list[float]], b: list[list[float]]) -> float:
     return max(abs(x - y) for ra, rb in zip(a, b, strict=True) for x, y in zip(ra, rb, strict=True))
 
 
-def in_process(
-    impl: str, python: Path, folder: Path, requests_file: Path, args: argparse.Namespace
-) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "out.json"
-        command = [
-            str(python), "-m", "benchmarks.peers.rerank_inprocess", impl,
-            "--folder", str(folder), "--requests", str(requests_file), "--out", str(out),
-            "--threads", str(args.threads), "--repeats", str(args.repeats),
-        ]  # fmt: skip
-        subprocess.run(
-            command, cwd=ROOT, env=server_env(args.threads, args.omp_wait_policy), check=True
-        )
-        return dict(json.loads(out.read_text()))
+def scored_alike(
+    requests: list[RerankRequest], reference: list[list[float]], tolerance: float,
+    diffs: dict[str, list[float]],
+) -> Callable[[PeerServer, Any], None]:  # fmt: skip
+    """The check of a server's turn: its scores of the first :data:`GUARD` requests within
+    ``tolerance`` of ``reference`` (each worst difference kept in ``diffs``)."""
 
+    def check(server: PeerServer, answer: Any) -> None:
+        got = [scores(server, r) for r in requests[:GUARD]]
+        diffs.setdefault(server.name, []).append(worst_diff(got, reference[:GUARD]))
+        if not diffs[server.name][-1] <= tolerance:
+            raise SystemExit(f"{server.name}'s scores differ from CrossEncoder.predict's by "
+                             f"{diffs[server.name][-1]:.2e}")  # fmt: skip
 
-@dataclass
-class Turn:
-    """One server's turn in a round."""
-
-    startup_s: float
-    diff: float  # worst |score - CrossEncoder.predict| over the GUARD requests
-    results: dict[int, LoadResult]
-    loads: dict[int, tuple[str, str]]
-    stopped: Stopped | None = None
-
-
-def serve_and_drive(
-    name: str,
-    args: argparse.Namespace,
-    folder: Path,
-    requests: list[RerankRequest],
-    reference: list[list[float]],
-    tag: str,
-) -> Turn:
-    launch = Launch.on_free_port(args, folder)
-    started = time.monotonic()
-    server = RerankServer(
-        PEERS[name], launch, args.log_dir / f"rerank-{name}-{tag}.log", args.omp_wait_policy
-    )
-    turn = Turn(0.0, math.nan, {}, {})
-    try:
-        server.wait_ready(requests[0])
-        turn.startup_s = time.monotonic() - started
-        got = [server.scores(r) for r in requests[:GUARD]]
-        turn.diff = worst_diff(got, reference[:GUARD])
-        if not turn.diff <= args.tolerance:
-            raise SystemExit(
-                f"{name}'s scores differ from CrossEncoder.predict's by {turn.diff:.2e}"
-            )
-        wire = [server.rerank_request(r) for r in requests]
-        for clients in args.clients:
-            before = load_average()
-            probes = {"server": server.cpu_seconds, "machine": machine_cpu_seconds}
-            result = run_load(HOST, launch.port, wire, clients, args.seconds, args.warmup, probes)
-            turn.results[clients] = result
-            turn.loads[clients] = (before, load_average())
-            errors = f"  errors {dict(result.errors)}" if result.errors else ""
-            print(
-                f"  {tag} {name:>10} x{clients:<2} {result.throughput:6.1f} req/s  "
-                f"p50 {result.pct(50):7.1f}  p99 {result.pct(99):7.1f} ms  |d| {turn.diff:.1e}{errors}",
-                flush=True,
-            )
-    finally:
-        turn.stopped = server.stop()
-        print(
-            f"  {tag} {name:>10} stopped: {turn.stopped.processes} process(es), gone after "
-            f"{turn.stopped.signal} in {turn.stopped.seconds:.1f} s"
-            + (
-                f"; outlived SIGTERM: {turn.stopped.outlived_term}"
-                if turn.stopped.outlived_term
-                else ""
-            ),
-            flush=True,
-        )
-    return turn
+    return check
 
 
 def leftovers(folder: Path) -> list[str]:
     """Processes whose command line names the model folder (every server's does)."""
-    import psutil
-
     found = []
     for proc in psutil.process_iter(["pid", "cmdline"]):
         cmdline = " ".join(proc.info["cmdline"] or [])
@@ -308,7 +185,7 @@ def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list
         f"load average before {meta['load_before']}, after {meta['load_after']}",
         "",
         f"Model: `{NAME}`, all-MiniLM-L6-v2's encoder under a seeded one-logit head, saved by "
-        "`CrossEncoder.save` (`benchmarks/rerank_speed.py::build_cross_encoder`); every server "
+        "`CrossEncoder.save` (`benchmarks/text/rerank_speed.py::build_cross_encoder`); every server "
         f"loads that folder. {REQUESTS} distinct requests, each a docstring first line as query "
         f"and {DOCS} stdlib docstrings of 40-120 words (every pair under 256 tokens: nobody "
         f"truncates). {meta['seconds']:g} s measured after {meta['warmup_s']:g} s warm-up per "
@@ -382,43 +259,20 @@ def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=12.0)
-    parser.add_argument("--warmup", type=float, default=4.0)
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8])
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--servers", nargs="+", default=list(PEERS), choices=list(PEERS))
-    parser.add_argument(
-        "--omp-wait-policy", choices=["passive", "active", "default"], default="passive"
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="in-process passes (best kept)")
+    parser = cli.parser(__doc__, peer_options([1, 8], 12.0, 4.0, list(PEERS), "peers-rerank-cpu"))
     parser.add_argument(
         "--inprocess-requests", type=int, default=16, help="requests the in-process rows time"
     )
     parser.add_argument("--tolerance", type=float, default=1e-3, help="max |score diff| allowed")
-    parser.add_argument("--peers-python", type=Path, default=default_peers_python())
-    parser.add_argument("--infinity-python", type=Path, default=default_infinity_python())
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
-    parser.add_argument("--name", default="peers-rerank-cpu")
-    parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
-    args = parser.parse_args(argv)
-    pythons = {
-        "attnserve": Path(sys.executable),
-        "peers": args.peers_python,
-        "infinity": args.infinity_python,
-    }
+    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=[2], repeats=1,
+                     inprocess_requests=GUARD)  # fmt: skip
     if args.inprocess_requests < GUARD:  # the served scores are checked against these
         parser.error(
             f"--inprocess-requests must be at least {GUARD} (the requests every server "
             "must score like CrossEncoder.predict before it is timed)"
         )
-    for name in args.servers:
-        if not pythons[PEERS[name].interpreter].is_file():
-            parser.error(f"{pythons[PEERS[name].interpreter]} is missing ({name}): make peers-venv")
-    command = "python -m benchmarks.peers.rerank_run " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
+    pythons = interpreters(args, PEERS)
+    run_command = command("benchmarks.peers.rerank_run", argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
     load_before = load_average()
@@ -430,13 +284,17 @@ def main(argv: list[str] | None = None) -> None:
         requests_file = Path(tmp) / "requests.json"
         timed = requests[: args.inprocess_requests]
         requests_file.write_text(json.dumps([[r.query, r.documents] for r in timed]))
-        ref = in_process("cross-encoder", args.peers_python, folder, requests_file, args)
-        ours = in_process("attnserve", Path(sys.executable), folder, requests_file, args)
+        options = ["--folder", str(folder), "--requests", str(requests_file)]
+        ours = in_process("rerank_inprocess", "attnserve", Path(sys.executable), args, *options)
+        ref = ours
+        if args.peers_python.is_file():
+            ref = in_process("rerank_inprocess", "cross-encoder", args.peers_python, args, *options)
+        else:
+            print("smoke: no peers interpreter; attnserve's own scores are the reference")
     reference: list[list[float]] = ref["scores"]
     ours_diff = worst_diff(ours["scores"], reference)
-    print(
-        f"  in-process CrossEncoder {ref['rows']}\n  in-process attnserve {ours['rows']} |d| {ours_diff:.1e}"
-    )
+    print(f"  in-process CrossEncoder {ref['rows']}\n"
+          f"  in-process attnserve {ours['rows']} |d| {ours_diff:.1e}")  # fmt: skip
     if not ours_diff <= args.tolerance:
         raise SystemExit(
             f"attnserve's TextClassifier differs from CrossEncoder.predict by {ours_diff:.2e}"
@@ -450,12 +308,15 @@ def main(argv: list[str] | None = None) -> None:
         ]
 
     turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
+    diffs: dict[str, list[float]] = {}
+    check = scored_alike(requests, reference, args.tolerance, diffs)
     for k in range(args.rounds):
         print(f"round {k + 1} of {args.rounds} ...", flush=True)
         for name in args.servers:
-            turns[name].append(
-                serve_and_drive(name, args, folder, requests, reference, f"r{k + 1}")
-            )
+            launch = Launch.on_free_port(args, folder)
+            log = args.log_dir / f"rerank-{name}-r{k + 1}.log"
+            server = PeerServer(PEERS[name], launch, log, args.omp_wait_policy)
+            turns[name].append(take_turn(server, requests[0], requests, args, f"r{k + 1}", check))
 
     left = leftovers(folder)
     print(f"processes holding the model folder after the run: {left or 'none'}", flush=True)
@@ -469,7 +330,7 @@ def main(argv: list[str] | None = None) -> None:
     ]
     loads = {(n, c): [t.loads[c] for t in turns[n]] for n in args.servers for c in args.clients}
     meta: dict[str, Any] = {
-        "command": command,
+        "command": run_command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(),
         "usable_cpus": len(os.sched_getaffinity(0)),
@@ -490,7 +351,7 @@ def main(argv: list[str] | None = None) -> None:
                 "venv": pythons[PEERS[name].interpreter].parent.parent.name,
                 "versions": versions(pythons[PEERS[name].interpreter], PEERS[name].packages),
                 "startup_s": [t.startup_s for t in turns[name]],
-                "diff": [t.diff for t in turns[name]],
+                "diff": diffs[name],
                 "stops": [asdict(t.stopped) for t in turns[name] if t.stopped],
             }
             for name in args.servers
@@ -503,8 +364,7 @@ def main(argv: list[str] | None = None) -> None:
         ],
     }
     page = markdown(meta, summaries, inproc, loads)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / f"{args.name}.md").write_text(page)
+    write(args.out_dir / f"{args.name}.md", page)
     record = {
         **meta,
         "inprocess": inproc,
@@ -518,7 +378,7 @@ def main(argv: list[str] | None = None) -> None:
             if s.rps_rounds and statistics.median(s.rps_rounds)
         },
     }
-    (args.out_dir / f"{args.name}.json").write_text(json.dumps(record, indent=2) + "\n")
+    write(args.out_dir / f"{args.name}.json", json.dumps(record, indent=2) + "\n")
     print()
     print(page)
 

@@ -12,16 +12,18 @@
 3. ``--rounds`` rounds; in each, every server in turn (in ``--servers`` order, so drift over the
    run hits all alike): start it on a free port, wait until it answers a real request (whose
    embedding must match attnserve's, cosine at least 0.9999), then for each ``--clients`` count
-   ``--warmup`` s of load and ``--seconds`` s measured (:mod:`.driver`), then stop it: SIGTERM,
-   SIGKILL for what outlives a grace, and psutil must find none of its processes left before
-   the next server starts (:meth:`.servers.ServerProcess.stop`; how each ended is recorded).
+   ``--warmup`` s of load and ``--seconds`` s measured (:mod:`benchmarks.harness.load`), then
+   stop it: SIGTERM, SIGKILL for what outlives a grace, and psutil must find none of its
+   processes left before the next server starts (:meth:`benchmarks.harness.process.ServerProcess.stop`;
+   how each ended is recorded).
 4. Writes ``<out-dir>/<name>.md`` and ``.json`` (:mod:`.report`).
 
 attnserve runs from this interpreter's environment (the project's ``.venv``); LitServe, the
 naive server and the reference rows other than attnserve's from ``--peers-python``
 (``.venv-peers``: the newest releases); infinity-emb from ``--infinity-python``
 (``.venv-peers-infinity``: its own pins, numpy<2, transformers<5). No peer runs at versions
-pinned for another.
+pinned for another. ``--smoke``: one short round at 2 clients, attnserve alone when the peer
+virtualenvs are missing.
 """
 
 from __future__ import annotations
@@ -31,71 +33,38 @@ import dataclasses
 import json
 import math
 import os
-import shlex
-import subprocess
 import sys
 import tempfile
-import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host import cpu_model, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.load import LoadResult
+from benchmarks.harness.report import command, write
 from benchmarks.peers import report
-from benchmarks.peers.driver import LoadResult, run_load
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.peers.servers import (
-    HOST,
     PEERS,
-    ROOT,
     Launch,
-    ServerProcess,
+    PeerServer,
     Stopped,
-    default_infinity_python,
-    default_peers_python,
-    server_env,
+    in_process,
+    interpreters,
+    peer_options,
+    take_turn,
     versions,
 )
+from benchmarks.service.workloads import short_texts
 
 MIN_COSINE = 0.9999
 TEXTS = 512
 
 
-def machine_cpu_seconds() -> float:
-    """Busy CPU seconds of the whole machine so far (all cores; idle, I/O wait and time stolen
-    by a hypervisor left out)."""
-    import psutil
-
-    t = psutil.cpu_times()
-    idle = t.idle + getattr(t, "iowait", 0.0) + getattr(t, "steal", 0.0)
-    return sum(t) - idle - getattr(t, "guest", 0.0) - getattr(t, "guest_nice", 0.0)
-
-
 def cosine(a: list[float], b: list[float]) -> float:
     dot = sum(x * y for x, y in zip(a, b, strict=True))
     return dot / math.sqrt(sum(x * x for x in a) * sum(y * y for y in b))
-
-
-def in_process(
-    impl: str, python: Path, texts_file: Path, args: argparse.Namespace, folder: Path | None
-) -> dict[str, Any]:
-    """One :mod:`.inprocess` measurement (every batch size) in its own process."""
-    with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
-        command = [
-            str(python), "-m", "benchmarks.peers.inprocess", impl,
-            "--texts", str(texts_file),
-            "--out", str(out),
-            "--threads", str(args.threads),
-            "--repeats", str(args.repeats),
-            "--batches", *map(str, args.batches),
-        ]  # fmt: skip
-        if folder is not None:
-            command += ["--folder", str(folder)]
-        env = server_env(args.threads, args.omp_wait_policy)
-        subprocess.run(command, cwd=ROOT, env=env, check=True)
-        return dict(json.loads(out.read_text()))
 
 
 # The in-process rows after attnserve's: (implementation, label); both run with the peers'
@@ -119,12 +88,15 @@ def measure_ceilings(
     with tempfile.TemporaryDirectory() as tmp:
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts[:256]))
-        ours = in_process("attnserve", Path(sys.executable), texts_file, args, None)
+        options = ["--texts", str(texts_file), "--batches", *map(str, args.batches)]
+        ours = in_process("inprocess", "attnserve", Path(sys.executable), args, *options)
         results.append(({**ours, "cosine": 1.0}, "attnserve SentenceEncoder.encode (flash)"))
         print(f"  in-process attnserve: {ours['rows']}", flush=True)
         if args.peers_python.is_file():
             for impl, label in REFERENCES:
-                other = in_process(impl, args.peers_python, texts_file, args, folder)
+                other = in_process(
+                    "inprocess", impl, args.peers_python, args, *options, "--folder", str(folder)
+                )
                 worst = min(
                     cosine(a, b) for a, b in zip(ours["guard"], other["guard"], strict=True)
                 )
@@ -156,125 +128,26 @@ def measure_ceilings(
     return rows, ours["guard"][0]
 
 
-@dataclass(frozen=True)
-class Served:
-    """One server's turn in a round."""
-
-    startup_s: float  # from start to its first right answer
-    cosine: float  # of that answer's embedding to attnserve's
-    results: dict[int, LoadResult]  # by client count
-    loads: dict[int, tuple[str, str]]  # load averages before / after each client count's run
-    stopped: Stopped  # how its process tree ended
-
-
-def serve_and_drive(
-    name: str,
-    args: argparse.Namespace,
-    folder: Path,
-    texts: list[str],
-    reference: list[float],
-    log_dir: Path,
-    tag: str,
-) -> Served:
-    """Start server ``name``, check its answer, drive it at each client count, stop it and
-    check that none of its processes is left."""
-    peer = PEERS[name]
-    launch = Launch.on_free_port(args, folder)
-    started = time.monotonic()
-    server = ServerProcess(peer, launch, log_dir / f"{name}-{tag}.log", args.omp_wait_policy)
-    results: dict[int, LoadResult] = {}
-    loads: dict[int, tuple[str, str]] = {}
-    try:
-        embedding = server.wait_answering(texts[0])
-        startup = time.monotonic() - started
-        similarity = cosine(embedding, reference)
-        if similarity < MIN_COSINE:
-            raise SystemExit(f"{name} answers a different embedding (cosine {similarity:.6f})")
-        requests = [server.request(t) for t in texts]
-        for clients in args.clients:
-            load = load_average()
-            probes = {"server": server.cpu_seconds, "machine": machine_cpu_seconds}
-            result = run_load(
-                HOST, launch.port, requests, clients, args.seconds, args.warmup, probes
-            )
-            results[clients] = result
-            loads[clients] = (load, load_average())
-            errors = f"  errors {dict(result.errors)}" if result.errors else ""
-            print(
-                f"  {tag} {name:>9} x{clients:<3} {result.throughput:7.1f} req/s  "
-                f"p50 {result.pct(50):6.1f}  p99 {result.pct(99):6.1f} ms{errors}",
-                flush=True,
-            )
-    finally:
-        stopped = server.stop()
-        outlived = f"; outlived SIGTERM: {stopped.outlived_term}" if stopped.outlived_term else ""
-        print(
-            f"  {tag} {name:>9} stopped: {stopped.processes} process(es), gone after "
-            f"{stopped.signal} in {stopped.seconds:.1f} s{outlived}",
-            flush=True,
-        )
-    return Served(startup, similarity, results, loads, stopped)
-
-
 def _venv(python: Path) -> str:
     """The name of ``python``'s virtualenv."""
     return python.parent.parent.name
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
-    parser.add_argument("--rounds", type=int, default=2)
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 32])
-    parser.add_argument(
-        "--threads", type=int, default=2, help="torch threads per server (this machine's cores)"
-    )
-    parser.add_argument("--servers", nargs="+", default=list(PEERS), choices=list(PEERS))
-    parser.add_argument(
-        "--omp-wait-policy",
-        choices=["passive", "active", "default"],
-        default="passive",
-        help="OMP_WAIT_POLICY for every server and in-process row (ONNX Runtime: spinning off "
-        "for passive); default: libgomp's own",
-    )
-    parser.add_argument("--repeats", type=int, default=3, help="in-process passes (best kept)")
+    parser = cli.parser(__doc__, peer_options([1, 32], 10.0, 2.0, list(PEERS), "peers-cpu"))
     parser.add_argument(
         "--batches", type=int, nargs="+", default=[32, 1], help="in-process batch sizes"
     )
-    parser.add_argument(
-        "--peers-python",
-        type=Path,
-        default=default_peers_python(),
-        help="LitServe's and the naive server's interpreter (make peers-venv)",
-    )
-    parser.add_argument(
-        "--infinity-python",
-        type=Path,
-        default=default_infinity_python(),
-        help="infinity-emb's interpreter (make peers-venv)",
-    )
-    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
-    parser.add_argument("--name", default="peers-cpu", help="results file name, no suffix")
-    parser.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
-    args = parser.parse_args(argv)
-    pythons = {
-        "attnserve": Path(sys.executable),
-        "peers": args.peers_python,
-        "infinity": args.infinity_python,
-    }
-    for name in args.servers:
-        python = pythons[PEERS[name].interpreter]
-        if not python.is_file():
-            parser.error(f"{python} is missing ({name}): make peers-venv")
-    command = "python -m benchmarks.peers.run " + shlex.join(sys.argv[1:] if argv is None else argv)
-
-    from benchmarks.service import short_texts
+    parser.set_defaults(texts=TEXTS)
+    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=[2], repeats=1,
+                     batches=[4], texts=16)  # fmt: skip
+    pythons = interpreters(args, PEERS)
+    run_command = command("benchmarks.peers.run", argv)
 
     load_before = load_average()
     print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
     folder = peer_folder()
-    texts = short_texts(TEXTS)
+    texts = short_texts(args.texts)
     print(f"in-process reference rows (batches {args.batches}) ...", flush=True)
     ceilings, reference = measure_ceilings(texts, args, folder)
 
@@ -282,29 +155,36 @@ def main(argv: list[str] | None = None) -> None:
     startup: dict[str, list[float]] = {name: [] for name in args.servers}
     similarity: dict[str, list[float]] = {name: [] for name in args.servers}
     stops: dict[str, list[Stopped]] = {name: [] for name in args.servers}
-    loads: dict[tuple[str, int], list[tuple[str, str]]] = {}
+
+    def same_model(server: PeerServer, answer: Any) -> None:
+        similarity[server.name].append(cosine(server.peer.embedding(answer), reference))
+        if similarity[server.name][-1] < MIN_COSINE:
+            raise SystemExit(f"{server.name} answers a different embedding "
+                             f"(cosine {similarity[server.name][-1]:.6f})")  # fmt: skip
+
     for k in range(args.rounds):
         print(f"round {k + 1} of {args.rounds} ...", flush=True)
         for name in args.servers:
-            served = serve_and_drive(
-                name, args, folder, texts, reference, args.log_dir, f"peers-r{k + 1}"
-            )
-            startup[name].append(served.startup_s)
-            similarity[name].append(served.cosine)
-            stops[name].append(served.stopped)
-            for clients, result in served.results.items():
+            tag = f"peers-r{k + 1}"
+            launch = Launch.on_free_port(args, folder)
+            log = args.log_dir / f"{name}-{tag}.log"
+            server = PeerServer(PEERS[name], launch, log, args.omp_wait_policy)
+            turn = take_turn(server, texts[0], texts, args, tag, same_model)
+            startup[name].append(turn.startup_s)
+            stops[name].append(turn.stopped)  # type: ignore[arg-type]
+            for clients, result in turn.results.items():
                 rounds.setdefault((name, clients), []).append(result)
-                loads.setdefault((name, clients), []).append(served.loads[clients])
+    loads = {key: [r.load for r in results] for key, results in rounds.items()}
 
     meta: dict[str, Any] = {
-        "command": command,
+        "command": run_command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count(),
         "usable_cpus": len(os.sched_getaffinity(0)),
         "threads": args.threads,
         "omp_wait_policy": args.omp_wait_policy,
-        "texts": TEXTS,
+        "texts": args.texts,
         "seconds": args.seconds,
         "warmup_s": args.warmup,
         "rounds": args.rounds,
@@ -331,11 +211,9 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.servers
     ]
     page = report.markdown(meta, summaries, ceilings, loads)
-    args.out_dir.mkdir(parents=True, exist_ok=True)
-    (args.out_dir / f"{args.name}.md").write_text(page)
-    (args.out_dir / f"{args.name}.json").write_text(
-        json.dumps(report.record(meta, summaries, ceilings, rounds, loads), indent=2) + "\n"
-    )
+    write(args.out_dir / f"{args.name}.md", page)
+    record = report.record(meta, summaries, ceilings, rounds, loads)
+    write(args.out_dir / f"{args.name}.json", json.dumps(record, indent=2) + "\n")
     print()
     print(page)
 

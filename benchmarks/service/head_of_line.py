@@ -1,6 +1,6 @@
 """Head-of-line blocking: one-text requests while a large ``full`` encode runs, per time slice.
 
-    .venv/bin/python -m benchmarks.head_of_line [--slices 0.25 0.1 0.5 0] [--before REF]
+    .venv/bin/python -m benchmarks.service.head_of_line [--slices 0.25 0.1 0.5 0] [--before REF]
         [--threads 1 2] [--repeats 5]
 
 The large request is 64 texts of exactly 256 tokens (stdlib docstrings cut by the tokenizer:
@@ -26,6 +26,7 @@ git ref, exported with ``git archive``, or a folder; run with this interpreter) 
 row: there a large request's parts ran back to back in one call on the model's thread.
 
 Writes ``benchmarks/results/head-of-line-cpu.md`` and ``.json`` (``--out`` to change).
+``--smoke``: one round of a 4-text request, the slice on.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -45,10 +45,11 @@ from typing import Any
 
 import httpx
 
-from benchmarks.host import cpu_model
-from benchmarks.service import ROOT, TEXT_MODEL, ServerProcess, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve
+from benchmarks.harness.report import RESULTS, command, write
 
-RESULTS = ROOT / "benchmarks" / "results"
 ROWS, TOKENS = 64, 256
 SMALL = "how do I open a file?"
 
@@ -188,7 +189,7 @@ def start_server(label: str, root: Path, slice_s: float | None, threads: int) ->
         extra += ["--batch-slice-s", str(slice_s)]
     name = label.split(" ")[0] if slice_s is None else f"slice-{slice_s:g}"
     log = Path(tempfile.gettempdir()) / f"head-of-line-{name}.log"
-    server = ServerProcess([TEXT_MODEL], threads, 32, log, root=root, extra=extra)
+    server = attnserve([TEXT_MODEL], threads, 32, log, root=root, extra=extra)
     server.wait_ready()
     return server
 
@@ -238,7 +239,7 @@ def run_servers(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(__doc__, cli.repeats(5))
     p.add_argument("--slices", type=float, nargs="+", default=[0.25, 0.0])
     p.add_argument(
         "--before", help="the code before the change (a 'before' row): a git ref or a folder"
@@ -247,14 +248,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument(
         "--threads", type=int, nargs="+", default=[1], help="server torch threads (a table each)"
     )
-    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--interval-ms", type=float, default=100.0)
     p.add_argument("--out", default="head-of-line-cpu")
-    args = p.parse_args(argv)
+    p.set_defaults(rows=ROWS)
+    args = cli.parse(p, argv, repeats=1, slices=[0.25], rows=4)
 
     large = {
         "model": TEXT_MODEL,
-        "inputs": long_texts(),
+        "inputs": long_texts(args.rows),
         "attention": "full",
         "truncate": True,
     }
@@ -263,7 +264,7 @@ def main(argv: list[str] | None = None) -> None:
         plan.append((f"before ({Path(args.before).name})", export(args.before), None))
     for slice_s in args.slices:
         plan.append(("time slice" if slice_s else "slice off", args.root, slice_s))
-    command = "python -m benchmarks.head_of_line " + " ".join(argv or sys.argv[1:])
+    run_command = command("benchmarks.service.head_of_line", argv)
     cores = len(os.sched_getaffinity(0))
     runs, sections = [], []
     for threads in args.threads:
@@ -279,18 +280,18 @@ def main(argv: list[str] | None = None) -> None:
         sections.append(
             f"## {threads} torch thread{'s' if threads > 1 else ''}\n\n{machine}.\n\n{text}\n"
         )
-    RESULTS.mkdir(exist_ok=True)
     summary = {
-        "command": command,
+        "command": run_command,
         "large": {"rows": ROWS, "tokens": TOKENS, "attention": "full"},
         "interval_ms": args.interval_ms,
         "repeats": args.repeats,
         "runs": runs,
     }
-    (RESULTS / f"{args.out}.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (RESULTS / f"{args.out}.md").write_text(
+    write(RESULTS / f"{args.out}.json", json.dumps(summary, indent=1) + "\n")
+    write(
+        RESULTS / f"{args.out}.md",
         f"# Head-of-line blocking: one-text requests beside a {ROWS} x {TOKENS}-token `full` "
-        f"encode\n\n`{command}`\n\n" + "\n".join(sections)
+        f"encode\n\n`{run_command}`\n\n" + "\n".join(sections),
     )
 
 

@@ -1,13 +1,13 @@
 """Service throughput and latency: the real server under concurrent clients, per backend.
 
-    .venv/bin/python -m benchmarks.service [--clients 32] [--seconds 8] [--backends flash full]
+    .venv/bin/python -m benchmarks.service.http_load [--clients 32] [--seconds 8] [--backends flash full]
 
 For ``/encode`` (one short text per request, 8-24 words from the stdlib-docstring corpus) and
 ``/forecast`` (one ETTh1 test-split window per request) and each attention backend, three numbers:
 
 * **server, batched**: ``attnserve serve`` in a subprocess (max batch 32), driven for
-  ``--seconds`` by ``--clients`` concurrent ``httpx.AsyncClient`` s in a closed loop (each sends
-  its next request when the last is answered); throughput and p50/p95/p99 client latency.
+  ``--seconds`` by ``--clients`` closed-loop keep-alive clients (:mod:`benchmarks.harness.load`:
+  each sends its next request when the last is answered); throughput and p50/p95/p99 latency.
 * **in-process**: the same model in this process, batches of 32 (tokenize/prepare included, as
   the server must), best of ``--repeats`` passes: the ceiling the server is compared with.
 * **server, batching off**: the same server with ``--max-batch-size 1``.
@@ -24,14 +24,7 @@ The last column, the same model in-process at batch 32 over batch 1, bounds what
 gain at all: where the model's cost grows with the rows (compute-bound on CPU), no batcher can
 beat it.
 
-``--precision float32 bfloat16`` measures something else instead: ``/encode`` in each precision
-through one server loaded with all of them (``attnserve serve --precisions float32,bfloat16``,
-max batch 32, ``--threads`` torch threads, OMP_WAIT_POLICY passive), each request naming its
-``precision``, driven by the peers' lean raw-asyncio driver (:mod:`benchmarks.peers.driver`) at
-``--clients`` and at 1 client, ``--rounds`` rounds with the precisions alternated (reversed every
-other round, so drift hits all alike). req/s is the median over rounds, percentiles pool them,
-and each round's ratio to the first precision is listed. The server's process tree is ended and
-checked gone with psutil (:meth:`benchmarks.peers.servers.ServerProcess.stop`). Writes ``--out``.
+:mod:`.precision_http` measures ``/encode`` per precision through one server instead.
 
 Every phase runs alone (never two at once) with the same ``--threads`` torch threads. The
 clients share the CPU with the server, so on a small machine they cost it throughput; the load
@@ -43,261 +36,45 @@ shows what the HTTP path adds to the model's own work.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
-import socket
 import statistics
-import subprocess
-import sys
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psutil
+from benchmarks.harness import cli
+from benchmarks.harness.host import load_average
+from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
+from benchmarks.harness.process import TEXT_MODEL, attnserve
+from benchmarks.harness.report import write_json
+from benchmarks.service.workloads import etth1_windows, short_texts
 
-ROOT = Path(__file__).resolve().parents[1]
-TEXT_MODEL = "all-MiniLM-L6-v2"
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
 BATCH = 32
 
 
-# ----------------------------------------------------------------------------- workloads
-
-
-def short_texts(n: int) -> list[str]:
-    """``n`` texts of 8 to 24 words."""
-    from models.text.corpus import word_windows
-
-    pool = word_windows(n, 24)
-    return [" ".join(t.split()[: 8 + (i * 7) % 17]) for i, t in enumerate(pool)]
-
-
-def etth1_windows(context: int, n: int) -> list[dict[str, Any]]:
-    """``n`` test-split histories of ``context`` rows (as request ``series`` items)."""
-    from models.training.data import SPLIT_BORDERS, load_etth1
-
-    index, values = load_etth1()
-    start, end = SPLIT_BORDERS["test"]
-    stride = max(1, (end - start - context) // n)
-    out = []
-    for k in range(n):
-        lo = start - context + k * stride
-        out.append(
-            {
-                "timestamps": [t.strftime("%Y-%m-%d %H:%M:%S") for t in index[lo : lo + context]],
-                "values": values[lo : lo + context].round(3).tolist(),
-            }
-        )
-    return out
-
-
 @dataclass
 class Workload:
-    """Request bodies (pre-encoded JSON) for one task and backend."""
+    """Request bodies (JSON) for one task and backend, posted to ``path``."""
 
     path: str
     bodies: list[bytes]
 
-
-def encode_workload(texts: list[str], backend: str) -> Workload:
-    return Workload(
-        "/encode",
-        [json.dumps({"inputs": [t], "attention": backend}).encode() for t in texts],
-    )
+    def requests(self, port: int) -> list[bytes]:
+        """The request bytes for a server on ``port``."""
+        return [build_request(HOST, port, self.path, body) for body in self.bodies]
 
 
-def forecast_workload(model: str, series: list[dict[str, Any]], backend: str) -> Workload:
-    return Workload(
-        "/forecast",
-        [
-            json.dumps({"model": model, "series": [s], "attention": backend}).encode()
-            for s in series
-        ],
-    )
-
-
-# ----------------------------------------------------------------------------- server
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class ServerProcess:
-    """``python -m service serve`` on a free port."""
-
-    def __init__(
-        self,
-        models: list[str],
-        threads: int,
-        max_batch_size: int,
-        log: Path,
-        workers: int = 1,
-        device: str = "cpu",
-        root: Path = ROOT,
-        extra: Sequence[str] = (),
-    ) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = [
-            sys.executable, "-m", "service", "serve",
-            "--port", str(self.port),
-            "--models", ",".join(models),
-            "--device", device,
-            "--torch-threads", str(threads),
-            "--max-batch-size", str(max_batch_size),
-            "--workers", str(workers),
-            "--max-queue", "1024",
-            "--log-level", "warning",
-            *extra,
-        ]  # fmt: skip
-        self.log = log.open("w")
-        env = {**os.environ, "PYTHONPATH": str(root)}
-        self.proc = subprocess.Popen(args, cwd=root, env=env, stdout=self.log, stderr=self.log)
-
-    def ready(self) -> bool:
-        """One readiness probe (``GET /readyz``)."""
-        return httpx.get(self.url + "/readyz", timeout=2).status_code == 200
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited; see {self.log.name}")
-            try:
-                if self.ready():
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-        raise RuntimeError(f"server not ready after {timeout} s; see {self.log.name}")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
-
-
-# ----------------------------------------------------------------------------- load generation
-
-
-@dataclass
-class LoadResult:
-    requests: int
-    seconds: float
-    latencies_ms: list[float]
-    batch_sizes: list[int] = field(default_factory=list)
-    errors: int = 0
-    server_cpu_s: float | None = None
-    client_cpu_s: float | None = None
-
-    def cpu_ms_per_request(self, which: str = "server") -> float:
-        cpu = self.server_cpu_s if which == "server" else self.client_cpu_s
-        return float("nan") if cpu is None or not self.requests else cpu * 1000 / self.requests
-
-    @property
-    def throughput(self) -> float:
-        return self.requests / self.seconds if self.requests else float("nan")
-
-    def pct(self, q: float) -> float:
-        if not self.latencies_ms:
-            return float("nan")
-        ordered = sorted(self.latencies_ms)
-        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))]
-
-
-def combined(parts: list[LoadResult]) -> LoadResult:
-    """Several phases of the same workload as one result: requests, time, latencies, batch
-    sizes and errors pooled (CPU times are left out: they were sampled per phase)."""
-    return LoadResult(
-        requests=sum(p.requests for p in parts),
-        seconds=sum(p.seconds for p in parts),
-        latencies_ms=[x for p in parts for x in p.latencies_ms],
-        batch_sizes=[x for p in parts for x in p.batch_sizes],
-        errors=sum(p.errors for p in parts),
-    )
-
-
-def cpu_seconds(pid: int, children: bool = True) -> float:
-    """User + system CPU seconds so far of process ``pid`` and (``children``) its descendants:
-    the workers of a ``--workers N`` server."""
-    root = psutil.Process(pid)
-    total = 0.0
-    for proc in [root, *(root.children(recursive=True) if children else [])]:
-        try:
-            times = proc.cpu_times()
-        except psutil.NoSuchProcess:
-            continue
-        total += times.user + times.system
-    return total
-
-
-async def drive(
-    url: str,
-    work: Workload,
-    clients: int,
-    seconds: float,
-    warmup: float,
-    server_pid: int | None = None,
-) -> LoadResult:
-    """``clients`` closed-loop clients for ``warmup + seconds``; answers that arrive in the last
-    ``seconds`` count. With ``server_pid``, also the server's and this process's CPU time over
-    that window."""
-    headers = {"content-type": "application/json"}
-    latencies: list[float] = []
-    batches: list[int] = []
-    errors = 0
-    counted = 0
-    start = time.perf_counter()
-    measure_from, stop_at = start + warmup, start + warmup + seconds
-
-    async def client(k: int) -> None:
-        nonlocal errors, counted
-        async with httpx.AsyncClient(base_url=url, timeout=120) as c:
-            i = k
-            while True:
-                sent = time.perf_counter()
-                if sent >= stop_at:
-                    return
-                r = await c.post(
-                    work.path, content=work.bodies[i % len(work.bodies)], headers=headers
-                )
-                done = time.perf_counter()
-                i += clients
-                if measure_from <= done <= stop_at:
-                    if r.status_code != 200:
-                        errors += 1
-                        continue
-                    counted += 1
-                    latencies.append((done - sent) * 1000)
-                    batches.append(int(r.headers.get("x-batch-size", "0")))
-
-    cpu: dict[str, float] = {}
-
-    async def sample_cpu() -> None:
-        if server_pid is None:
-            return
-        me = os.getpid()
-        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
-        server0, client0 = cpu_seconds(server_pid), cpu_seconds(me, children=False)
-        await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
-        cpu["server"] = cpu_seconds(server_pid) - server0
-        cpu["client"] = cpu_seconds(me, children=False) - client0
-
-    await asyncio.gather(sample_cpu(), *(client(k) for k in range(clients)))
-    return LoadResult(
-        counted, seconds, latencies, batches, errors, cpu.get("server"), cpu.get("client")
-    )
+def workload(path: str, items: list[Any], backend: str, **fields: Any) -> Workload:
+    """One request per item: ``{"inputs": [text]}`` for ``/encode``, ``{"series": [s]}`` for
+    ``/forecast``, with ``attention`` and ``fields``."""
+    key = "inputs" if path == "/encode" else "series"
+    bodies = [{**fields, key: [item], "attention": backend} for item in items]
+    return Workload(path, [json.dumps(body).encode() for body in bodies])
 
 
 # ----------------------------------------------------------------------------- in-process
@@ -422,147 +199,7 @@ def measure_in_process_parallel(
     return {key: sum(part[key] for part in parts) for key in parts[0]}
 
 
-# ----------------------------------------------------------------------------- precisions
-
-
-def precision_rounds(args: argparse.Namespace) -> str:
-    """``/encode`` per precision through one server (``--precision``, lean driver, alternated
-    rounds); the results page in Markdown."""
-    import dataclasses
-    import math
-    from datetime import UTC, datetime
-
-    from benchmarks.host import cpu_model
-    from benchmarks.peers import driver
-    from benchmarks.peers.servers import HOST, PEERS, Launch
-    from benchmarks.peers.servers import ServerProcess as TreeProcess
-    from benchmarks.peers.servers import free_port as free_host_port
-
-    precisions: list[str] = args.precision
-    base = PEERS["attnserve"]
-    peer = dataclasses.replace(
-        base,
-        command=lambda launch: [*base.command(launch), "--precisions", ",".join(precisions)],
-    )
-    launch = Launch(
-        free_host_port(), args.threads, ROOT, Path(sys.executable), Path(sys.executable),
-        Path(sys.executable),
-    )  # fmt: skip
-    texts = short_texts(512)
-    requests = {
-        p: [
-            driver.build_request(
-                HOST, launch.port, "/encode", json.dumps({"inputs": t, "precision": p}).encode()
-            )
-            for t in texts
-        ]
-        for p in precisions
-    }
-    counts = sorted({args.clients, 1}, reverse=True)
-    runs: dict[tuple[str, int], list[driver.LoadResult]] = {}
-    loads: dict[tuple[str, int], list[tuple[str, str]]] = {}
-    checks: dict[str, float] = {}
-    load_before = load_average()
-    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
-    log = Path(args.log_dir) / "service-bench-precision.log"
-    server = TreeProcess(peer, launch, log)
-    try:
-        started = time.monotonic()
-        reference = server.wait_answering(texts[0])
-        startup = time.monotonic() - started
-        for p in precisions:  # each answers, in the precision asked, the same text alike
-            status, body = driver.call_once(HOST, launch.port, requests[p][0], timeout=30)
-            answer = json.loads(body)
-            if status != 200 or answer.get("precision") != p:
-                raise RuntimeError(f"{p}: HTTP {status} {body[:200]!r}")
-            got = answer["embeddings"][0]
-            dot = sum(a * b for a, b in zip(got, reference, strict=True))
-            checks[p] = dot / math.sqrt(sum(a * a for a in got) * sum(b * b for b in reference))
-        for k in range(args.rounds):
-            order = precisions if k % 2 == 0 else precisions[::-1]
-            for clients in counts:
-                for p in order:
-                    before = load_average()
-                    result = driver.run_load(
-                        HOST, launch.port, requests[p], clients, args.seconds, args.warmup,
-                        {"server": server.cpu_seconds},
-                    )  # fmt: skip
-                    runs.setdefault((p, clients), []).append(result)
-                    loads.setdefault((p, clients), []).append((before, load_average()))
-                    errors = f"  errors {dict(result.errors)}" if result.errors else ""
-                    print(
-                        f"  round {k + 1} {p:>9} x{clients:<3} {result.throughput:7.1f} req/s  "
-                        f"p50 {result.pct(50):6.1f}  p99 {result.pct(99):6.1f} ms  load "
-                        f"{before} -> {loads[(p, clients)][-1][1]}{errors}",
-                        flush=True,
-                    )
-    finally:
-        stopped = server.stop()
-        print(
-            f"server stopped: {stopped.processes} process(es), gone after {stopped.signal} in "
-            f"{stopped.seconds:.1f} s (psutil finds none left)",
-            flush=True,
-        )
-    load_after = load_average()
-
-    first = precisions[0]
-    lines = [
-        f"# /encode per precision through HTTP ({datetime.now(UTC):%Y-%m-%d %H:%M UTC})",
-        "",
-        f"`python -m benchmarks.service {' '.join(args.argv)}`",
-        "",
-        f"One server, `attnserve serve --models {TEXT_MODEL} --precisions {','.join(precisions)}"
-        f" --torch-threads {args.threads} --max-batch-size 32` (max wait 5 ms, attention flash, "
-        f"OMP_WAIT_POLICY=PASSIVE; ready in {startup:.1f} s), each request one text of 8-24 "
-        f"words ({len(texts)} distinct) naming its `precision`; the lean raw-asyncio driver "
-        "(`benchmarks/peers/driver.py`), closed-loop keep-alive clients, "
-        f"{args.warmup:g} s warm-up + {args.seconds:g} s measured per run; {args.rounds} rounds, "
-        "the precisions alternated (order reversed every other round). req/s: median over "
-        "rounds; percentiles: all rounds pooled. CPU: "
-        f"{cpu_model()}, {os.cpu_count()} logical CPUs, shared with other benchmarks during the "
-        f"run: load average (1, 5, 15 min) before {load_before}, after {load_after}. Server "
-        f"stopped with {stopped.signal}; psutil found none of its {stopped.processes} "
-        "process(es) left. Cosine of each precision's first answer to the default's: "
-        + ", ".join(f"{p} {c:.5f}" for p, c in checks.items())
-        + ".",
-        "",
-        f"| precision | clients | req/s (median) | per round | x {first} (per round) | "
-        "p50 / p95 / p99 ms | server CPU ms/req | errors | load average before -> after |",
-        "|---|---:|---:|---|---|---:|---:|---:|---|",
-    ]
-    for clients in counts:
-        for p in precisions:
-            res = runs[(p, clients)]
-            pooled = [x for r in res for x in r.latencies_ms]
-            rps = statistics.median(r.throughput for r in res)
-            ratios = [
-                r.throughput / b.throughput
-                for r, b in zip(res, runs[(first, clients)], strict=True)
-            ]
-            cpu = (
-                sum(r.cpu_s.get("server", 0.0) for r in res)
-                * 1000
-                / max(1, sum(r.requests for r in res))
-            )
-            q = [driver.percentile(pooled, x) for x in (50, 95, 99)]
-            lines.append(
-                f"| {p} | {clients} | {rps:.1f} | "
-                + ", ".join(f"{r.throughput:.1f}" for r in res)
-                + f" | {statistics.median(ratios):.2f}x ("
-                + ", ".join(f"{x:.2f}" for x in ratios)
-                + f") | {q[0]:.1f} / {q[1]:.1f} / {q[2]:.1f} | {cpu:.2f} | "
-                + f"{sum(r.error_count for r in res)} | "
-                + "; ".join(f"{a} -> {b}" for a, b in loads[(p, clients)])
-                + " |"
-            )
-    return "\n".join(lines) + "\n"
-
-
 # ----------------------------------------------------------------------------- main
-
-
-def load_average() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run_server_phase(
@@ -574,22 +211,21 @@ def run_server_phase(
     seconds: float,
 ) -> dict[tuple[str, str], LoadResult]:
     log = Path(args.log_dir) / f"service-bench-{label}.log"
-    server = ServerProcess(models, args.threads, max_batch_size, log, args.workers, args.device)
+    server = attnserve(models, args.threads, max_batch_size, log, args.workers, args.device)
     results = {}
     try:
         server.wait_ready()
+        probes = {"server": server.cpu_seconds}
         for key, work in workloads.items():
-            result = asyncio.run(
-                drive(server.url, work, args.clients, seconds, args.warmup, server.proc.pid)
-            )
+            wire = work.requests(server.port)
+            result = run_load(HOST, server.port, wire, args.clients, seconds, args.warmup, probes)
             results[key] = result
-            print(
-                f"  {label:>9} {key[0]:>8} {key[1]:>10}: {result.throughput:7.1f} req/s  "
-                f"p50 {result.pct(50):6.1f} ms  p99 {result.pct(99):6.1f} ms  "
-                f"batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  "
-                f"cpu server {result.cpu_ms_per_request():5.2f} / client "
-                f"{result.cpu_ms_per_request('client'):5.2f} ms/req  errors {result.errors}",
-                flush=True,
+            say(
+                f"{label:>9} {key[0]:>8} {key[1]:>10}:",
+                result,
+                f"  batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  cpu server "
+                f"{result.cpu_ms_per_request():5.2f} / client "
+                f"{result.cpu_ms_per_request('driver'):5.2f} ms/req",
             )
     finally:
         server.stop()
@@ -597,24 +233,24 @@ def run_server_phase(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(
+        __doc__,
+        cli.threads(1, "torch threads per process (0: default)"),
+        cli.repeats(3),
+        cli.seconds(8.0, "measured seconds per run"),
+    )
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=8.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument("--unbatched-seconds", type=float, default=5.0)
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
     parser.add_argument("--tasks", nargs="+", default=["encode", "forecast"])
     parser.add_argument("--forecast-model", default="informer-etth1-h24")
     parser.add_argument(
-        "--threads", type=int, default=1, help="torch threads per process (0: default)"
-    )
-    parser.add_argument(
         "--workers",
         type=int,
         default=1,
         help="server processes; above 1 also measures that many in-process copies at once",
     )
-    parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--device",
         default="cpu",
@@ -623,28 +259,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--log-dir", default="/tmp")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    parser.add_argument(
-        "--precision",
-        nargs="+",
-        choices=["float32", "bfloat16", "int8"],
-        help="instead: /encode in each of these precisions through one server loaded with all "
-        "of them, lean driver, at --clients and 1 client, --rounds alternated rounds",
-    )
-    parser.add_argument("--rounds", type=int, default=3, help="with --precision")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        default=ROOT / "benchmarks" / "results" / "precision-http-cpu.md",
-        help="with --precision: the results page",
-    )
-    args = parser.parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else argv
-    if args.precision:
-        page = precision_rounds(args)
-        print()
-        print(page)
-        args.out.write_text(page)
-        return
+    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, unbatched_seconds=1.0, clients=4,
+                     backends=["flash"], repeats=1)  # fmt: skip
     if args.workers > 1 and args.device != "cpu":
         parser.error("--workers above 1 runs on CPU only (one process owns a GPU)")
 
@@ -663,9 +279,11 @@ def main(argv: list[str] | None = None) -> None:
     workloads: dict[tuple[str, str], Workload] = {}
     for backend in args.backends:
         if "encode" in args.tasks:
-            workloads[("encode", backend)] = encode_workload(texts, backend)
+            workloads[("encode", backend)] = workload("/encode", texts, backend)
         if forecast_model:
-            workloads[("forecast", backend)] = forecast_workload(forecast_model, series, backend)
+            workloads[("forecast", backend)] = workload(
+                "/forecast", series, backend, model=forecast_model
+            )
 
     print("in-process (batches of 32 and of 1) ...", flush=True)
     work = InProcessWork(
@@ -731,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
                 "p99_ms": b.pct(99),
                 "mean_batch": mean_batch,
                 "server_cpu_ms_per_request": b.cpu_ms_per_request(),
-                "client_cpu_ms_per_request": b.cpu_ms_per_request("client"),
+                "client_cpu_ms_per_request": b.cpu_ms_per_request("driver"),
                 "in_process_rows_per_s": ip,
                 "in_process_cpu_ms_per_row": ip_cpu,
                 "in_process_batch1_rows_per_s": ip1,
@@ -746,19 +364,17 @@ def main(argv: list[str] | None = None) -> None:
     print()
     print(table)
     if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "workers": args.workers,
-                    "device": args.device,
-                    "threads": args.threads,
-                    "clients": args.clients,
-                    "load_before": load_before,
-                    "load_after": load_after,
-                    "rows": record,
-                },
-                indent=2,
-            )
+        write_json(
+            args.json,
+            {
+                "workers": args.workers,
+                "device": args.device,
+                "threads": args.threads,
+                "clients": args.clients,
+                "load_before": load_before,
+                "load_after": load_after,
+                "rows": record,
+            },
         )
 
 

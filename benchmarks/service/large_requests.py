@@ -1,6 +1,6 @@
 """The largest legal request on each route, and what the server answers beside it.
 
-    .venv/bin/python -m benchmarks.large_requests [--old-root /tmp/old] [--repeats 2]
+    .venv/bin/python -m benchmarks.service.large_requests [--old-root /tmp/old] [--repeats 2]
 
 Starts ``attnserve serve`` (one torch thread, default settings: 4 MiB bodies, compute limit
 half the request timeout) with the real all-MiniLM-L6-v2, a MiniLM-sized cross-encoder folder
@@ -10,29 +10,29 @@ truncate and windows, ``/predict`` with truncate, ``/forecast`` with base64 colu
 probing ``/healthz`` every 10 ms and a one-text ``/encode`` back to back. Prints, per request,
 its own status and latency and the probes' p50/p99/max; with ``--old-root`` (a ``git worktree``
 of an earlier commit) the same against that server, for before/after. Writes
-``benchmarks/results/large-requests-cpu.md``.
+``benchmarks/results/large-requests-cpu.md``. ``--smoke``: the first request once.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from benchmarks.host import cpu_model, load_average
-from benchmarks.service import ROOT, ServerProcess
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.process import ROOT, attnserve
+from benchmarks.harness.report import RESULTS, command, write
 from tests.utils.large_bodies import beside, large_requests
 
 ENCODER = "all-MiniLM-L6-v2"
 RERANKER = "minilm-sized-reranker"
 FORECASTER = "tiny-forecaster"
-OUT = ROOT / "benchmarks" / "results" / "large-requests-cpu.md"
+OUT = RESULTS / "large-requests-cpu.md"
 
 
 def folders(root: Path) -> tuple[Path, Path]:
@@ -43,15 +43,18 @@ def folders(root: Path) -> tuple[Path, Path]:
     return save_minilm_sized_reranker(root / RERANKER), tiny_checkpoint(root / FORECASTER)
 
 
-def measure(server_root: Path, models: list[str], repeats: int, log: Path) -> list[dict[str, Any]]:
-    """Each large request ``repeats`` times against a server run from ``server_root``."""
-    server = ServerProcess(models, threads=1, max_batch_size=32, log=log, root=server_root)
+def measure(
+    server_root: Path, models: list[str], repeats: int, log: Path, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Each large request (the first ``limit``) ``repeats`` times against a server run from
+    ``server_root``."""
+    server = attnserve(models, threads=1, max_batch_size=32, log=log, root=server_root)
     try:
         server.wait_ready()
         cards = httpx.get(server.url + "/models", timeout=30).json()["data"]
         channels = next(c["channels"] for c in cards if c["name"] == FORECASTER)
         rows = []
-        for large in large_requests(ENCODER, RERANKER, FORECASTER, channels):
+        for large in large_requests(ENCODER, RERANKER, FORECASTER, channels)[:limit]:
             for _ in range(repeats):
                 seen = asyncio.run(beside(server.url, large, ENCODER, at_least_s=1.0))
                 rows.append(seen.row())
@@ -84,10 +87,10 @@ def table(rows: list[dict[str, Any]], label: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__, cli.repeats(2))
     parser.add_argument("--old-root", type=Path, help="a git worktree of the commit to compare")
-    parser.add_argument("--repeats", type=int, default=2)
-    args = parser.parse_args(argv)
+    parser.set_defaults(limit=None)
+    args = cli.parse(parser, argv, repeats=1, limit=1)
     with tempfile.TemporaryDirectory() as tmp:
         reranker, forecaster = folders(Path(tmp))
         models = [ENCODER, str(reranker), str(forecaster)]
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
         lines = [
             "# The largest legal request per route, and the server beside it (CPU)",
             "",
-            f"Command: `.venv/bin/python -m benchmarks.large_requests {' '.join(argv or sys.argv[1:])}`",
+            f"Command: `.venv/bin/{command('benchmarks.service.large_requests', argv)}`",
             "",
             f"Host: {cpu_model()}; load average before: {load_average()} (2 cores shared with "
             "other work). Server: one torch thread, default limits (4 MiB bodies, compute limit "
@@ -110,12 +113,13 @@ def main(argv: list[str] | None = None) -> None:
             lines.append(f"`{label}`: {where} (commit {commit(root)}).")
         lines.append("")
         for label, root in runs:
-            rows = measure(root, models, args.repeats, Path(tmp) / f"{label}.log")
+            log = Path(tmp) / f"{label}.log"
+            rows = measure(root, models, args.repeats, log, args.limit)
             lines += [*table(rows, label), ""]
             print("\n".join(table(rows, label)), flush=True)
         lines.append(f"Load average after: {load_average()}.")
-    OUT.write_text("\n".join(lines) + "\n")
-    print(f"wrote {OUT}")
+    page = "\n".join(lines) + "\n"
+    print(f"wrote {write(OUT, page)}")
 
 
 if __name__ == "__main__":

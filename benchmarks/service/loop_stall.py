@@ -1,28 +1,26 @@
 """How long the event loop stalls while clients send large forecast bodies: ``/healthz``
 latency measured beside them.
 
-    .venv/bin/python -m benchmarks.loop_stall [--clients 1 4] [--seconds 15] [--parse-processes 0 1]
+    .venv/bin/python -m benchmarks.service.loop_stall [--clients 1 4] [--seconds 15] \
+        [--parse-processes 0 1]
 
 Per ``--parse-processes`` (0: bodies parsed on the event loop; N: in N helper processes,
 ``service.http.body_pool``), starts ``attnserve serve`` with informer-etth1-h24 (one torch thread),
 then, per ``--clients`` level, that many closed-loop clients each send a body just under the
 4 MiB limit (64 series of 360 hourly rows) while one prober calls ``/healthz`` every 10 ms.
 Prints the prober's p50, p99 and worst latency and the forecasts answered: a stalled loop shows
-in ``/healthz``.
+in ``/healthz``. Both are :func:`benchmarks.harness.load.drive` windows on one event loop.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import statistics
-import time
 from pathlib import Path
 
-import httpx
-
-from benchmarks.service import ServerProcess
+from benchmarks.harness import cli
+from benchmarks.harness.load import HOST, LoadResult, build_request, drive
+from benchmarks.harness.process import attnserve
 
 MODEL = "informer-etth1-h24"
 
@@ -34,40 +32,25 @@ def big_body(series: int = 64, rows: int = 360) -> bytes:
     return json.dumps({"model": MODEL, "series": histories}).encode()
 
 
-async def drive(url: str, body: bytes, clients: int, seconds: float) -> tuple[list[float], int]:
-    stop = time.monotonic() + seconds
-
-    async def sender(c: httpx.AsyncClient) -> int:
-        sent = 0
-        while time.monotonic() < stop:
-            r = await c.post(
-                "/forecast", content=body, headers={"content-type": "application/json"}
-            )
-            r.raise_for_status()
-            sent += 1
-        return sent
-
-    async def prober(c: httpx.AsyncClient) -> list[float]:
-        latencies = []
-        while time.monotonic() < stop:
-            started = time.perf_counter()
-            (await c.get("/healthz")).raise_for_status()
-            latencies.append((time.perf_counter() - started) * 1000)
-            await asyncio.sleep(0.01)
-        return latencies
-
-    async with httpx.AsyncClient(base_url=url, timeout=120) as c:
-        probe, *sent = await asyncio.gather(prober(c), *(sender(c) for _ in range(clients)))
-    return sorted(probe), sum(sent)
+async def stall(
+    port: int, body: bytes, clients: int, seconds: float
+) -> tuple[LoadResult, LoadResult]:
+    """``clients`` senders of ``body`` to ``/forecast`` and, beside them, one prober of
+    ``/healthz`` every 10 ms, for ``seconds``; (probes, forecasts)."""
+    forecast = [build_request(HOST, port, "/forecast", body)]
+    healthz = [build_request(HOST, port, "/healthz", method="GET")]
+    return await asyncio.gather(
+        drive(HOST, port, healthz, 1, seconds, 0.0, pause=0.01),
+        drive(HOST, port, forecast, clients, seconds, 0.0),
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(__doc__, cli.seconds(15.0))
     p.add_argument("--clients", type=int, nargs="+", default=[1, 4])
-    p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--parse-processes", type=int, nargs="+", default=[0, 1])
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"))
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, seconds=1.0, clients=[1], parse_processes=[0])
     body = big_body()
     print(f"body {len(body):,} bytes")
     print("| clients | body parsing | healthz p50 ms | p99 ms | max ms | forecasts answered |")
@@ -75,15 +58,14 @@ def main(argv: list[str] | None = None) -> None:
     for processes in args.parse_processes:
         where = f"{processes} helper process(es)" if processes else "on the event loop"
         extra = ["--body-parse-processes", str(processes)]
-        server = ServerProcess([MODEL], 1, 32, args.log_dir / "loop-stall.log", extra=extra)
+        server = attnserve([MODEL], 1, 32, args.log_dir / "loop-stall.log", extra=extra)
         try:
             server.wait_ready()
             for clients in args.clients:
-                probe, sent = asyncio.run(drive(server.url, body, clients, args.seconds))
-                p99 = probe[min(len(probe) - 1, int(0.99 * len(probe)))]
+                probe, sent = asyncio.run(stall(server.port, body, clients, args.seconds))
                 print(
-                    f"| {clients} | {where} | {statistics.median(probe):.1f} | {p99:.1f} | "
-                    f"{probe[-1]:.1f} | {sent} |",
+                    f"| {clients} | {where} | {probe.pct(50):.1f} | {probe.pct(99):.1f} | "
+                    f"{probe.pct(100):.1f} | {sent.requests} |",
                     flush=True,
                 )
         finally:

@@ -1,12 +1,12 @@
 """What the server adds to a request: attnserve against a plain FastAPI wrapper, same encoder.
 
-    .venv/bin/python -m benchmarks.service_overhead [--seconds 10] [--clients 1 32]
+    .venv/bin/python -m benchmarks.service.overhead [--seconds 10] [--clients 1 32]
 
 Both serve all-MiniLM-L6-v2 through our own encoder with ``flash`` attention, one torch thread,
 one process: attnserve (``attnserve serve``: engine, dynamic batching, metrics) and the plain
-wrapper (:mod:`benchmarks.plain_encoder_app`: each request encoded on arrival in FastAPI's
+wrapper (:mod:`benchmarks.service.plain_encoder_app`: each request encoded on arrival in FastAPI's
 thread pool). Each is driven in turn, alone, by closed-loop clients sending one short text per
-request (:func:`benchmarks.service.drive`), at each ``--clients`` level. The table gives
+request (:mod:`benchmarks.harness.load`), at each ``--clients`` level. The table gives
 throughput and client-side p50/p99 per server and attnserve's ratio to the wrapper; the
 reference row is the wrapper.
 """
@@ -14,59 +14,46 @@ reference row is the wrapper.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from benchmarks.service import (
-    ROOT,
-    LoadResult,
-    ServerProcess,
-    drive,
-    encode_workload,
-    free_port,
-    load_average,
-    short_texts,
-)
-
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks.harness import cli
+from benchmarks.harness.host import load_average
+from benchmarks.harness.load import HOST, LoadResult, run_load
+from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve, free_port
+from benchmarks.harness.report import RESULTS, write, write_json
+from benchmarks.service.http_load import workload
+from benchmarks.service.workloads import short_texts
 
 
-class PlainServer(ServerProcess):
+def plain_server(threads: int, log: Path) -> ServerProcess:
     """The plain wrapper under uvicorn on a free port."""
-
-    def __init__(self, threads: int, log: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = [
-            sys.executable, "-m", "uvicorn", "benchmarks.plain_encoder_app:app",
-            "--port", str(self.port), "--log-level", "warning", "--no-access-log",
-        ]  # fmt: skip
-        self.log = log.open("w")
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "PLAIN_TORCH_THREADS": str(threads)}
-        self.proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
-
-    def ready(self) -> bool:
-        """The wrapper has no readiness route: ready once it answers an encode."""
-        r = httpx.post(self.url + "/encode", json={"inputs": ["ready?"]}, timeout=5)
-        return r.status_code == 200
+    port = free_port()
+    command = [
+        sys.executable, "-m", "uvicorn", "benchmarks.service.plain_encoder_app:app",
+        "--port", str(port), "--log-level", "warning", "--no-access-log",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PLAIN_TORCH_THREADS": str(threads)}
+    return ServerProcess(command, log, port, env, name="plain wrapper")
 
 
-def measure(server: ServerProcess, args: argparse.Namespace) -> dict[int, LoadResult]:
-    work = encode_workload(short_texts(512), "flash")
+def measure(server: ServerProcess, args: argparse.Namespace, ready: str) -> dict[int, LoadResult]:
+    """Wait until ``server`` answers (``ready``: attnserve's readiness route; the wrapper has
+    none, so an encode), then drive it at each ``--clients`` level; stop it."""
     results = {}
     try:
-        server.wait_ready()
+        if ready == "/readyz":
+            server.wait_ready()
+        else:
+            server.first_answer(server.post("/encode", {"inputs": ["ready?"]}))
+        wire = workload("/encode", short_texts(512), "flash").requests(server.port)
+        probes = {"server": server.cpu_seconds}
         for clients in args.clients:
-            results[clients] = asyncio.run(
-                drive(server.url, work, clients, args.seconds, args.warmup, server.proc.pid)
-            )
+            results[clients] = run_load(HOST, server.port, wire, clients, args.seconds,
+                                        args.warmup, probes)  # fmt: skip
     finally:
         server.stop()
     return results
@@ -102,11 +89,14 @@ def table(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(
+        __doc__,
+        cli.threads(1, "torch threads per server"),
+        cli.seconds(10.0, "measured seconds per run"),
+        cli.out(RESULTS / "service-overhead-cpu"),
+    )
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 32])
-    parser.add_argument("--seconds", type=float, default=10.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per server")
     parser.add_argument("--max-batch-size", type=int, default=32)
     parser.add_argument(
         "--before",
@@ -114,17 +104,12 @@ def main(argv: list[str] | None = None) -> None:
         help="also measure attnserve from this checkout (e.g. a git worktree of an older commit)",
     )
     parser.add_argument("--log-dir", default="/tmp")
-    parser.add_argument("--out", type=Path, default=RESULTS / "service-overhead-cpu")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, clients=[2])
     load_before = load_average()
     log_dir = Path(args.log_dir)
-    plain = measure(PlainServer(args.threads, log_dir / "plain-wrapper.log"), args)
-    ours = measure(
-        ServerProcess(
-            ["all-MiniLM-L6-v2"], args.threads, args.max_batch_size, log_dir / "attnserve.log"
-        ),
-        args,
-    )
+    plain = measure(plain_server(args.threads, log_dir / "plain-wrapper.log"), args, "/encode")
+    server = attnserve([TEXT_MODEL], args.threads, args.max_batch_size, log_dir / "attnserve.log")
+    ours = measure(server, args, "/readyz")
     before = None
     label = ""
     if args.before:
@@ -133,28 +118,22 @@ def main(argv: list[str] | None = None) -> None:
             capture_output=True,
             text=True,
         ).stdout.strip()
-        before = measure(
-            ServerProcess(
-                ["all-MiniLM-L6-v2"],
-                args.threads,
-                args.max_batch_size,
-                log_dir / "attnserve-before.log",
-                root=args.before.resolve(),
-            ),
-            args,
+        log = log_dir / "attnserve-before.log"
+        old = attnserve(
+            [TEXT_MODEL], args.threads, args.max_batch_size, log, root=args.before.resolve()
         )
+        before = measure(old, args, "/readyz")
     text = table(plain, ours, before, label)
     header = (
         f"# attnserve vs a plain FastAPI wrapper: /encode, one short text per request\n\n"
-        f"`python -m benchmarks.service_overhead --seconds {args.seconds:g}"
+        f"`python -m benchmarks.service.overhead --seconds {args.seconds:g}"
         + (f" --before <worktree of {label}>" if args.before else "")
         + "` "
         f"(flash, {args.threads} torch thread(s), one process each, {os.cpu_count()} CPUs; "
         f"load average before {load_before}, after {load_average()}).\n\n"
     )
     print(header + text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(header + text + "\n")
+    write(args.out.with_suffix(".md"), header + text + "\n")
     raw: dict[str, Any] = {
         name: {
             str(c): {"req_s": r.throughput, "p50_ms": r.pct(50), "p99_ms": r.pct(99)}
@@ -162,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
         }
         for name, results in (("plain", plain), ("attnserve", ours), ("before", before or {}))
     }
-    args.out.with_suffix(".json").write_text(json.dumps(raw, indent=2) + "\n")
+    write_json(args.out.with_suffix(".json"), raw)
 
 
 if __name__ == "__main__":

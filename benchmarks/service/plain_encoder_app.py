@@ -2,9 +2,9 @@
 
 No batcher, no queue, no metrics, no validation beyond pydantic's: each request is encoded in
 FastAPI's thread pool the moment it arrives. Whatever attnserve adds to a request (checks,
-batching, metrics, headers) shows against this in ``benchmarks/service_overhead.py``.
+batching, metrics, headers) shows against this in ``benchmarks/service/overhead.py``.
 
-    .venv/bin/python -m uvicorn benchmarks.plain_encoder_app:app --port 8001
+    .venv/bin/python -m uvicorn benchmarks.service.plain_encoder_app:app --port 8001
 """
 
 from __future__ import annotations

@@ -1,35 +1,29 @@
 """One host, four ways to run the server, the same load: one process, ``--workers 2`` (our own
 supervisor) and Ray Serve with 1 and 2 replicas (``--ray --replicas N``).
 
-    .venv/bin/python -m benchmarks.scale_out [--clients 32] [--seconds 15]
+    .venv/bin/python -m benchmarks.service.scale_out [--clients 32] [--seconds 15]
 
 Each variant serves all-MiniLM-L6-v2 and informer-etth1-h24 with one torch thread per process
 (replica); per workload (``/encode`` one short text per request under ``flash``; ``/forecast``
 one ETTh1 window per request under the model's default) ``--clients`` closed-loop clients run
 for ``--seconds`` after a warm-up. Prints throughput and p50/p99 latency with the ratio to
-``--workers 2``, and writes ``benchmarks/results/scale-out-cpu.{md,json}``.
+``--workers 2``, and writes ``benchmarks/results/scale-out-cpu.{md,json}``. ``--smoke``: one
+process only, a second per workload.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from benchmarks.service import (
-    TEXT_MODEL,
-    LoadResult,
-    ServerProcess,
-    drive,
-    encode_workload,
-    etth1_windows,
-    forecast_workload,
-    short_texts,
-)
+from benchmarks.harness import cli
+from benchmarks.harness.load import HOST, run_load, say
+from benchmarks.harness.process import TEXT_MODEL, attnserve
+from benchmarks.harness.report import RESULTS, write
+from benchmarks.service.http_load import workload
+from benchmarks.service.workloads import etth1_windows, short_texts
 
-RESULTS = Path(__file__).parent / "results"
 FORECAST_MODEL = "informer-etth1-h24"
 VARIANTS: dict[str, tuple[int, list[str]]] = {  # name: (workers, extra flags)
     "one process": (1, []),
@@ -40,8 +34,9 @@ VARIANTS: dict[str, tuple[int, list[str]]] = {  # name: (workers, extra flags)
 
 
 def measure(variant: str, clients: int, seconds: float, log_dir: Path) -> list[dict[str, Any]]:
+    """Start ``variant``, drive each workload with ``clients`` clients, stop it; one row each."""
     workers, extra = VARIANTS[variant]
-    server = ServerProcess(
+    server = attnserve(
         [TEXT_MODEL, FORECAST_MODEL],
         1,
         32,
@@ -50,14 +45,18 @@ def measure(variant: str, clients: int, seconds: float, log_dir: Path) -> list[d
         extra=extra,
     )
     workloads = {
-        "encode": encode_workload(short_texts(256), "flash"),
-        "forecast": forecast_workload(FORECAST_MODEL, etth1_windows(96, 256), "probsparse"),
+        "encode": workload("/encode", short_texts(256), "flash"),
+        "forecast": workload(
+            "/forecast", etth1_windows(96, 256), "probsparse", model=FORECAST_MODEL
+        ),
     }
     rows = []
     try:
         server.wait_ready(timeout=600)
         for task, work in workloads.items():
-            result: LoadResult = asyncio.run(drive(server.url, work, clients, seconds, 3.0))
+            wire = work.requests(server.port)
+            result = run_load(HOST, server.port, wire, clients, seconds, min(3.0, seconds))
+            say(f"{variant:22s} {task:8s}", result)
             rows.append(
                 {
                     "variant": variant,
@@ -65,14 +64,8 @@ def measure(variant: str, clients: int, seconds: float, log_dir: Path) -> list[d
                     "requests_per_s": result.throughput,
                     "p50_ms": result.pct(50),
                     "p99_ms": result.pct(99),
-                    "errors": result.errors,
+                    "errors": result.error_count,
                 }
-            )
-            r = rows[-1]
-            print(
-                f"{variant:22s} {task:8s} {r['requests_per_s']:7.1f} req/s  p50 {r['p50_ms']:7.1f}"
-                f"  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}",
-                flush=True,
             )
     finally:
         server.stop()
@@ -99,25 +92,24 @@ def table(rows: list[dict[str, Any]], clients: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = cli.parser(__doc__, cli.seconds(15.0), cli.out(RESULTS / "scale-out-cpu"))
     p.add_argument("--clients", type=int, default=32)
-    p.add_argument("--seconds", type=float, default=15.0)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    p.add_argument("--out", type=Path, default=RESULTS / "scale-out-cpu")
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"))
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, seconds=1.0, clients=4, variants=["one process"])
     rows: list[dict[str, Any]] = []
     for variant in args.variants:
         rows += measure(variant, args.clients, args.seconds, args.log_dir)
     text = (
-        f"`python -m benchmarks.scale_out --clients {args.clients} --seconds {args.seconds:g}`: "
+        f"`python -m benchmarks.service.scale_out --clients {args.clients} "
+        f"--seconds {args.seconds:g}`: "
         "one host, all-MiniLM-L6-v2 and informer-etth1-h24, one torch thread per process or "
         "replica, clients on the same machine; each variant started, driven and stopped in "
         "turn.\n\n" + table(rows, args.clients) + "\n"
     )
     print(text)
-    args.out.with_suffix(".md").write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
+    write(args.out.with_suffix(".md"), text)
+    write(args.out.with_suffix(".json"), json.dumps(rows, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,14 +1,15 @@
 """Default thread count and OpenMP wait policy through HTTP, on a shared, pinned or quota'd CPU.
 
-    sudo .venv/bin/python -m benchmarks.threads_http [--seconds 6] [--warmup 2] [--rounds 2]
+    sudo .venv/bin/python -m benchmarks.service.threads_http [--seconds 6] [--warmup 2] [--rounds 2]
 
 Issue 37 item 2: ``torch_threads`` 0 follows the CPU quota and affinity mask
 (``service/engine/batching/cpus.py``) and ``attnserve serve`` exports ``OMP_WAIT_POLICY=PASSIVE``
-(setting ``omp_wait_policy``). ``benchmarks/threads.py`` measured that in-process; this measures
-it through the server: ``/encode`` (all-MiniLM-L6-v2, one text of 8-24 words per request) at
-``--clients`` and at 1 client, the peers' lean raw-asyncio driver (:mod:`benchmarks.peers.driver`),
-one server at a time, its whole process tree ended and checked gone with psutil
-(:meth:`benchmarks.peers.servers.ServerProcess.stop`) before the next starts. The server's
+(setting ``omp_wait_policy``). ``benchmarks/text/threads.py`` measured that in-process; this
+measures it through the server: ``/encode`` (all-MiniLM-L6-v2, one text of 8-24 words per
+request) at ``--clients`` and at 1 client, the lean raw-asyncio driver
+(:mod:`benchmarks.harness.load`), one server at a time, its whole process tree ended and
+checked gone with psutil (:meth:`benchmarks.harness.process.ServerProcess.stop`) before the
+next starts. The server's
 environment has no ``OMP_*`` / ``MKL_NUM_THREADS``: what it runs with is its own defaults plus
 the flags of each case.
 
@@ -27,34 +28,32 @@ Cases, each beside its reference (the ratio is of req/s at ``--clients``):
   ``cpu.cfs_period_us`` 100000); needs root; the cgroup is removed afterwards.
 
 ``--rounds`` rounds, the case order reversed every other round. req/s: median over rounds;
-percentiles: rounds pooled. Writes ``--out``.
+percentiles: rounds pooled. Writes ``--out``. ``--smoke``: the ``quiet`` case, one short round.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import json
 import os
 import statistics
-import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import psutil
-
-from benchmarks.host import cpu_model, load_average
-from benchmarks.peers import driver
-from benchmarks.peers.servers import HOST, PEERS, Launch, ServerProcess, free_port
-from benchmarks.service import ROOT, TEXT_MODEL, short_texts
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model
+from benchmarks.harness.load import HOST, LoadResult, run_load
+from benchmarks.harness.process import ROOT, TEXT_MODEL, free_port, neighbour
+from benchmarks.harness.report import RESULTS, command, write
+from benchmarks.harness.timing import percentile
+from benchmarks.peers.servers import PEERS, Launch, PeerServer
+from benchmarks.service.workloads import short_texts
 
 CGROUP = Path("/sys/fs/cgroup")
 SCRATCH = "attnserve-bench-quota"
-NEIGHBOUR = [sys.executable, "-c", "while True: pass"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +111,7 @@ def remove_cgroup(path: Path) -> None:
 # ----------------------------------------------------------------------------- servers
 
 
-def command(case: Case, launch: Launch, cgroup: Path | None) -> list[str]:
+def server_command(case: Case, launch: Launch, cgroup: Path | None) -> list[str]:
     """``attnserve serve`` for ``case``: the peers' attnserve command (max batch 32) without
     its ``--torch-threads``, plus the case's flags, under its prefix."""
     base = PEERS["attnserve"].command(launch)
@@ -126,52 +125,21 @@ def command(case: Case, launch: Launch, cgroup: Path | None) -> list[str]:
     return argv
 
 
-class CaseServer(ServerProcess):
-    """:class:`ServerProcess` with the case's command and an environment free of the OpenMP
-    and MKL thread variables, so the server's own defaults decide."""
-
-    def __init__(self, case: Case, launch: Launch, log: Path, cgroup: Path | None) -> None:
-        self.peer = PEERS["attnserve"]
-        self.port = launch.port
-        self.log_path = log
-        self._log = log.open("w")
-        env = {
-            k: v
-            for k, v in os.environ.items()
-            if k not in ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
-        }
-        env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-        self.proc = subprocess.Popen(
-            command(case, launch, cgroup),
-            cwd=ROOT,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-@contextlib.contextmanager
-def neighbour(on: bool) -> Iterator[None]:
-    """A process spinning one core for the block's duration, ended and checked gone."""
-    if not on:
-        yield
-        return
-    proc = subprocess.Popen(NEIGHBOUR)
-    try:
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(10)
-        if psutil.pid_exists(proc.pid) and psutil.Process(proc.pid).status() != "zombie":
-            raise RuntimeError(f"neighbour {proc.pid} still running")
+def case_server(case: Case, launch: Launch, log: Path, cgroup: Path | None) -> PeerServer:
+    """attnserve with the case's command and an environment free of the OpenMP and MKL thread
+    variables, so the server's own defaults decide."""
+    drop = ("OMP_WAIT_POLICY", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update({"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    command = server_command(case, launch, cgroup)
+    return PeerServer(PEERS["attnserve"], launch, log, env=env, command=command)
 
 
 @dataclass
 class Run:
     """One server's runs: results per client count, how it ended, what it logged."""
 
-    results: dict[int, driver.LoadResult]
+    results: dict[int, LoadResult]
     stopped: str
     load: str
     intra_op: str = "?"
@@ -184,22 +152,23 @@ def run_case(
     args: argparse.Namespace,
     cgroup: Path | None,
 ) -> Run:
+    """Start ``case``'s server, drive it at each client count (a neighbour spinning beside it
+    if the case says so), stop it and check its tree is gone."""
     launch = Launch(free_port(), 0, ROOT, Path(sys.executable), Path(), Path())
-    server = CaseServer(case, launch, Path(args.log_dir) / f"threads-http-{case.name}.log", cgroup)
-    results: dict[int, driver.LoadResult] = {}
-    before = load_average()
+    log = Path(args.log_dir) / f"threads-http-{case.name}.log"
+    server = case_server(case, launch, log, cgroup)
+    results: dict[int, LoadResult] = {}
     try:
         server.wait_answering("warm up")
         with neighbour(case.neighbour):
             for clients in counts:
-                results[clients] = driver.run_load(
+                results[clients] = run_load(
                     HOST, launch.port, requests(launch.port), clients, args.seconds, args.warmup
                 )
     finally:
         stopped = server.stop()
-    if psutil.pid_exists(server.proc.pid):
-        raise RuntimeError(f"{case.name}: server {server.proc.pid} still there")
-    return Run(results, stopped.signal, f"{before} -> {load_average()}")
+    loads = f"{results[counts[0]].load[0]} -> {results[counts[-1]].load[1]}" if results else ""
+    return Run(results, stopped.signal, loads)
 
 
 # ----------------------------------------------------------------------------- page
@@ -224,7 +193,7 @@ def page(
     lines = [
         f"# Default threads and OpenMP wait policy through HTTP ({datetime.now(UTC):%Y-%m-%d})",
         "",
-        f"`sudo .venv/bin/python -m benchmarks.threads_http {' '.join(args.argv)}`",
+        f"`sudo .venv/bin/{command('benchmarks.service.threads_http', args.argv)}`",
         "",
         f"`attnserve serve --models {TEXT_MODEL} --max-batch-size 32` (flash, float32), no "
         "`OMP_*` variables in its environment, plus each case's flags; `/encode`, one text of "
@@ -255,8 +224,8 @@ def page(
         lines.append(
             f"| {case.name} | `{server}` | {rs[0].intra_op} | {rps(case.name):.1f} ("
             + ", ".join(f"{r.results[top].throughput:.1f}" for r in rs)
-            + f") | {driver.percentile(pooled, 50):.1f} / {driver.percentile(pooled, 99):.1f} | "
-            + (f"{driver.percentile(one, 50):.1f}" if one else "-")
+            + f") | {percentile(pooled, 50):.1f} / {percentile(pooled, 99):.1f} | "
+            + (f"{percentile(one, 50):.1f}" if one else "-")
             + f" | {case.reference or '-'} | "
             + (f"{ratio:.2f}x" if ratio is not None else "-")
             + f" | {'' if case.target is None else f'>= {case.target:g}x'} | {met} | "
@@ -267,23 +236,22 @@ def page(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(
+        __doc__,
+        cli.seconds(6.0, "measured seconds per run"),
+        cli.rounds(2),
+        cli.out(RESULTS / "threads-http-cpu.md"),
+    )
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=6.0, help="measured seconds per run")
     parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES])
     parser.add_argument("--log-dir", default="/tmp")
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "benchmarks" / "results" / "threads-http-cpu.md"
-    )
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=4, cases=["quiet"])
     args.argv = sys.argv[1:] if argv is None else argv
     texts = short_texts(512)
-    bodies = [json.dumps({"inputs": t}).encode() for t in texts]
 
     def requests(port: int) -> list[bytes]:
-        return [driver.build_request(HOST, port, "/encode", b) for b in bodies]
+        return [PEERS["attnserve"].request(port, t) for t in texts]
 
     counts = sorted({args.clients, 1}, reverse=True)
     cases = [c for c in CASES if c.name in args.cases]
@@ -316,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     text = page(runs, counts, args, extra)
     print(text)
-    args.out.write_text(text)
+    write(args.out, text)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """One worker of ``--workers 2`` SIGKILLed under 32 keep-alive clients: what it costs, and when
 the replacement serves again.
 
-    python -m benchmarks.worker_kill                 # 20 s before the kill, 100 s after
-    python -m benchmarks.worker_kill --clients 32 --after 120
+    python -m benchmarks.service.worker_kill                 # 20 s before the kill, 100 s after
+    python -m benchmarks.service.worker_kill --clients 32 --after 120
 
 Starts ``attnserve serve --workers 2`` with all-MiniLM-L6-v2 only, runs closed-loop clients (one
 keep-alive connection each; httpx reconnects when the server sends ``Connection: close``), kills
@@ -11,7 +11,7 @@ Which process answered comes from the ``x-request-id`` prefix. Reports the faile
 the requests that were in flight on the killed worker when it died (each client whose last
 answer came from it had one), how long until the replacement answered its first request, and
 per 10-second window the share of answers from each process. Writes
-``benchmarks/results/worker-kill-cpu.{md,json}``.
+``benchmarks/results/worker-kill-cpu.{md,json}``. ``--smoke``: 4 clients, 2 s before, 4 s after.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import asyncio
 import json
 import os
 import signal
+import sys
+import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,9 +31,11 @@ from typing import Any
 import httpx
 import psutil
 
-from loadtest.run import LocalServer
+from benchmarks.harness import cli
+from benchmarks.harness.load import HOST
+from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, free_port
+from benchmarks.harness.report import RESULTS, write
 
-RESULTS = Path(__file__).parent / "results"
 TEXTS = ["worker replacement under keep-alive load", "a second, somewhat longer sentence here"]
 
 
@@ -111,29 +115,42 @@ async def run(args: argparse.Namespace, url: str, supervisor: int) -> dict[str, 
     }
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+def supervised(log: Path, max_connection_age_s: float) -> ServerProcess:
+    """``attnserve serve --workers 2`` (its other settings the defaults) on a free port."""
+    port = free_port()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "ATTNSERVE_HOST": HOST,
+        "ATTNSERVE_PORT": str(port),
+        "ATTNSERVE_DEVICE": "cpu",
+        "ATTNSERVE_WORKERS": "2",
+        "ATTNSERVE_MODELS": TEXT_MODEL,
+        "ATTNSERVE_LOG_LEVEL": "warning",
+        "ATTNSERVE_MAX_CONNECTION_AGE_S": str(max_connection_age_s),
+    }
+    return ServerProcess([sys.executable, "-m", "service", "serve"], log, port, env)
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(__doc__)
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--before", type=float, default=20.0)
     p.add_argument("--after", type=float, default=100.0)
     p.add_argument("--max-connection-age-s", type=float, default=60.0)
-    args = p.parse_args()
-    os.environ["ATTNSERVE_MAX_CONNECTION_AGE_S"] = str(args.max_connection_age_s)
-    RESULTS.mkdir(exist_ok=True)
-    options = argparse.Namespace(device="cpu", workers=2, models="all-MiniLM-L6-v2", api_key=None)
-    log_path = RESULTS / "worker-kill-server.log"
-    server = LocalServer(options, log_path)
+    args = cli.parse(p, argv, clients=4, before=2.0, after=4.0)
+    log_path = Path(tempfile.gettempdir()) / "worker-kill-server.log"
+    server = supervised(log_path, args.max_connection_age_s)
     try:
-        server.wait_ready(300)
+        server.wait_ready()
         time.sleep(5)  # the second worker finishes its warm-up
-        result = asyncio.run(run(args, server.url, server.process.pid))
+        result = asyncio.run(run(args, server.url, server.proc.pid))
     finally:
         server.stop()
-    log_path.unlink(missing_ok=True)
     lines = [
         "# One of two workers SIGKILLed under keep-alive load (CPU)",
         "",
-        f"`python -m benchmarks.worker_kill --clients {args.clients}`; "
+        f"`python -m benchmarks.service.worker_kill --clients {args.clients}`; "
         f"max_connection_age_s {args.max_connection_age_s:g}.",
         "",
         f"- requests in flight on the killed worker: {result['in_flight_on_victim']}",
@@ -156,8 +173,8 @@ def main() -> None:
     ]
     text = "\n".join(lines)
     print(text)
-    (RESULTS / "worker-kill-cpu.md").write_text(text)
-    (RESULTS / "worker-kill-cpu.json").write_text(json.dumps(result, indent=1))
+    write(RESULTS / "worker-kill-cpu.md", text)
+    write(RESULTS / "worker-kill-cpu.json", json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

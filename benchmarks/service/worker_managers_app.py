@@ -1,11 +1,11 @@
 """What gunicorn and uvicorn's own ``--workers`` need to run attnserve, for
-:mod:`benchmarks.worker_managers` (a benchmark adapter, not a supported way to serve):
+:mod:`benchmarks.service.worker_managers` (a benchmark adapter, not a supported way to serve):
 
-    gunicorn -c python:benchmarks.worker_managers_app \
-        -k benchmarks.worker_managers_app.GuardedUvicornWorker -w 2 -b 127.0.0.1:8000 \
-        'benchmarks.worker_managers_app:create_app()'
-    uvicorn --factory benchmarks.worker_managers_app:create_app --workers 2 \
-        --http benchmarks.worker_managers_app:GuardedProtocol ...
+    gunicorn -c python:benchmarks.service.worker_managers_app \
+        -k benchmarks.service.worker_managers_app.GuardedUvicornWorker -w 2 \
+        -b 127.0.0.1:8000 'benchmarks.service.worker_managers_app:create_app()'
+    uvicorn --factory benchmarks.service.worker_managers_app:create_app --workers 2 \
+        --http benchmarks.service.worker_managers_app:GuardedProtocol ...
 
 Settings come from ``ATTNSERVE_*`` env vars, as for ``attnserve serve``. Each piece stands in for
 something :mod:`service.runtime.server` and :mod:`service.runtime.workers` do themselves:

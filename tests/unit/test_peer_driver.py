@@ -11,13 +11,8 @@ from contextlib import asynccontextmanager
 import pytest
 import uvloop
 
-from benchmarks.harness.load import (
-    build_request,
-    drive,
-    parse_head,
-    percentile,
-    request_once,
-)
+from benchmarks.harness.load import build_request, drive, parse_head, request_once
+from benchmarks.harness.timing import percentile
 
 HOST = "127.0.0.1"
 

@@ -1,5 +1,5 @@
 """The adapter that runs attnserve under gunicorn and uvicorn's ``--workers`` for the worker
-manager benchmark (benchmarks/worker_managers_app.py) serves with the same uvicorn settings and
+manager benchmark (benchmarks/service/worker_managers_app.py) serves with the same uvicorn settings and
 header guard as ``attnserve serve``, so the benchmark compares managers, not servers."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks import worker_managers_app as adapter
+from benchmarks.service import worker_managers_app as adapter
 from service.app import create_app
 from service.http.transport import HeaderGuard
 from service.runtime.server import build_server

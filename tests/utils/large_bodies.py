@@ -3,7 +3,7 @@
 :func:`large_requests` builds, per route and rule (truncate, windows, base64 forecast columns),
 a body just under the server's ``max_body_bytes``; :func:`beside` sends one while probing
 ``/healthz`` every 10 ms and a one-text ``/encode`` back to back, and returns the latencies.
-Shared by ``tests/service/test_large_requests.py`` and ``benchmarks/large_requests.py``.
+Shared by ``tests/service/test_large_requests.py`` and ``benchmarks/service/large_requests.py``.
 """
 
 from __future__ import annotations
