@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
+.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers bench-smoke peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -90,6 +90,11 @@ train-ettm1: install
 
 bench-attention: install-bench
 	$(BIN)/python -m benchmarks.attention.backends
+
+# CI: every benchmark script for a few seconds (--smoke), results to a scratch folder; fails on
+# any error (the peer runs measure attnserve alone without the peer virtualenvs)
+bench-smoke: install
+	$(BIN)/python -m benchmarks.smoke $(ARGS)
 
 # The peer servers get virtualenvs of their own: infinity-emb pins numpy<2, transformers<5 and
 # sentence-transformers<4, which neither the project's .venv nor the other peers' newest releases
