@@ -336,23 +336,9 @@ def test_model_dir_serves_a_transformers_folder_under_its_name(
 
 
 def test_unsupported_folders_stop_start_up_with_one_line(tmp_path: Path) -> None:
-    from transformers import AutoformerConfig, PatchTSTModel
+    from transformers import PatchTSTModel
 
-    auto = build(
-        AutoformerConfig(
-            prediction_length=4,
-            context_length=8,
-            lags_sequence=[1],
-            d_model=8,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=8,
-            decoder_ffn_dim=8,
-        ),
-        tmp_path / "auto",
-    )
+    auto = build(seq2seq_config("autoformer"), tmp_path / "auto")
     with pytest.raises(ModelLoadError, match=r"auto: .*auto-correlation") as info:
         load_servables(_settings(auto), "cpu")
     assert "\n" not in str(info.value)

@@ -42,9 +42,10 @@ def patchtst_config(distribution: str | None = None, **overrides: Any) -> Any:
 
 
 def seq2seq_config(kind: str, **overrides: Any) -> Any:
-    """A TimeSeriesTransformer (``kind="tst"``) or Informer (``"informer"``) config with two
-    calendar features, one static categorical feature and lags up to 3."""
-    from transformers import InformerConfig, TimeSeriesTransformerConfig
+    """A TimeSeriesTransformer (``kind="tst"``), Informer (``"informer"``) or Autoformer
+    (``"autoformer"``, a family the loader refuses) config with two calendar features, one static
+    categorical feature and lags up to 3."""
+    from transformers import AutoformerConfig, InformerConfig, TimeSeriesTransformerConfig
 
     fields: dict[str, Any] = dict(
         prediction_length=6,
@@ -68,6 +69,8 @@ def seq2seq_config(kind: str, **overrides: Any) -> Any:
     if kind == "informer":
         fields.setdefault("attention_type", "full")
         return InformerConfig(**fields)
+    if kind == "autoformer":
+        return AutoformerConfig(**fields)
     return TimeSeriesTransformerConfig(**fields)
 
 
