@@ -7,9 +7,9 @@ channels, timestamps, backends) happen in the engine before queueing.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
@@ -84,6 +84,26 @@ def long_text_rule(truncate: bool, long_text: str | None) -> str:
     if truncate and long_text not in (None, "truncate"):
         raise ValueError(f"truncate=true and long_text={long_text} contradict each other; send one")
     return long_text or ("truncate" if truncate else "error")
+
+
+class LongTextRule:
+    """A body with ``truncate`` and ``long_text`` (``/encode``, the rerank routes): the two are
+    refused when they contradict (a 422) and read as one rule. A mixin: each body declares both
+    fields itself, with its own help text, where they stand in its schema."""
+
+    if TYPE_CHECKING:
+        truncate: bool
+        long_text: str | None
+
+    @model_validator(mode="after")
+    def _one_long_text_rule(self) -> Self:
+        long_text_rule(self.truncate, self.long_text)
+        return self
+
+    @property
+    def long_text_rule(self) -> str:
+        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
+        return long_text_rule(self.truncate, self.long_text)
 
 
 # ----------------------------------------------------------------------------- models, health

@@ -17,17 +17,16 @@ from pydantic import (
     ValidationError,
     ValidatorFunctionWrapHandler,
     WrapValidator,
-    model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from service.http.schemas.common import (
     INFINITY_DEFAULT_MODEL,
+    LongTextRule,
     ModelName,
     Options,
     StrictRequest,
     TruncationDirection,
-    long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
@@ -56,7 +55,7 @@ class Extensions(StrictRequest):
     truncation_direction: TruncationDirection = truncation_direction_field()
 
 
-class LongDocuments(Extensions):
+class LongDocuments(LongTextRule, Extensions):
     """The long-text rule of the rerank routes, as ``/encode``'s ``long_text``."""
 
     long_text: Literal["error", "truncate", "windows"] | None = Field(
@@ -66,16 +65,6 @@ class LongDocuments(Extensions):
         "each with the whole query; it scores as its best window). Default: truncate when "
         "truncate=true, else error.",
     )
-
-    @model_validator(mode="after")
-    def _one_long_text_rule(self) -> LongDocuments:
-        long_text_rule(self.truncate, self.long_text)
-        return self
-
-    @property
-    def long_text_rule(self) -> str:
-        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
-        return long_text_rule(self.truncate, self.long_text)
 
 
 # ----------------------------------------------------------------------------- Cohere-style rerank

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, StrictBool, field_validator, model_validator
+from pydantic import BaseModel, Field, StrictBool, field_validator
 
 from service.http.schemas.common import (
     INFINITY_DEFAULT_MODEL,
+    LongTextRule,
     ModelName,
     Options,
     StrictRequest,
     TruncationDirection,
-    long_text_rule,
     precision_field,
     precision_out,
     quality_budget,
@@ -38,7 +38,7 @@ DIMENSIONS_HELP = (
 )
 
 
-class EncodeRequest(StrictRequest):
+class EncodeRequest(LongTextRule, StrictRequest):
     inputs: str | list[str] = Field(
         description="A text or a list of texts.", examples=[["first text", "second text"]]
     )
@@ -69,16 +69,6 @@ class EncodeRequest(StrictRequest):
     )
     truncation_direction: TruncationDirection = truncation_direction_field()
     dimensions: int | None = Field(None, description=DIMENSIONS_HELP)
-
-    @model_validator(mode="after")
-    def _one_long_text_rule(self) -> EncodeRequest:
-        long_text_rule(self.truncate, self.long_text)
-        return self
-
-    @property
-    def long_text_rule(self) -> str:
-        """``error``, ``truncate`` or ``windows``, from ``long_text`` or ``truncate``."""
-        return long_text_rule(self.truncate, self.long_text)
 
     prompt_name: str | None = Field(
         None,
