@@ -4,7 +4,7 @@
 
 Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's optimized float32
 graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
-words, :func:`benchmarks.service.short_texts`), at batch 1 and 32, tokenization included. Each
+words, :func:`benchmarks.service.workloads.short_texts`), at batch 1 and 32, tokenization included. Each
 contender runs :mod:`benchmarks.peers.inprocess` in its own process, in the environment every peer
 row gets (:func:`benchmarks.peers.servers.server_env`: same threads, same OpenMP wait policy):
 
@@ -34,7 +34,7 @@ from typing import Any
 from benchmarks.host import cpu_model, load_average
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.peers.servers import server_env
-from benchmarks.service import short_texts
+from benchmarks.service.workloads import short_texts
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = 256  # as the peers' in-process rows

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.text.batch_one_ops [--threads 2] [--texts 128]
 
 Runs :meth:`models.text.SentenceEncoder.embed` on one text at a time (the peers' short texts,
-:func:`benchmarks.service.short_texts`), in the environment the in-process rows get
+:func:`benchmarks.service.workloads.short_texts`), in the environment the in-process rows get
 (:func:`benchmarks.peers.servers.server_env`, set before torch loads: this process re-executes
 itself in it), and prints a markdown table of self CPU time per text by op, with calls per text,
 plus the wall time per text outside the profiler. :mod:`benchmarks.text.batch_one` appends it to its
@@ -26,7 +26,7 @@ def table(texts: int, rows: int) -> str:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from benchmarks.service import short_texts
+    from benchmarks.service.workloads import short_texts
     from models.text import SentenceEncoder
 
     encoder = SentenceEncoder.load()
