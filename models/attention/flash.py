@@ -70,12 +70,21 @@ def flash_attention(
         # SDPA cannot combine is_causal with a mask: a causal padded call builds the Lq x Lk
         # boolean mask (1 byte per entry). Padding alone stays a broadcast [b,1,1,Lk] mask.
         mask, is_causal = visible_keys(lq, lk, key_padding_mask, causal, q.device), False
-    try:
-        with sdpa_kernel(fused_kernels_for(q.device.type)):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
-    except RuntimeError as exc:  # "No available kernel": refuse rather than fall back to math
-        raise AttentionError(f"flash: no fused SDPA kernel accepts this input ({exc})") from exc
+    kernels = fused_kernels_for(q.device.type)
+    out = _fused_sdpa(q, k, v, kernels, "input", attn_mask=mask, is_causal=is_causal)
     return _zero_blind_queries(out, mask)
+
+
+def _fused_sdpa(
+    q: Tensor, k: Tensor, v: Tensor, kernels: list[SDPBackend], what: str, **sdpa_args: Any
+) -> Tensor:
+    """SDPA restricted to ``kernels``. "No available kernel" becomes an :class:`AttentionError`
+    naming ``what`` was refused, rather than a fall-back to the O(L²) math kernel."""
+    try:
+        with sdpa_kernel(kernels):
+            return F.scaled_dot_product_attention(q, k, v, **sdpa_args)
+    except RuntimeError as exc:
+        raise AttentionError(f"flash: no fused SDPA kernel accepts this {what} ({exc})") from exc
 
 
 def _zero_blind_queries(out: Tensor, mask: Tensor | None) -> Tensor:
@@ -99,11 +108,7 @@ def _biased(
     visible = visible_keys(q.shape[-2], k.shape[-2], key_padding_mask, causal, q.device)
     if visible is not None:
         bias = torch.where(visible, bias, torch.tensor(float("-inf"), dtype=bias.dtype))
-    try:
-        with sdpa_kernel(fused_kernels_for(q.device.type)):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias)
-    except RuntimeError as exc:
-        raise AttentionError(f"flash: no fused SDPA kernel accepts this input ({exc})") from exc
+    out = _fused_sdpa(q, k, v, fused_kernels_for(q.device.type), "input", attn_mask=bias)
     return _zero_blind_queries(out, visible)
 
 
@@ -124,13 +129,7 @@ def jagged_self_attention(
         tokens = t.transpose(1, 2).reshape(b * n, h, d)[real]  # [total, h, d]
         return torch.nested.nested_tensor_from_jagged(tokens, offsets=offsets).transpose(1, 2)
 
-    try:
-        with sdpa_kernel(kernels):
-            out = F.scaled_dot_product_attention(pack(q), pack(k), pack(v))
-    except RuntimeError as exc:
-        raise AttentionError(
-            f"flash: no fused SDPA kernel accepts this jagged input ({exc})"
-        ) from exc
+    out = _fused_sdpa(pack(q), pack(k), pack(v), kernels, "jagged input")
     dense = q.new_zeros(b * n, h, d)
     dense[real] = out.transpose(1, 2).values()
     return dense.view(b, n, h, d).transpose(1, 2)
