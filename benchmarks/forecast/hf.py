@@ -9,52 +9,41 @@ the approximations can pay.
 The shipped ``patchtst-ettm1-h96-c512`` (trained here) is timed at its own context; longer
 contexts use the same architecture with random weights (speed does not depend on the weights).
 The error column is the forecast's relative distance to exact attention on the same inputs.
+``--smoke``: context 512, batch 1, 1 repeat.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
-import statistics
-import time
+from functools import partial
+from typing import Any
 
 import numpy as np
 import torch
 
-from benchmarks.harness.report import RESULTS
-from benchmarks.host import cpu_model, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report
+from benchmarks.harness.timing import median_ms
 from models.attention import BACKENDS
 from models.hf_forecast.bridge import backend_scope
 from models.hf_forecast.folder import shipped_folders
 from models.hf_forecast.forecaster import HFForecaster
 
-OUT = RESULTS / "hf-forecast-cpu.md"
 SHIPPED = "patchtst-ettm1-h96-c512"
 
 
-def timed(fn, repeats: int) -> float:
-    fn()  # warm-up
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) * 1000
-
-
-def model_at(context: int):
-    """The shipped model at its context, else the same architecture at ``context``."""
+def model_at(context: int) -> tuple[Any, str]:
+    """The shipped model at its context, else the same architecture at ``context`` with random
+    weights; and which weights it has."""
     from transformers import PatchTSTForPrediction
 
-    folder = shipped_folders()[SHIPPED]
-    forecaster = HFForecaster.load(folder)
+    forecaster = HFForecaster.load(shipped_folders()[SHIPPED])
     if context == forecaster.context:
-        return forecaster.model, forecaster, "trained (ETTm1)"
+        return forecaster.model, "trained (ETTm1)"
     config = forecaster.model.config
     config.context_length = context
     torch.manual_seed(0)
-    model = PatchTSTForPrediction(config).eval()
-    return model, None, "random weights"
+    return PatchTSTForPrediction(config).eval(), "random weights"
 
 
 def measure(
@@ -65,7 +54,7 @@ def measure(
 
     from models.hf_forecast.bridge import use_bridge
 
-    model, _, weights = model_at(context)
+    model, weights = model_at(context)
     rng = np.random.default_rng(0)
     x = torch.tensor(
         10 + np.cumsum(rng.normal(size=(batch, context, 7)), axis=1), dtype=torch.float32
@@ -78,7 +67,7 @@ def measure(
         ref.load_state_dict(model.state_dict())
         with torch.inference_mode():
             exact = ref(past_values=x).prediction_outputs
-            ms = timed(lambda ref=ref: ref(past_values=x), repeats)
+            ms = median_ms(partial(ref, past_values=x), repeats)
         rows.append((f"transformers ({impl})", ms, 0.0))
     use_bridge(model)
     for backend in BACKENDS:
@@ -88,46 +77,45 @@ def measure(
                 return model(past_values=x).prediction_outputs
 
         error = float((run() - exact).abs().max() / exact.abs().max())
-        rows.append((f"attnserve {backend}", timed(run, repeats), error))
+        rows.append((f"attnserve {backend}", median_ms(run, repeats), error))
     return rows, model.model.patchifier.num_patches, weights
 
 
 def main(argv: list[str] | None = None) -> str:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--contexts", type=int, nargs="+", default=[512, 2048, 8192])
+    p = cli.parser(
+        __doc__,
+        cli.sizes("--contexts", [512, 2048, 8192]),
+        cli.threads(2),
+        cli.repeats(5),
+        cli.out(RESULTS / "hf-forecast-cpu.md"),
+    )
     p.add_argument("--batch", type=int, default=8)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--repeats", type=int, default=5)
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, contexts=[512], batch=1, repeats=1)
     torch.set_num_threads(args.threads)
-
-    lines = [
-        "# A transformers PatchTST through attnserve, per backend (CPU)",
-        "",
-        f"`python -m benchmarks.forecast.hf --contexts {' '.join(map(str, args.contexts))} "
-        f"--batch {args.batch} --threads {args.threads}`; {cpu_model()}, {args.threads} torch "
-        f"threads, load {load_average()} at the start; median of {args.repeats} after a warm-up; "
-        f"one batch of {args.batch} histories x 7 channels. Error: max |forecast - exact| / "
-        "max |exact| on the same inputs.",
-        "",
-        "| context | patches | weights | run by | ms / batch | vs flash | error vs exact |",
-        "|---:|---:|---|---|---:|---:|---:|",
-    ]
+    report = Report("benchmarks.forecast.hf", argv)
+    report.add(
+        f"{args.threads} torch threads; median of {args.repeats} after a warm-up; one batch of "
+        f"{args.batch} histories x 7 channels. Error: max |forecast - exact| / max |exact| on "
+        "the same inputs."
+    )
+    cells = []
     for context in args.contexts:
         rows, patches, weights = measure(context, args.batch, args.repeats)
         flash = next(ms for name, ms, _ in rows if name == "attnserve flash")
         for name, ms, error in rows:
             # A random PatchTST's forecast barely depends on attention: no error figure there.
             shown = f"{error:.1e}" if weights.startswith("trained") else "—"
-            lines.append(
-                f"| {context} | {patches} | {weights} | {name} | {ms:.1f} | "
-                f"{flash / ms:.2f}x | {shown} |"
+            cells.append(
+                [context, patches, weights, name, f"{ms:.1f}", f"{flash / ms:.2f}x", shown]
             )
-        print("\n".join(lines[-len(rows) :]), flush=True)
-    text = "\n".join(lines) + "\n"
-    OUT.write_text(text)
-    return text
+            print(" | ".join(map(str, cells[-1])), flush=True)
+    report.table(
+        ["context", "patches", "weights", "run by", "ms / batch", "vs flash", "error vs exact"],
+        cells,
+        "rrllrrr",
+    )
+    return report.write(args.out, "A transformers PatchTST through attnserve, per backend (CPU)")
 
 
 if __name__ == "__main__":
-    print(main())
+    main()

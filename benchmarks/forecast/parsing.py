@@ -18,6 +18,8 @@ under ``flash`` (median of repeats, the same thread count). Writes
 from __future__ import annotations
 
 import json
+from functools import partial
+from typing import Any
 
 import torch
 from pydantic_core import from_json
@@ -73,17 +75,15 @@ def main(argv: list[str] | None = None) -> None:
     for name, body in bodies.items():
         parsed = from_json(body)
         s = ForecastRequest.model_validate(parsed).series[0]
-        kwargs = {
+        kwargs: dict[str, Any] = {
             "timestamps": s.timestamps,
             "start": s.start,
             "values": s.values,
             "columns": s.columns,
         }
-        json_ms = median_ms(lambda body=body: from_json(body), args.repeats)
-        schema_ms = median_ms(
-            lambda parsed=parsed: ForecastRequest.model_validate(parsed), args.repeats
-        )
-        prep_ms = median_ms(lambda kwargs=kwargs: forecaster.prepare(**kwargs), args.repeats)
+        json_ms = median_ms(partial(from_json, body), args.repeats)
+        schema_ms = median_ms(partial(ForecastRequest.model_validate, parsed), args.repeats)
+        prep_ms = median_ms(partial(forecaster.prepare, **kwargs), args.repeats)
         totals[name] = total = json_ms + schema_ms + prep_ms
         cells.append(
             [name, f"{len(body):,}", f"{json_ms:.2f}", f"{schema_ms:.2f}", f"{prep_ms:.2f}",

@@ -51,6 +51,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -239,7 +240,7 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                 local[label] += [
                     s * 1e3
                     for s in samples(
-                        lambda b=backend, o=options: forecaster.predict([window], b, o),
+                        partial(forecaster.predict, [window], backend, options),
                         IN_PROCESS_REPEATS,
                         warmup=int(round_ == 0),
                     )

@@ -145,7 +145,9 @@ def before_after(rows: list[Row]) -> str:
     cells = []
     for model, group in by_model(rows):
         flash = group.get("flash")
-        for r in group.values() if flash else ():
+        if flash is None:
+            continue
+        for r in group.values():
             b, a = r["before_p50_ms_1_client"], r["p50_ms_1_client"]
             cells.append(
                 [model, r["backend"], f"{b:.1f}", f"{flash['before_p50_ms_1_client'] / b:.2f}x",

@@ -7,14 +7,13 @@ of 20 words and 64 texts of 200 words. Every encoder sees the same texts, batch 
 same ``torch`` thread count, in one process; each timing is the best of ``--repeats`` full passes
 after one warm-up pass, the contenders interleaved pass by pass (best-of and interleaved, because
 other processes share this CPU). The table gives texts/s and our speed relative to
-sentence-transformers (> 1: we are faster) by wall time and by process CPU time.
+sentence-transformers (> 1: we are faster) by wall time and by process CPU time. ``--smoke``:
+32 texts per workload, one pass, ``flash`` only.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
-import time
 from collections.abc import Callable
 from functools import partial
 
@@ -22,6 +21,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # sentence-transformers must never
 
 import torch
 
+from benchmarks.harness import cli
+from benchmarks.harness.report import table
+from benchmarks.harness.timing import alternating
 from models.text import SentenceEncoder
 from models.text.corpus import word_windows
 from models.text.weights import model_dir
@@ -30,31 +32,14 @@ WORKLOADS = {"20 words": (1024, 20), "200 words": (64, 200)}
 BATCH_SIZE = 32
 
 
-def best_times(
-    runs: dict[str, Callable[[], object]], repeats: int
-) -> dict[str, tuple[float, float]]:
-    """Best wall time and best process CPU time of each callable over ``repeats`` interleaved
-    rounds, after a warm-up round.
-
-    Interleaving (A, B, C, A, B, C, ...) exposes every contender to the same background load;
-    CPU time (``time.process_time``, all threads) is the steadier measure when the machine is shared.
-    """
-    best = dict.fromkeys(runs, (float("inf"), float("inf")))
-    for round_ in range(repeats + 1):
-        for name, fn in runs.items():
-            wall, cpu = time.perf_counter(), time.process_time()
-            fn()
-            wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            if round_:  # round 0 warms up
-                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
-    return best
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per encoder")
-    parser.add_argument("--backends", nargs="+", default=["flash", "full"])
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(
+        __doc__,
+        cli.repeats(3, "timed passes per encoder"),
+        cli.names("--backends", ["flash", "full"]),
+    )
+    p.add_argument("--texts", type=int, default=None, help="texts per workload (default: as named)")
+    args = cli.parse(p, argv, repeats=1, backends=["flash"], texts=32)
 
     from sentence_transformers import SentenceTransformer
 
@@ -63,9 +48,9 @@ def main() -> None:
     print(
         f"torch {torch.__version__}, threads {torch.get_num_threads()}, batch size {BATCH_SIZE}\n"
     )
-
-    rows: list[tuple[str, dict[str, float], dict[str, float]]] = []
+    cells = []
     for label, (count, words) in WORKLOADS.items():
+        count = args.texts or count
         texts = word_windows(count, words)
         tokens = sum(len(ids) for ids in ours.tokenize(texts, truncate=True)) / count
         runs: dict[str, Callable[[], object]] = {
@@ -73,19 +58,20 @@ def main() -> None:
         }
         for backend in args.backends:
             runs[backend] = partial(ours.encode, texts, backend=backend, truncate=True)
-        times = best_times(runs, args.repeats)
+        # Best of interleaved passes: every contender meets the same background load.
+        times = {
+            name: (min(t.wall), min(t.cpu)) for name, t in alternating(runs, args.repeats).items()
+        }
         rate = {name: count / wall for name, (wall, _) in times.items()}
-        cpu_ratio = {name: times["st"][1] / cpu for name, (_, cpu) in times.items()}
-        rows.append((f"{count} x {label} (~{tokens:.0f} tokens)", rate, cpu_ratio))
-
-    columns = "".join(f" ours `{b}` | ratio `{b}` (wall / CPU) |" for b in args.backends)
-    print(f"| workload | sentence-transformers |{columns}")
-    print("|---" * (2 + 2 * len(args.backends)) + "|")
-    for workload, rate, cpu_ratio in rows:
-        cells = [workload, f"{rate['st']:.1f}/s"]
+        row = [f"{count} x {label} (~{tokens:.0f} tokens)", f"{rate['st']:.1f}/s"]
         for b in args.backends:
-            cells += [f"{rate[b]:.1f}/s", f"{rate[b] / rate['st']:.2f}x / {cpu_ratio[b]:.2f}x"]
-        print("| " + " | ".join(cells) + " |")
+            cpu_ratio = times["st"][1] / times[b][1]
+            row += [f"{rate[b]:.1f}/s", f"{rate[b] / rate['st']:.2f}x / {cpu_ratio:.2f}x"]
+        cells.append(row)
+    columns = ["workload", "sentence-transformers"]
+    for b in args.backends:
+        columns += [f"ours `{b}`", f"ratio `{b}` (wall / CPU)"]
+    print(table(columns, cells))
     print("\nratio > 1: faster than sentence-transformers (wall: texts/s; CPU: process CPU time)")
 
 

@@ -9,13 +9,12 @@ shape and tokenizer of the popular MiniLM rerankers, without a download. The sco
 trained reranker's; the speed is the architecture's. Queries are docstring first lines, documents
 docstrings of the shipped corpus cut at 256 tokens (both sides truncate the same way). Every
 contender sees the same pairs, batch size 32 and thread count; timings are the best of
-``--repeats`` interleaved passes (:func:`benchmarks.text_encoder.best_times`). The parity column
-is the largest score difference to ``CrossEncoder.predict``.
+``--repeats`` interleaved passes (:func:`benchmarks.harness.timing.alternating`). The parity column
+is the largest score difference to ``CrossEncoder.predict``. ``--smoke``: 4 pairs, one pass.
 """
 
 from __future__ import annotations
 
-import argparse
 import functools
 import os
 import tempfile
@@ -26,8 +25,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from benchmarks.host import cpu_model, load_average
-from benchmarks.text.encoder import best_times
+from benchmarks.harness import cli
+from benchmarks.harness.report import Report
+from benchmarks.harness.timing import alternating
 from models.text.classifier import TextClassifier
 from models.text.corpus import stdlib_docstrings
 from models.text.weights import model_dir
@@ -58,16 +58,19 @@ def pairs(count: int) -> list[tuple[str, str]]:
     return [(queries[i % len(queries)], docs[i % len(docs)]) for i in range(count)]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeats", type=int, default=3, help="timed passes per contender")
-    parser.add_argument("--docs", type=int, default=64, help="pairs per pass")
-    parser.add_argument("--backends", nargs="+", default=["flash", "full"])
-    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
-    args = parser.parse_args()
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(
+        __doc__,
+        cli.repeats(3, "timed passes per contender"),
+        cli.names("--backends", ["flash", "full"]),
+        cli.out(None, "also write the table here"),
+    )
+    p.add_argument("--docs", type=int, default=64, help="pairs per pass")
+    args = cli.parse(p, argv, repeats=1, docs=4)
 
     from sentence_transformers import CrossEncoder
 
+    report = Report("benchmarks.text.rerank_speed", argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = build_cross_encoder(Path(tmp) / "minilm-cross-encoder")
         reference = CrossEncoder(str(folder), max_length=MAX_TOKENS, device="cpu")
@@ -88,7 +91,7 @@ def main() -> None:
         for backend in args.backends:
             runs[f"attnserve {backend} float32"] = functools.partial(run_ours, ours, backend)
         runs["attnserve flash bfloat16"] = lambda: run_ours(bf16, "flash")
-        times = best_times(runs, args.repeats)
+        times = {n: (min(t.wall), min(t.cpu)) for n, t in alternating(runs, args.repeats).items()}
         parity = {
             name: float(
                 (run_ours(bf16 if "bfloat16" in name else ours, name.split()[1]) - expected)
@@ -99,25 +102,23 @@ def main() -> None:
             if name.startswith("attnserve")
         }
     base_wall = times["sentence-transformers CrossEncoder.predict"][0]
-    lines = [
-        f"# Rerank throughput, in process ({args.docs} pairs, batch {BATCH_SIZE}, "
-        f"{MAX_TOKENS} tokens max, {torch.get_num_threads()} threads)",
-        "",
-        f"`python -m benchmarks.text.rerank_speed --repeats {args.repeats} --docs {args.docs}` · "
-        f"{cpu_model()} · load {load_average()} · torch {torch.__version__}",
-        "",
-        "| contender | pairs/s (wall) | × CrossEncoder | CPU s | max abs score diff |",
-        "|---|---:|---:|---:|---:|",
-    ]
-    for name, (wall, cpu) in times.items():
-        diff = "reference" if name not in parity else f"{parity[name]:.2e}"
-        lines.append(
-            f"| {name} | {args.docs / wall:.1f} | {base_wall / wall:.2f} | {cpu:.2f} | {diff} |"
-        )
-    table = "\n".join(lines)
-    print(table)
+    report.table(
+        ["contender", "pairs/s (wall)", "× CrossEncoder", "CPU s", "max abs score diff"],
+        [
+            [name, f"{args.docs / wall:.1f}", f"{base_wall / wall:.2f}", f"{cpu:.2f}",
+             "reference" if name not in parity else f"{parity[name]:.2e}"]
+            for name, (wall, cpu) in times.items()
+        ],
+        "lrrrr",
+    )  # fmt: skip
+    title = (
+        f"Rerank throughput, in process ({args.docs} pairs, batch {BATCH_SIZE}, "
+        f"{MAX_TOKENS} tokens max, {torch.get_num_threads()} threads)"
+    )
     if args.out:
-        args.out.write_text(table + "\n", encoding="utf-8")
+        report.write(args.out, title)
+    else:
+        print(report.text(title))
 
 
 if __name__ == "__main__":
