@@ -1,4 +1,7 @@
-"""The all-MiniLM-L6-v2 sentence encoder with a per-call attention backend.
+"""Text models with a per-call attention backend: :class:`SentenceEncoder` (:mod:`.encoder`, the
+shipped all-MiniLM-L6-v2 and users' sentence-transformers folders) and
+:class:`~models.text.classifier.TextClassifier` (:mod:`.classifier`, cross-encoders and sequence
+classifiers), both a :class:`~models.text.base.TextModel` with their own head.
 
 Loaders for sentence-transformers and transformers text-model folders: :mod:`.folder` (recognise
 and read the folder), :mod:`.architectures` (each architecture's config and known heads),

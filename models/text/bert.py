@@ -29,9 +29,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+import models.text.fused_linear as fused_linear
+import models.text.serial as serial
 from models.attention import attend
 from models.attention.sliding_window import sliding_window_attention
-from models.text import fused_linear, serial
 from models.text.config import BertConfig
 from models.text.pooling import Pooling, pool
 from models.text.positions import apply_rotary, relative_bias, relative_buckets, rotary_tables

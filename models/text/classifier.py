@@ -10,29 +10,24 @@ classification head (:mod:`models.text.heads`). A reranker is a classifier with 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from models.attention import BACKENDS, AttentionError, get_backend
-from models.errors import ModelInputError
-from models.precision import precision_of
-from models.text import fused_linear, serial
-from models.text.attention_check import ChecksTextAttention
-from models.text.batching import plan_batches
+import models.text.serial as serial
+from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, TextModel
 from models.text.bert import BertEncoder, PackedBatch
-from models.text.card import load_quality
 from models.text.classifier_folder import ClassifierFolder, read_classifier_folder
+from models.text.folder import TextFolder
 from models.text.heads import ClassificationHead, load_head
-from models.text.memory import forward_bytes, forward_work
 from models.text.pairs import PairRow, PairTokenizer, TextOrPair
-from models.text.weights import load_network
 
-DEFAULT_ATTENTION = "flash"
-PAD_MULTIPLE = 8
+# Calibration pairs per word-count bin of the shipped corpus for int8 (as the sentence
+# encoders' INT8_CALIBRATION_PER_BIN): each text paired with one from the other end.
+INT8_CALIBRATION_PER_BIN = 8
 
 
 def activate(logits: Tensor, activation: str) -> Tensor:
@@ -63,10 +58,13 @@ def label_activation(folder: ClassifierFolder) -> str:
     return "softmax"
 
 
-class TextClassifier(ChecksTextAttention):
-    """Label logits (and scores) for texts or text pairs, with a per-call attention backend.
+class TextClassifier(TextModel):
+    """Label logits (and scores) for texts or text pairs, with a per-call attention backend: a
+    :class:`TextModel` whose head is the architecture's classification head (float32).
 
-    Build with :meth:`from_folder`; then ``logits(classifier.tokenize(inputs), backend)``.
+    Build with :meth:`from_folder` (a cross-encoder or ``...ForSequenceClassification``
+    folder, :mod:`models.text.classifier_folder`); then
+    ``logits(classifier.tokenize(inputs), backend)``.
 
     Args:
         model: the encoder.
@@ -76,9 +74,11 @@ class TextClassifier(ChecksTextAttention):
         max_tokens: longest accepted input (both texts of a pair and special tokens together).
         name: the name it is served under.
         quality_file: measured quality per backend (``attnserve evaluate`` writes it).
+        precision: the precision ``model`` was converted to (:class:`TextModel`).
     """
 
-    default_attention: str = DEFAULT_ATTENTION
+    tokenizer: PairTokenizer
+    tokenizer_class = PairTokenizer
 
     def __init__(
         self,
@@ -89,65 +89,70 @@ class TextClassifier(ChecksTextAttention):
         max_tokens: int,
         *,
         name: str,
+        precision: str | None = None,
         quality_file: Path | None = None,
     ) -> None:
-        self.model = model
-        fused_linear.prepack(model)
+        super().__init__(
+            model,
+            tokenizer,
+            max_tokens,
+            # What the folder says: the task (rerank or classify), its layout and its limit.
+            task=folder.task,
+            source=f"{folder.encoder.layout} folder",
+            default_max_tokens=folder.encoder.max_tokens,
+            name=name,
+            quality_file=quality_file,
+            precision=precision,
+        )
         self.head = head
-        self.tokenizer = tokenizer
         self.folder = folder
         self.labels = folder.labels
         self.activation = folder.activation  # CrossEncoder.predict's: the rerank scores
         self.label_activation = label_activation(folder)  # the label scores (TEI's /predict)
-        self.task = folder.task
-        self.max_tokens = max_tokens
-        self.name = name
-        self.quality_file = quality_file
-        self.source = f"{folder.encoder.layout} folder"
-        first = next(model.parameters())
-        self.device, self.dtype = first.device, first.dtype
-        self.precision = precision_of(self.dtype)
 
     @classmethod
-    def from_folder(
-        cls,
-        folder: str | Path,
-        name: str | None = None,
-        max_tokens: int | None = None,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        quality_file: Path | None = None,
-    ) -> TextClassifier:
-        """Load a cross-encoder or ``...ForSequenceClassification`` folder
-        (:mod:`models.text.classifier_folder`).
-
-        Raises:
-            ValueError: what is wrong with the folder.
-        """
-        path = Path(folder)
+    def _read_folder(cls, path: Path) -> tuple[TextFolder, ClassifierFolder]:
+        """A cross-encoder or ``...ForSequenceClassification`` folder
+        (:func:`read_classifier_folder`)."""
         spec = read_classifier_folder(path)
-        limit = spec.encoder.max_tokens if max_tokens is None else max_tokens
-        target = torch.device(device)
-        model = load_network(spec.encoder, target, dtype)
-        head = load_head(spec.encoder.weights, spec.head, spec.encoder.config.hidden_size, target)
-        tokenizer = PairTokenizer(
-            spec.encoder.weights / "tokenizer.json", limit, spec.encoder.lowercase
-        )
-        return cls(
-            model,
-            head,
-            tokenizer,
-            spec,
-            limit,
-            name=name or path.name,
-            quality_file=quality_file or path / "quality.json",
+        return spec.encoder, spec
+
+    @classmethod
+    def _from_parts(
+        cls,
+        path: Path,
+        spec: ClassifierFolder,
+        network: BertEncoder,
+        tokenizer: PairTokenizer,  # type: ignore[override]  # built from tokenizer_class
+        limit: int,
+        name: str,
+        quality_file: Path,
+    ) -> TextClassifier:
+        hidden, device = spec.encoder.config.hidden_size, next(network.parameters()).device
+        head = load_head(spec.encoder.weights, spec.head, hidden, device)
+        return cls(network, head, tokenizer, spec, limit, name=name, quality_file=quality_file)
+
+    def _with_network(self, network: BertEncoder, precision: str) -> TextClassifier:
+        return type(self)(
+            network,
+            self.head,
+            self.tokenizer,
+            self.folder,
+            self.max_tokens,
+            name=self.name,
+            quality_file=self.quality_file,
+            precision=precision,
         )
 
-    def with_precision(self, precision: str) -> TextClassifier:
-        """This classifier with its encoder in ``precision`` (the head stays float32)."""
-        from models.text.classifier_precision import in_precision
+    def _calibrate(self, network: BertEncoder) -> None:
+        """Score :data:`INT8_CALIBRATION_PER_BIN` pairs of shipped texts per length band with
+        ``network``."""
+        from models.text.corpus import length_spread
 
-        return in_precision(self, precision)
+        texts = length_spread(INT8_CALIBRATION_PER_BIN)
+        pairs = [(texts[i], texts[-1 - i]) for i in range(len(texts))]
+        twin = self._with_network(network, self.precision)
+        twin.logits(twin.tokenize(pairs, truncate=True), self.calibration_backend)
 
     # ------------------------------------------------------------------ tokens
 
@@ -158,23 +163,10 @@ class TextClassifier(ChecksTextAttention):
         what: str = "input",
         cut_start: bool = False,
     ) -> list[PairRow]:
-        """Token ids and segments per text or pair (:class:`PairTokenizer`); errors name an
-        input as ``what`` ("document" for a reranker's request). ``cut_start``: truncation
+        """Token ids and segments per text or pair (:meth:`PairTokenizer.pairs`); errors name
+        an input as ``what`` ("document" for a reranker's request). ``cut_start``: truncation
         drops tokens from the start of the longer text rather than its end."""
         return self.tokenizer.pairs(inputs, truncate, what, cut_start)
-
-    def _check_rows(self, rows: Sequence[PairRow]) -> None:
-        vocab, segments = self.model.config.vocab_size, self.model.config.type_vocab_size
-        for i, row in enumerate(rows):
-            if not 1 <= len(row.ids) <= self.max_tokens or len(row.types) != len(row.ids):
-                raise ModelInputError(
-                    f"input {i} has {len(row.ids)} tokens; each input needs 1 to "
-                    f"{self.max_tokens} tokens"
-                )
-            if any(not 0 <= t < vocab for t in row.ids):
-                raise ModelInputError(f"input {i} holds a token id outside [0, {vocab})")
-            if segments > 1 and any(not 0 <= s < segments for s in row.types):
-                raise ModelInputError(f"input {i} holds a segment id outside [0, {segments})")
 
     # ------------------------------------------------------------------ inference
 
@@ -184,40 +176,33 @@ class TextClassifier(ChecksTextAttention):
         rows: list[PairRow],
         backend: str = DEFAULT_ATTENTION,
         options: dict[str, Any] | None = None,
-        max_batch_size: int = 32,
+        max_batch_size: int = MAX_BATCH_SIZE,
         validated: bool = False,
     ) -> Tensor:
         """Label logits ``[len(rows), labels]`` (float32, CPU) for tokenised inputs.
 
         Inputs are sorted by length into sub-batches of at most ``max_batch_size``, each padded
         to its own longest member, so every input gets the logits it would get alone (exact
-        backends). ``validated``: backend, options and rows are already checked.
+        backends; :meth:`TextModel._run`). ``validated``: backend, options and rows are
+        already checked.
 
         Raises:
             ModelInputError: empty or over-long rows, ids outside the vocabulary.
             AttentionError: unknown backend or invalid options.
         """
+        ids, types = [row.ids for row in rows], [row.types for row in rows]
         if not validated:
-            self.check_attention(backend, options)
-            self._check_rows(rows)
+            self._check_inputs(ids, backend, options, types)
         chosen = dict(options or {})
-        segments = self.folder.segments
-        out = torch.empty(len(rows), len(self.labels), dtype=torch.float32)
-        lengths = [len(row.ids) for row in rows]
-        for sub in plan_batches(lengths, max(1, max_batch_size), None, PAD_MULTIPLE):
-            members = [rows[i] for i in sub.indices]
-            padded = len(members[0].ids) if len(members) == 1 else sub.padded_length
-            batch = PackedBatch.from_lists(
-                [r.ids for r in members],
-                padded,
-                self.device,
-                [r.types for r in members] if segments else None,
-            )
+
+        def classify(batch: PackedBatch) -> Tensor:  # the head: [b, labels]
             # The head joins the forward's one-thread switch for a short pair (serial.py).
             with serial.threads_for(int(batch.input_ids.shape[0]), self.device):
                 states = self.model(batch, backend, chosen)  # [t, c]
-                out[list(sub.indices)] = self.head(states, batch.rows, batch.lengths).cpu()
-        return out
+                return self.head(states, batch.rows, batch.lengths)
+
+        segments = types if self.folder.segments else None
+        return self._run(ids, len(self.labels), classify, max_batch_size, None, segments)
 
     def scores(self, logits: Tensor, raw: bool = False) -> Tensor:
         """Scores from :meth:`logits`: the model's activation, or the logits when ``raw``."""
@@ -235,70 +220,20 @@ class TextClassifier(ChecksTextAttention):
         self.check_attention(backend, options)
         return self.scores(self.logits(self.tokenize(inputs, truncate), backend, options), raw)
 
-    # ------------------------------------------------------------------ estimates
-
-    def memory_estimate(
-        self, backend: str, options: Mapping[str, Any] | None, rows: int, length: int
-    ) -> int:
-        """Estimated peak activation bytes of :meth:`logits` on ``rows`` inputs of up to
-        ``length`` tokens in one sub-batch (:mod:`models.text.memory`)."""
-        padded = -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
-        peak = forward_bytes(
-            self.model.config,
-            backend,
-            options,
-            rows,
-            padded,
-            self.dtype.itemsize,
-            self.device.type,
-        )
-        return peak + rows * len(self.labels) * 4
-
-    def work_estimate(
-        self, backend: str, options: Mapping[str, Any] | None, rows: int, length: int
-    ) -> float:
-        """Flop-equivalents of one :meth:`logits` forward over ``rows`` inputs of ``length``."""
-        padded = -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
-        return forward_work(self.model.config, backend, options, rows, padded)
+    @property
+    def output_width(self) -> int:
+        """Floats per input :meth:`logits` returns: one per label."""
+        return len(self.labels)
 
     # ------------------------------------------------------------------ card
 
-    def card(self) -> dict[str, Any]:
-        """What ``GET /models`` shows: task, labels, limits, backends (and why any is refused)."""
-        supported, unavailable = [], {}
-        for backend in BACKENDS:
-            try:
-                self.check_attention(backend, None)
-            except AttentionError as exc:
-                unavailable[backend] = str(exc)
-            else:
-                supported.append(get_backend(backend).describe())
-        config = self.model.config
+    def _head_card(self) -> dict[str, Any]:
+        """Labels, what turns logits into scores, and the head's pooling."""
         return {
-            "name": self.name,
-            "task": self.task,
-            "source": self.source,
-            "architecture": config.architecture,
-            "layers": config.num_hidden_layers,
-            "hidden_size": config.hidden_size,
-            "heads": config.num_attention_heads,
             "labels": list(self.labels),
             # What the model's own routes apply (rerank: CrossEncoder.predict's scores), and
             # what /predict and /v1/classify apply.
             "score_activation": self.activation if self.task == "rerank" else self.label_activation,
             "label_activation": self.label_activation,
             "classifier_pooling": self.folder.head.pooling,
-            "max_tokens": self.max_tokens,
-            "default_max_tokens": self.folder.encoder.max_tokens,
-            "hard_max_tokens": config.max_tokens,
-            "device": str(self.device),
-            "dtype": str(self.dtype).removeprefix("torch."),
-            "default_attention": self.default_attention,
-            "backends": supported,
-            "unavailable_backends": unavailable,
-            "quality": self.quality(),
         }
-
-    def quality(self) -> dict[str, Any]:
-        """Measured quality per backend (``quality.json``); {} when none was measured."""
-        return load_quality(self.quality_file) if self.quality_file else {}

@@ -34,7 +34,7 @@ too: every sequence classifier takes them (NLI models need them), and they exerc
 ``corpus`` and per backend ``options``, the figures and ``by_tokens`` (the same figures per band of
 pair token counts); :func:`models.quality_loss.classifier_losses` reads each band's ``loss``.
 ``--precisions bfloat16 int8`` also measures the encoder in those precisions
-(:mod:`models.text.classifier_precision`): every backend, the reference included, against the
+(:meth:`TextClassifier.with_precision`): every backend, the reference included, against the
 float32 exact scores, under ``precisions`` → ``<name>`` → ``backends``. Precisions measured before
 and not named again are dropped (every run measures the float32 reference again), and the command
 says which.

@@ -10,7 +10,7 @@ sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the ex
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,33 +18,32 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+import models.text.windows as windows
 from models.compile import compile_forward
-from models.errors import ModelInputError
 from models.names import TEXT_MODEL
-from models.precision import precision_of
-from models.text import fused_linear, windows
-from models.text.attention_check import ChecksTextAttention
-from models.text.batching import plan_batches
+from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, TextModel
+from models.text.batching import round_up
 from models.text.bert import BertEncoder, PackedBatch
-from models.text.card import QUALITY_FILE, describe, load_quality
-from models.text.folder import read_text_folder
+from models.text.card import QUALITY_FILE
+from models.text.folder import TextFolder, read_text_folder
 from models.text.matryoshka import Shortening, read_shortening
-from models.text.memory import forward_bytes, forward_work
 from models.text.prompts import PromptedText
 from models.text.tokenizer import TextTokenizer, with_prompt
-from models.text.weights import load_network, model_dir
+from models.text.weights import model_dir
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 HARD_MAX_TOKENS = 512  # rows in its position-embedding table
-DEFAULT_ATTENTION = "flash"
-MAX_BATCH_SIZE = 32  # sentence-transformers' default encode batch size
-PAD_MULTIPLE = 8
+# Calibration texts per word-count bin of the shipped corpus (models.text.corpus.length_spread)
+# for int8: every length band, a second or two of float32 work per model.
+INT8_CALIBRATION_PER_BIN = 16
 
 
-class SentenceEncoder(ChecksTextAttention, PromptedText):
-    """Sentence embeddings with a per-call attention backend.
+class SentenceEncoder(TextModel, PromptedText):
+    """Sentence embeddings with a per-call attention backend: a :class:`TextModel` whose head
+    pools the token states (``model.pooling``) into one vector per text.
 
-    Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder`; then
+    Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder` (a
+    sentence-transformers or transformers folder, :mod:`models.text.folder`); then
     ``encode(texts, backend=...)`` or, for callers that tokenize up front (a batcher counting
     tokens), ``tokenize`` + ``embed``.
 
@@ -60,9 +59,8 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
         source: where the model came from (shown on the card).
         default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
         shortening: whether the model was trained for shorter embeddings (its folder's card).
+        precision: the precision ``model`` was converted to (:class:`TextModel`).
     """
-
-    default_attention: str = DEFAULT_ATTENTION  # on the card; ``embed``/``encode`` default
 
     def __init__(
         self,
@@ -78,39 +76,27 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
         source: str = "",
         default_max_tokens: int | None = None,
         shortening: Shortening | None = None,
+        precision: str | None = None,
     ) -> None:
-        self.model = model
-        fused_linear.prepack(model)
+        super().__init__(
+            model,
+            tokenizer,
+            max_tokens,
+            name=name,
+            task="encode",
+            source=source,
+            quality_file=quality_file,
+            default_max_tokens=default_max_tokens,
+            precision=precision,
+        )
         self.compiled_backends: frozenset[str] = frozenset()
         self._compiled: Any = None
-        self.tokenizer = tokenizer
-        self.max_tokens = max_tokens
-        self.name = name
         self.normalize = normalize
         self.prompts = dict(prompts or {})
         self.default_prompt_name = default_prompt_name
-        self.quality_file = quality_file
-        self.source = source
-        self.default_max_tokens = default_max_tokens or max_tokens
         self.shortening = shortening or read_shortening(None)
         self.dim = model.config.hidden_size * len(model.pooling.modes)
         self._prompt_lengths: dict[str, int] = {}  # prompt -> tokens it takes (see prompt_tokens)
-        first = next(model.parameters())
-        self.device, self.dtype = first.device, first.dtype
-        self.precision = precision_of(self.dtype)
-
-    def with_precision(
-        self,
-        precision: str,
-        keep_float: tuple[str, ...] | None = None,
-        smooth: bool | tuple[str, ...] = True,
-    ) -> SentenceEncoder:
-        """This encoder in ``precision``: a new encoder over a converted copy of the network
-        (float32: this one), sharing tokenizer, prompts and quality figures; int8 takes
-        ``keep_float`` and ``smooth`` (:func:`models.text.precision.in_precision`)."""
-        from models.text.precision import in_precision
-
-        return in_precision(self, precision, keep_float, smooth)
 
     @classmethod
     def load(
@@ -138,62 +124,60 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
         )
 
     @classmethod
-    def from_folder(
-        cls,
-        folder: str | Path,
-        name: str | None = None,
-        max_tokens: int | None = None,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        quality_file: Path | None = None,
-    ) -> SentenceEncoder:
-        """Load a sentence-transformers or transformers model folder (:mod:`models.text.folder`).
-
-        Args:
-            folder: the model folder.
-            name: served name (default: the folder's name).
-            max_tokens: longest accepted text (default: the folder's ``max_seq_length``).
-            quality_file: measured quality (default: ``quality.json`` in the folder).
-
-        Raises:
-            ValueError: what is wrong with the folder (missing or unreadable file, unsupported
-                architecture or module, a config size out of range, a module path leading out
-                of the folder, weights that do not fit the config or that nothing uses).
-        """
-        path = Path(folder)
+    def _read_folder(cls, path: Path) -> tuple[TextFolder, TextFolder]:
+        """A sentence-transformers or transformers folder (:func:`read_text_folder`)."""
         spec = read_text_folder(path)
-        limit = spec.max_tokens if max_tokens is None else max_tokens
-        # The tokenizer first: a broken one is refused before the weights are read.
-        tokenizer = TextTokenizer(spec.weights / "tokenizer.json", limit, spec.lowercase)
-        model = load_network(spec, torch.device(device), dtype)
+        return spec, spec
+
+    @classmethod
+    def _from_parts(
+        cls,
+        path: Path,
+        spec: TextFolder,
+        network: BertEncoder,
+        tokenizer: TextTokenizer,
+        limit: int,
+        name: str,
+        quality_file: Path,
+    ) -> SentenceEncoder:
         return cls(
-            model,
+            network,
             tokenizer,
             limit,
-            name=name or path.name,
+            name=name,
             normalize=spec.normalize,
             prompts=spec.prompts,
             default_prompt_name=spec.default_prompt_name,
-            quality_file=quality_file or path / "quality.json",
+            quality_file=quality_file,
             source=f"{spec.layout} folder",
             default_max_tokens=spec.max_tokens,
             shortening=read_shortening(path),
         )
 
-    # ------------------------------------------------------------------ token checks
+    def _with_network(self, network: BertEncoder, precision: str) -> SentenceEncoder:
+        return type(self)(
+            network,
+            self.tokenizer,
+            self.max_tokens,
+            name=self.name,
+            normalize=self.normalize,
+            prompts=self.prompts,
+            default_prompt_name=self.default_prompt_name,
+            quality_file=self.quality_file,
+            source=self.source,
+            default_max_tokens=self.default_max_tokens,
+            shortening=self.shortening,
+            precision=precision,
+        )
 
-    def _check_token_ids(self, token_ids: Sequence[Sequence[int]]) -> None:
-        vocab = self.model.config.vocab_size
-        for i, ids in enumerate(token_ids):
-            if not 1 <= len(ids) <= self.max_tokens:
-                raise ModelInputError(
-                    f"input {i} has {len(ids)} tokens; each input needs 1 to {self.max_tokens} "
-                    "tokens (tokenize with truncate=true to cut long texts)"
-                )
-            if any(
-                isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < vocab for t in ids
-            ):
-                raise ModelInputError(f"input {i} holds a token id outside [0, {vocab})")
+    def _calibrate(self, network: BertEncoder) -> None:
+        """Embed :data:`INT8_CALIBRATION_PER_BIN` shipped texts per length band with
+        ``network``."""
+        from models.text.corpus import length_spread
+
+        twin = self._with_network(network, self.precision)
+        ids = self.tokenize(length_spread(INT8_CALIBRATION_PER_BIN), truncate=True)
+        twin.embed(ids, self.calibration_backend)
 
     # ------------------------------------------------------------------ compilation
 
@@ -243,28 +227,12 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
         # input" and is filled in by the backend on each call.
         chosen = dict(options or {})
         forward = self._compiled if backend in self.compiled_backends else self.model.pooled
-        out = torch.empty(len(token_ids), self.dim, dtype=torch.float32)
-        lengths = [len(ids) for ids in token_ids]
-        for sub in plan_batches(lengths, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE):
-            # A text on its own is not padded: with no key mask the attention block is a view of
-            # the packed tokens (no scatter into zeros, no gather back, no masked kernel), and
-            # padding is invisible to the exact backends anyway (the padded-batch tests).
-            alone = len(sub.indices) == 1
-            padded = lengths[sub.indices[0]] if alone else sub.padded_length
-            batch = PackedBatch.from_lists([token_ids[i] for i in sub.indices], padded, self.device)
-            pooled = forward(batch, backend, chosen, skip).float()  # [b, dim]
-            if normalize:
-                pooled = F.normalize(pooled, p=2.0, dim=-1)
-            out[list(sub.indices)] = pooled.cpu()
-        return out
 
-    def _check_inputs(
-        self, token_ids: list[list[int]], backend: str, options: dict[str, Any] | None
-    ) -> None:
-        """What a forward pass of ``token_ids`` under ``backend`` needs (callers that have
-        checked once already pass ``validated``)."""
-        self.check_attention(backend, options)
-        self._check_token_ids(token_ids)
+        def pooled(batch: PackedBatch) -> Tensor:  # the head: [b, dim]
+            out = forward(batch, backend, chosen, skip).float()
+            return F.normalize(out, p=2.0, dim=-1) if normalize else out
+
+        return self._run(token_ids, self.dim, pooled, max_batch_size, max_batch_tokens)
 
     @torch.inference_mode()
     def token_embeddings(
@@ -277,55 +245,21 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
         """Every token's last hidden state, no pooling: ``[len(ids), hidden]`` float32 on CPU
         per text (sentence-transformers' ``encode(output_value="token_embeddings")``,
         text-embeddings-inference's ``/embed_all``). One forward pass over all the texts, padded
-        as :meth:`embed` pads them; the exact backends give each text what it gets alone.
-
-        Raises:
-            ModelInputError: empty or over-long token lists, ids outside the vocabulary.
-            AttentionError: unknown backend or invalid options.
+        as :meth:`embed` pads them (a text alone not at all); the exact backends give each text
+        what it gets alone. Raises what :meth:`embed` raises.
         """
         if not validated:
             self._check_inputs(token_ids, backend, options)
         lengths = [len(ids) for ids in token_ids]
-        padded = max(lengths)
-        if len(token_ids) > 1:
-            padded = -(-padded // PAD_MULTIPLE) * PAD_MULTIPLE
+        padded = lengths[0] if len(lengths) == 1 else round_up(max(lengths), PAD_MULTIPLE)
         batch = PackedBatch.from_lists(token_ids, padded, self.device)
         states = self.model(batch, backend, dict(options or {}))  # [t, c], text after text
         return list(states.float().cpu().split(lengths))
 
-    def memory_estimate(
-        self,
-        backend: str,
-        options: Mapping[str, Any] | None,
-        rows: int,
-        length: int,
-        max_batch_tokens: int | None = None,
-        max_batch_size: int = MAX_BATCH_SIZE,
-    ) -> int:
-        """Estimated peak activation bytes of :meth:`embed` on ``rows`` texts of up to
-        ``length`` tokens: its largest sub-batch (:func:`plan_batches`, as ``embed`` cuts them)
-        through the encoder (:mod:`models.text.memory`), plus the embeddings it returns."""
-        first = plan_batches(
-            [length] * rows, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE
-        )[0]
-        peak = forward_bytes(
-            self.model.config,
-            backend,
-            options,
-            len(first.indices),
-            first.padded_length,
-            self.dtype.itemsize,
-            self.device.type,
-        )
-        return peak + rows * self.dim * 4  # the float32 embeddings of every row
-
-    def work_estimate(
-        self, backend: str, options: Mapping[str, Any] | None, rows: int, length: int
-    ) -> float:
-        """Flop-equivalents of one :meth:`embed` forward pass over ``rows`` texts of up to
-        ``length`` tokens, padded as ``embed`` pads them (:func:`models.text.memory.forward_work`)."""
-        padded = -(-length // PAD_MULTIPLE) * PAD_MULTIPLE
-        return forward_work(self.model.config, backend, options, rows, padded)
+    @property
+    def output_width(self) -> int:
+        """Floats per text :meth:`embed` returns: the embedding size."""
+        return self.dim
 
     def encode(
         self,
@@ -366,10 +300,23 @@ class SentenceEncoder(ChecksTextAttention, PromptedText):
 
     # ------------------------------------------------------------------ card
 
-    def card(self) -> dict[str, Any]:
-        """What ``GET /models`` shows (:func:`models.text.card.describe`)."""
-        return describe(self)
-
-    def quality(self) -> dict[str, Any]:
-        """Measured quality per backend (``quality.json``); {} when none was measured."""
-        return load_quality(self.quality_file) if self.quality_file else {}
+    def _head_card(self) -> dict[str, Any]:
+        """Embedding size, pooling, normalisation and prompts; the layout of a network with
+        sliding-window layers."""
+        config = self.model.config
+        fields: dict[str, Any] = {
+            "dim": self.dim,
+            "pooling": self.model.pooling.describe(),
+            "normalize_default": self.normalize,
+            "prompts": self.prompts,
+            "default_prompt_name": self.default_prompt_name,
+        }
+        if config.windows:
+            local = config.num_hidden_layers - len(config.global_layers())
+            fields["attention_layout"] = (
+                f"{local} of {config.num_hidden_layers} layers attend within a sliding window of "
+                f"±{max(w or 0 for w in config.windows)} tokens and always run exact banded "
+                f"attention (linear in length); the requested backend runs the "
+                f"{len(config.global_layers())} global layers"
+            )
+        return fields

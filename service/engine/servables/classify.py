@@ -144,7 +144,7 @@ class ClassifierServable:
 
     def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         return self.models[call.precision].memory_estimate(
-            call.backend, call.options_dict, rows, length
+            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
         )
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
