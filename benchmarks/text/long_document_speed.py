@@ -149,7 +149,7 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
     rows: dict[str, dict[int, dict[str, Any]]] = {label: {} for label, *_ in runs}
     with TestClient(create_app(settings)) as client:
         served = client.app.state.attnserve.registry.find(folder.name)
-        encoders = getattr(served, "encoders", {precisions[0]: served.encoder})
+        encoders = served.models
         name = folder.name
         warm = text_of(WARM_TOKENS, encoders[precisions[0]].tokenizer.count)
 

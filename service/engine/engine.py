@@ -44,6 +44,7 @@ from service.engine.servables.base import (
     INLINE_TOKENIZE_CHARS,
     ClassifyInput,
     ForecastInput,
+    ServedText,
     TextInput,
 )
 from service.errors import InvalidRequest, ModelNotFound
@@ -262,14 +263,20 @@ class Engine:
     def _text_names(self) -> list[str]:
         return [n for n, m in self.registry.models.items() if m.task in TEXT_TASKS]
 
+    def _text_servable(self, name: str | None) -> ServedText:
+        """The text model a tokenizer route serves (see :meth:`text_model`)."""
+        model = self.registry.find(self.text_model(name)[0])
+        assert isinstance(model, ServedText)  # every model of a text task is
+        return model
+
     async def tokenize(
         self, name: str | None, texts: list[str], add_special_tokens: bool, prompt_name: str | None
     ) -> tuple[str, list[list[Token]]]:
         """The model's name and every token of each text, the model's prompt before it (no
         token limit; nothing runs on the model). Long inputs tokenize in a thread."""
-        model = self.registry.find(self.text_model(name)[0])
+        model = self._text_servable(name)
         check_count(len(texts), self.settings.max_inputs_per_request, "inputs")
-        tokens = model.tokens  # type: ignore[attr-defined]  # every text servable has it
+        tokens = model.tokens
         if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
             return model.name, tokens(texts, add_special_tokens, prompt_name)
         return model.name, await run_in_threadpool(tokens, texts, add_special_tokens, prompt_name)
@@ -278,12 +285,12 @@ class Engine:
         self, name: str | None, ids: list[list[int]], skip_special_tokens: bool
     ) -> tuple[str, list[str]]:
         """The model's name and the text of each list of token ids (its own tokenizer)."""
-        model = self.registry.find(self.text_model(name)[0])
+        model = self._text_servable(name)
         check_count(len(ids), self.settings.max_inputs_per_request, "ids")
         for i, row in enumerate(ids):
             if not row:
                 raise InvalidRequest(f"ids {i} is empty; send at least one token id")
-        decode = model.decode  # type: ignore[attr-defined]  # every text servable has it
+        decode = model.decode
         if sum(map(len, ids)) <= INLINE_TOKENIZE_CHARS:
             return model.name, decode(ids, skip_special_tokens)
         return model.name, await run_in_threadpool(decode, ids, skip_special_tokens)

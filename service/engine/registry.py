@@ -16,6 +16,7 @@ from service.settings import Settings
 if TYPE_CHECKING:
     from models.informer import InformerForecaster
     from models.text import SentenceEncoder
+    from models.text.classifier import TextClassifier
 
 log = logging.getLogger("attnserve")
 
@@ -130,7 +131,7 @@ def _is_hf_forecast_folder(folder: Path) -> bool:
     return is_forecast_folder(folder)
 
 
-def _load_classifier(folder: Path, device: str) -> Any:
+def _load_classifier(folder: Path, device: str) -> TextClassifier:
     """``TextClassifier.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
     from models.text.classifier import TextClassifier
 
@@ -231,13 +232,12 @@ def _load_named(
 def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
     """The servable of a model folder, by what it holds: a classifier, a text encoder, a
     transformers time-series forecaster, else an attnserve checkpoint."""
-    from service.engine.servables.classify import ClassifierServable
     from service.engine.servables.forecast import ForecastServable
     from service.engine.servables.text import TextServable
 
     precisions = settings.precisions
     if _is_classifier_folder(folder):
-        return ClassifierServable(_load_classifier(folder, device), (), precisions)
+        return TextServable(_load_classifier(folder, device), (), precisions)
     if _is_text_folder(folder):
         return TextServable(_load_encoder(folder, device), (), precisions)
     if _is_hf_forecast_folder(folder):

@@ -92,7 +92,7 @@ def test_server_compiles_during_warm_up_then_serves(tmp_path: Path):
     )
     with TestClient(app) as c:
         assert c.get("/readyz").status_code == 200
-        assert servable.forecaster.compiled_backends == {"full"}
+        assert servable.model.compiled_backends == {"full"}
         with torch._dynamo.config.patch(error_on_recompile=True):
             series = [hourly_series(24, seed=i) for i in range(3)]  # 3 rows: padded to 4
             body = {"model": TINY_FORECAST, "series": series, "attention": "full"}
@@ -101,7 +101,7 @@ def test_server_compiles_during_warm_up_then_serves(tmp_path: Path):
         assert r.headers["x-batch-size"] == "3"
         uncompiled = c.post("/forecast", json={**body, "attention": "flash"})
         assert uncompiled.status_code == 200, uncompiled.text
-        assert servable.forecaster.compiled_backends == {"full"}  # flash ran eagerly
+        assert servable.model.compiled_backends == {"full"}  # flash ran eagerly
     # flash is exact attention: the eager flash forecast is the compiled full one.
     torch.testing.assert_close(
         torch.tensor([f["values"] for f in uncompiled.json()["forecasts"]]),

@@ -19,6 +19,7 @@ from fastapi.testclient import TestClient
 from safetensors.torch import load_file, save_file
 
 from models.attention import BACKENDS
+from models.quality_file import backends_of, read_quality
 from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
@@ -314,7 +315,7 @@ def test_a_text_folder_in_model_dir_is_served_under_its_name(tmp_path: Path) -> 
     )
     servable = load_servables(settings, "cpu")[-1]
     assert servable.name == "my-embedder" and servable.task == "encode"
-    got = servable.encoder.encode(SAMPLE_TEXTS[:2], truncate=True)
+    got = servable.model.encode(SAMPLE_TEXTS[:2], truncate=True)
     assert min_cosine(got, reference_embeddings(root / "my-embedder", SAMPLE_TEXTS[:2])) >= 0.99999
 
 
@@ -326,12 +327,12 @@ def test_evaluate_measures_a_folder_so_auto_can_choose_on_it(tmp_path: Path) -> 
 
     folder = save_tiny_encoder(tmp_path / "tiny-long", "modernbert", max_seq_length=128)
     evaluate([str(folder), "--per-bin", "4"])
-    measured = json.loads((folder / "quality.json").read_text())
-    assert set(measured["backends"]) == set(BACKENDS) - {"full"}  # every backend it runs
+    measured = backends_of(read_quality(folder / "quality.json"))
+    assert set(measured) == set(BACKENDS) - {"full"}  # every backend it runs
     settings = Settings(models=(str(folder),), device="cpu", background_load=False)
     with TestClient(create_app(settings)) as client:
         card = client.get("/models/tiny-long").json()
-        assert card["quality"]["backends"].keys() == measured["backends"].keys()
+        assert card["quality"]["backends"].keys() == measured.keys()
         loose = _encode(client, "tiny-long", SAMPLE_TEXTS, attention="auto", max_quality_loss=0.5)
         exact = _encode(client, "tiny-long", SAMPLE_TEXTS, attention="auto", max_quality_loss=0.0)
     assert loose.status_code == 200 and exact.status_code == 200

@@ -372,7 +372,7 @@ def test_default_float32_keeps_a_single_precision(text_model: Any) -> None:
     assert Settings().precisions == ("float32",)
     assert text_model.precisions() == ["float32"]
     assert text_model.default_call("flash").precision == "float32"
-    assert next(text_model.encoder.model.parameters()).dtype == torch.float32
+    assert next(text_model.model.model.parameters()).dtype == torch.float32
 
 
 # ----------------------------------------------------------------------------- transformers

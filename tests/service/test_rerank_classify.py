@@ -446,7 +446,8 @@ def test_model_dir_serves_cross_encoders_and_classifiers(
     import shutil
 
     from service.engine.registry import load_servables
-    from service.engine.servables.classify import ClassifierServable
+    from service.engine.servables.classify import Scores
+    from service.engine.servables.text import TextServable
     from service.settings import Settings
 
     for name in (_rerank_name("bert"), _classify_name("mpnet")):
@@ -459,6 +460,7 @@ def test_model_dir_serves_cross_encoders_and_classifiers(
         _classify_name("mpnet"),
         _classify_name("distilbert"),
     }
-    assert all(isinstance(s, ClassifierServable) for s in by_name.values())
+    assert all(isinstance(s, TextServable) for s in by_name.values())
+    assert all(isinstance(s.head, Scores) for s in by_name.values())
     assert by_name[_rerank_name("bert")].task == "rerank"
     assert by_name[_classify_name("mpnet")].task == "classify"

@@ -219,7 +219,7 @@ def test_embed_all_cuts_only_when_asked(client: TestClient) -> None:
 def test_embed_all_refuses_an_answer_too_large_to_render(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import service.engine.servables.text as text_servable
+    import service.engine.servables.embed as text_servable
 
     # 32 hidden numbers per token: room for 100 tokens, under one text at the limit (64).
     monkeypatch.setattr(text_servable, "TOKEN_OUTPUT_VALUES", 32 * 100)

@@ -18,10 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
+
+if TYPE_CHECKING:
+    from models.text.tokenizer import Token
 
 OptionItems = tuple[tuple[str, Hashable], ...]
 
@@ -169,7 +172,7 @@ class ServedModel(Protocol):
     """A loaded model the engine can check, prepare, batch and describe."""
 
     name: str
-    task: str  # "encode" or "forecast"
+    task: str  # "encode", "rerank", "classify" or "forecast"
     aliases: tuple[str, ...]
     default_attention: str
 
@@ -246,6 +249,26 @@ class ServedModel(Protocol):
         self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
     ) -> None:
         """``torch.compile`` the forward for those of ``backends`` this model serves."""
+        ...
+
+
+@runtime_checkable
+class ServedText(ServedModel, Protocol):
+    """A text model (``encode``, ``rerank`` or ``classify``): the protocol, and its tokenizer for
+    text-embeddings-inference's ``/tokenize`` and ``/decode``."""
+
+    def tokens(
+        self, texts: list[str], add_special_tokens: bool, prompt_name: str | None
+    ) -> list[list[Token]]:
+        """Every token of each text, the model's prompt prepended (no token limit).
+
+        Raises:
+            ModelInputError: a prompt the model does not have.
+        """
+        ...
+
+    def decode(self, ids: list[list[int]], skip_special_tokens: bool) -> list[str]:
+        """The text of each list of token ids."""
         ...
 
 

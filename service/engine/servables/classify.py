@@ -1,5 +1,6 @@
-"""A cross-encoder or sequence classifier as a served model: texts or ``(query, document)`` pairs
-checked, tokenised up front with their segments, scored in the batches the worker forms.
+"""The rerank and classify tasks of a text servable
+(:class:`~service.engine.servables.text.TextServable`): what a cross-encoder or sequence
+classifier adds to checking, preparing and running texts or ``(query, document)`` pairs.
 
 One servable answers both ``/rerank`` (a one-label model: a relevance score per document) and
 ``/predict`` (label scores per input): rows are tokenised pairs either way, so pairs of one
@@ -9,86 +10,68 @@ split by the batcher like any large request.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 
 from models.errors import ModelInputError
-from models.names import DEFAULT_PRECISION
 from models.quality_loss import classifier_losses
 from models.text.classifier import TextClassifier, activate
 from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
-from service.engine.servables.backends import accepted_backends, measured_losses, served_card
-from service.engine.servables.base import (
-    INLINE_TOKENIZE_CHARS,
-    Call,
-    Checked,
-    ClassifyInput,
-    Work,
-    check_precision,
-    option_items,
-)
-
-CALIBRATION_TOKENS = 128
+from service.engine.servables.base import Call, Checked, ClassifyInput, OptionItems, Work
 
 
-class ClassifierServable:
-    """Wraps a :class:`~models.text.classifier.TextClassifier`, in one or more precisions.
+class Scores:
+    """The rerank or classify task of a :class:`~models.text.classifier.TextClassifier`
+    (which, its labels say: one label reranks).
 
     Args:
-        classifier: the loaded float32 classifier.
-        aliases: other names clients may use for it.
-        precisions: the precisions to serve, the default first.
+        classifier: the default precision's copy (tokenizer, labels, activations; all copies
+            share them).
     """
 
-    def __init__(
-        self,
-        classifier: TextClassifier,
-        aliases: tuple[str, ...] = (),
-        precisions: tuple[str, ...] = (DEFAULT_PRECISION,),
-    ) -> None:
-        self.models = {p: classifier.with_precision(p) for p in precisions}
-        self.model = self.models[precisions[0]]
-        self.name = classifier.name
+    def __init__(self, classifier: TextClassifier) -> None:
+        self.classifier = classifier
         self.task = classifier.task
-        self.aliases = aliases
-        self.default_attention = classifier.default_attention
         self.labels = classifier.labels
-        self.max_tokens = classifier.max_tokens
-        accepted = [accepted_backends(m.check_attention) for m in self.models.values()]
-        self._backends = [b for b in accepted[0] if all(b in a for a in accepted)]
-        self._quality = classifier.quality()
-        self._losses: dict[int, dict[Call, float]] = {}
 
     # ------------------------------------------------------------------ per request
 
-    def check(self, request: ClassifyInput) -> Checked:
-        """Backend, options, precision and empty texts; token limits come with tokenising."""
-        for i, item in enumerate(request.inputs):
-            parts = [item] if isinstance(item, str) else list(item)
-            if any(isinstance(p, str) and not p.strip() for p in parts):
-                raise _input_error(request.what, i)
-        precision = check_precision(request.precision, list(self.models), self.name)
-        backend = request.attention or self.default_attention
-        options = self.models[precision].check_attention(backend, request.attention_options)
-        call = Call(backend, option_items(options), precision=precision)
-        chars = sum(
-            len(p) for item in request.inputs for p in ([item] if isinstance(item, str) else item)
-        )
-        return Checked(call, request, chars <= INLINE_TOKENIZE_CHARS)
+    def resolve(self, request: ClassifyInput) -> ClassifyInput:
+        """Nothing to check before the texts: a classification request has no fields of its
+        own that need the model."""
+        return request
+
+    def inputs(self, request: ClassifyInput) -> tuple[Sequence[str | tuple[str, str]], str]:
+        """The texts or pairs, and how an error names one (``document`` for rerank)."""
+        return request.inputs, request.what
+
+    def call(
+        self,
+        backend: str,
+        options: OptionItems,
+        precision: str,
+        request: ClassifyInput | None = None,
+    ) -> Call:
+        """The call at ``backend``'s ``options``: every request's rows share it (activations
+        are applied after the forward pass)."""
+        return Call(backend, options, precision=precision)
 
     def prepare(self, checked: Checked) -> Work:
+        """Token ids and segments per input (or windows of long documents), and the
+        activation that turns their logits into the answer."""
         request: ClassifyInput = checked.request
         if request.raw_scores:
             activation = "identity"
         elif request.ranking:  # CrossEncoder.predict's scores
-            activation = self.model.activation
+            activation = self.classifier.activation
         else:  # label scores, as TEI's /predict: softmax over several labels
-            activation = self.model.label_activation
+            activation = self.classifier.label_activation
         if request.windows:
             return self._prepare_windows(request, activation, checked.token_cap)
-        rows = self.model.tokenize(
+        rows = self.classifier.tokenize(
             list(request.inputs), request.truncate, request.what, request.cut_start
         )
         lengths = [len(row.ids) for row in rows]
@@ -106,8 +89,8 @@ class ClassifierServable:
         bound from the compute budget, so an over-budget request stops tokenising early."""
         pairs = [item for item in request.inputs if not isinstance(item, str)]
         if len(pairs) != len(request.inputs):
-            raise _windows_error()
-        split = self.model.tokenizer.windows(pairs, request.what, token_cap)
+            raise ModelInputError("long_text windows applies to query-document pairs only")
+        split = self.classifier.tokenizer.windows(pairs, request.what, token_cap)
         lengths = [len(row.ids) for row in split.rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:
@@ -118,65 +101,51 @@ class ClassifierServable:
 
         return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
-    def run(self, rows: list[Any], call: Call) -> list[Any]:
-        logits = self.models[call.precision].logits(
+    def run(self, classifier: TextClassifier, rows: list[Any], call: Call) -> list[Any]:
+        """``classifier``'s logits of ``rows``, as lists (activated in the job's finish)."""
+        logits = classifier.logits(
             rows, call.backend, call.options_dict, max_batch_size=len(rows), validated=True
         )
         return logits.tolist()
 
     def card(self) -> dict[str, Any]:
-        card = served_card(self.model.card(), self.aliases, self.backends())
-        card["precisions"] = self.precisions()
-        card["default_precision"] = self.precisions()[0]
-        return card
+        """Nothing: the classifier's own card says it all."""
+        return {}
 
     # ------------------------------------------------------------------ operations
 
-    def backends(self) -> list[str]:
-        return list(self._backends)
+    def memory_estimate(
+        self, classifier: TextClassifier, call: Call, rows: int, length: int
+    ) -> int:
+        """Peak bytes of :meth:`run` on ``classifier``."""
+        return classifier.memory_estimate(call.backend, call.options_dict, rows, length)
 
-    def precisions(self) -> list[str]:
-        return list(self.models)
+    def losses(
+        self, quality: Mapping[str, Any], length: int, precision: str
+    ) -> dict[str, tuple[float, dict[str, Any]]]:
+        """Each backend's measured loss for inputs of ``length`` tokens, with its options."""
+        return classifier_losses(quality, length, precision)
 
-    def default_call(self, backend: str, precision: str | None = None) -> Call:
-        options = option_items(self.model.check_attention(backend, None))
-        return Call(backend, options, precision=precision or self.precisions()[0])
-
-    def memory_estimate(self, call: Call, rows: int, length: int) -> int:
-        return self.models[call.precision].memory_estimate(
-            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
-        )
-
-    def work_estimate(self, call: Call, rows: int, length: int) -> float:
-        return self.model.work_estimate(call.backend, call.options_dict, rows, length)
-
-    def quality_losses(self, length: int) -> dict[Call, float]:
-        losses = self._losses.get(length)
-        if losses is None:
-            losses = self._losses[length] = measured_losses(
-                lambda precision: classifier_losses(self._quality, length, precision),
-                self.models,
-                self._backends,
-                self._measured_call,
-            )
-        return losses
-
-    def measured_variants(self, backend: str) -> list[Call]:
-        if backend not in self._backends:
-            return []
-        return [self.default_call(backend, p) for p in self.precisions()[1:]]
-
-    def _measured_call(self, backend: str, options: dict[str, Any], precision: str) -> Call:
-        given = {k: v for k, v in options.items() if v is not None}
-        items = option_items(self.model.check_attention(backend, given))
-        return Call(backend, items, precision=precision)
-
-    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+    def sample_rows(self, document: str, count: int, tokens: int) -> list[Any]:
+        """``count`` pairs of a short query and ``document``, cut to ``tokens`` (a calibration
+        batch)."""
         query = "what does the quick brown fox do"
-        document = "the quick brown fox jumps over the lazy dog " * 16
-        rows = self.model.tokenize([(query, document)] * 4, truncate=True)
-        rows = [type(r)(r.ids[:CALIBRATION_TOKENS], r.types[:CALIBRATION_TOKENS]) for r in rows]
-        return rows, self.default_call(backend), max(map(len, rows))
+        rows = self.classifier.tokenize([(query, document)] * count, truncate=True)
+        return [type(r)(r.ids[:tokens], r.types[:tokens]) for r in rows]
+
+    def warmup_rows(self, backend: str) -> list[list[Any]]:
+        """One small batch of pairs."""
+        pairs = [
+            ("warm-up", "a document"),
+            ("a slightly longer query", "to warm up padded batches"),
+        ]
+        return [self.classifier.tokenize(pairs)]
+
+    def compile(
+        self, backends: list[str], copies: list[TextClassifier], mode: str, compiler: str
+    ) -> None:
+        """Classifiers run eager: ``torch.compile`` is not wired for them yet (the setting
+        applies to sentence encoders and forecasters)."""
 
     def tokens(
         self, texts: list[str], add_special_tokens: bool, prompt_name: str | None
@@ -184,35 +153,7 @@ class ClassifierServable:
         """Every token of each text (TEI's ``/tokenize``); a classifier has no prompts."""
         if prompt_name is not None:
             raise ModelInputError(
-                f"prompt_name {prompt_name!r}: {self.name} has no prompts (only sentence "
-                "encoders do); drop prompt_name"
+                f"prompt_name {prompt_name!r}: {self.classifier.name} has no prompts (only "
+                "sentence encoders do); drop prompt_name"
             )
-        return self.model.tokenizer.tokens(texts, add_special_tokens)
-
-    def decode(self, ids: list[list[int]], skip_special_tokens: bool) -> list[str]:
-        """The text of each list of token ids (TEI's ``/decode``)."""
-        return self.model.tokenizer.decode(ids, skip_special_tokens)
-
-    def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
-        rows = self.model.tokenize(
-            [("warm-up", "a document"), ("a slightly longer query", "to warm up padded batches")]
-        )
-        return [(rows, self.default_call(backend))]
-
-    def compile(
-        self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
-    ) -> None:
-        """Classifiers run eager: ``torch.compile`` is not wired for them yet (the setting
-        applies to sentence encoders and forecasters)."""
-
-
-def _windows_error() -> Exception:
-    from models.errors import ModelInputError
-
-    return ModelInputError("long_text windows applies to query-document pairs only")
-
-
-def _input_error(what: str, index: int) -> Exception:
-    from models.errors import ModelInputError
-
-    return ModelInputError(f"{what} {index} is empty; every {what} needs some text")
+        return self.classifier.tokenizer.tokens(texts, add_special_tokens)

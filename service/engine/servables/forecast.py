@@ -18,7 +18,6 @@ import numpy as np
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import forecast_losses, forecast_variant_losses
-from service.engine.servables.backends import accepted_backends, served_card
 from service.engine.servables.base import (
     EXTRA_INPUTS,
     Call,
@@ -28,6 +27,7 @@ from service.engine.servables.base import (
     check_precision,
     option_items,
 )
+from service.engine.servables.servable import Servable, accepted_backends
 
 log = logging.getLogger("attnserve")
 
@@ -82,44 +82,41 @@ def in_precisions(forecaster: Any, precisions: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-class ForecastServable:
+class ForecastServable(Servable):
     """Wraps a forecaster: an :class:`~models.informer.InformerForecaster` or an
     :class:`~models.hf_forecast.HFForecaster`, in each precision it can run of ``precisions``
-    (the default first)."""
+    (the default first). Its backends are those the default precision's copy accepts, and
+    requests are checked against that copy."""
 
     task = "forecast"
 
     def __init__(self, forecaster: Any, precisions: Sequence[str] = (DEFAULT_PRECISION,)) -> None:
-        self.forecasters = in_precisions(forecaster, precisions)
-        self.forecaster = next(iter(self.forecasters.values()))
-        self.name = forecaster.name
-        self.aliases: tuple[str, ...] = ()
-        self.default_attention = forecaster.default_attention
+        models = in_precisions(forecaster, precisions)
+        default = next(iter(models.values()))
+        super().__init__(models, (), accepted_backends(default.check_attention))
         self.context = forecaster.context
         self.horizon = forecaster.horizon
-        self._backends = accepted_backends(self.forecaster.check_attention)
         # The shipped figures do not change while serving: read once, asked per auto request.
-        quality = self.forecaster.quality
+        quality = self.model.quality
         self._losses: dict[Call, float] = {}
-        for p in self.forecasters:
+        for p in self.models:
             for b, loss in forecast_losses(quality, p).items():
                 if b in self._backends:
                     self._losses[self.default_call(b, p)] = loss
             for b, options, loss in forecast_variant_losses(quality, p):
                 if b in self._backends:  # a variant equal to the defaults keeps its figure
-                    items = option_items(self.forecaster.check_attention(b, options))
-                    self._losses.setdefault(Call(b, items, precision=p), loss)
+                    self._losses.setdefault(self.measured_call(b, options, p), loss)
 
     # ------------------------------------------------------------------ per request
 
     def check(self, request: ForecastInput) -> Checked:
         """Horizon, backend and options; the histories are checked as they are prepared."""
-        precision = check_precision(request.precision, list(self.forecasters), self.name)
-        horizon = self.forecaster.check_horizon(request.horizon)
+        precision = check_precision(request.precision, self.precisions(), self.name)
+        horizon = self.model.check_horizon(request.horizon)
         backend = request.attention or self.default_attention
-        options = self.forecaster.check_attention(backend, dict(request.attention_options))
-        call = Call(backend, option_items(options), precision=precision)
-        if request.quantiles and not self.forecaster.probabilistic:
+        options = self.model.check_attention(backend, dict(request.attention_options))
+        call = self.call(backend, option_items(options), precision)
+        if request.quantiles and not self.model.probabilistic:
             raise ModelInputError(
                 f"{self.name} gives point forecasts (no distribution head): leave out quantiles"
             )
@@ -138,63 +135,42 @@ class ForecastServable:
     def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
         """Mappings of the forecaster's ``prepare`` keyword arguments as windows; a
         probabilistic forecaster's series ``i`` samples with ``seed + i``."""
-        probabilistic = self.forecaster.probabilistic
+        probabilistic = self.model.probabilistic
         windows = []
         for i, s in enumerate(series):
             try:
                 given = [k for k in EXTRA_INPUTS if s.get(k) is not None]
-                refused = [k for k in given if k not in self.forecaster.extra_inputs]
+                refused = [k for k in given if k not in self.model.extra_inputs]
                 if refused:
                     raise ModelInputError(f"{self.name} takes no {', '.join(refused)}")
                 kwargs = dict(s)
                 if probabilistic:
                     kwargs["seed"] = seed + i
-                windows.append(self.forecaster.prepare(**kwargs))
+                windows.append(self.model.prepare(**kwargs))
             except ModelInputError as exc:
                 raise ModelInputError(f"series {i}: {exc}") from None
         return windows
 
     def run(self, rows: list[Any], call: Call) -> list[Any]:
-        forecaster = self.forecasters[call.precision]
+        forecaster = self.models[call.precision]
         return forecaster.predict(rows, call.backend, call.options_dict, validated=True)
-
-    def card(self) -> dict[str, Any]:
-        card = served_card(self.forecaster.card(), self.aliases, self.backends())
-        card["precisions"] = self.precisions()
-        card["default_precision"] = self.precisions()[0]
-        return card
 
     # ------------------------------------------------------------------ operations
 
-    def backends(self) -> list[str]:
-        return list(self._backends)
-
-    def precisions(self) -> list[str]:
-        return list(self.forecasters)
-
-    def default_call(self, backend: str, precision: str | None = None) -> Call:
-        options = option_items(self.forecaster.check_attention(backend, None))
-        return Call(backend, options, precision=precision or self.precisions()[0])
-
     def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         # Every window is cut to the model's context: ``length`` is always the context.
-        forecaster = self.forecasters[call.precision]
+        forecaster = self.models[call.precision]
         return forecaster.memory_estimate(call.backend, call.options_dict, rows)
 
     def quality_losses(self, length: int) -> dict[Call, float]:
         # Every window is cut to the model's context: the figures hold at any history length.
         return self._losses
 
-    def measured_variants(self, backend: str) -> list[Call]:
-        # Every other loaded precision at the defaults (its own kernels, priced on its own), and
-        # every measured option variant.
-        default = self.default_call(backend)
-        calls = [self.default_call(backend, p) for p in self.precisions()[1:]]
-        calls += [c for c in self._losses if c.backend == backend]
-        return [c for i, c in enumerate(calls) if c != default and c not in calls[:i]]
+    def figure_calls(self, backend: str) -> list[Call]:
+        return [c for c in self._losses if c.backend == backend]
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
-        return self.forecaster.work_estimate(call.backend, call.options_dict, rows)
+        return self.model.work_estimate(call.backend, call.options_dict, rows)
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
         rows = [self._mean_window()] * CALIBRATION_WINDOWS
@@ -202,19 +178,16 @@ class ForecastServable:
 
     def warmup_batches(self, backend: str) -> list[tuple[list[Any], Call]]:
         window, call = self._mean_window(), self.default_call(backend)
-        return [([window] * n, call) for n in self.forecaster.warmup_batch_sizes(backend)]
+        return [([window] * n, call) for n in self.model.warmup_batch_sizes(backend)]
 
     def _mean_window(self) -> Any:
         # A typical, always valid history the forecaster describes itself.
-        (window,) = self.windows([self.forecaster.sample_history()])
+        (window,) = self.windows([self.model.sample_history()])
         return window
 
     def compile(
         self, backends: list[str], mode: str, compiler: str, batch_buckets: tuple[int, ...]
     ) -> None:
-        served = [b for b in backends if b in self._backends]
-        if served:
-            # int8's dynamically quantized layers run eager (see TextServable.compile).
-            for precision, forecaster in self.forecasters.items():
-                if precision != "int8":
-                    forecaster.compile(served, batch_buckets, mode, compiler)
+        served, copies = self.compiled_copies(backends)
+        for forecaster in copies:
+            forecaster.compile(served, batch_buckets, mode, compiler)
