@@ -4,19 +4,19 @@ read from a model's shipped quality figures: what ``attention: "auto"`` budgets 
 Pure arithmetic over the figures (no torch): a backend without a figure has no loss here, so it
 is never chosen on a guess.
 
-Precisions (:mod:`models.precision`): ``quality.json`` holds the float32 figures at its top level
-(files written before precisions existed hold only those, and read as float32), and the figures of
-each other precision under ``precisions`` → ``<name>``, in the same shape, measured against the
-same float32 exact reference. So a bfloat16 ``flash`` has a (small) loss of its own, and only
-float32's exact backends lose nothing by definition.
+Precisions (:mod:`models.precision`): ``quality.json`` holds each precision's figures in the same
+shape (:mod:`models.quality_file`, which also reads the files written before it), all measured
+against float32's exact reference. So a bfloat16 ``flash`` has a (small) loss of its own, and
+only float32's exact backends lose nothing by definition.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from models.names import DEFAULT_PRECISION
+from models.quality_file import backends_of, precision_figures
 
 EXACT = ("flash", "full")
 # The budget a request gets when it names none, per task: a forecast may be up to 5 % worse in
@@ -34,21 +34,6 @@ def variant_label(backend: str, options: Mapping[str, Any] | None = None) -> str
     return f"{backend}({','.join(f'{k}={v}' for k, v in sorted(options.items()))})"
 
 
-def precision_figures(quality: Mapping[str, Any], precision: str) -> Mapping[str, Any] | None:
-    """The figures measured in ``precision``: the file's top level for float32, its
-    ``precisions`` entry otherwise (None when that precision was not measured)."""
-    if precision == DEFAULT_PRECISION:
-        return quality
-    section = (quality.get("precisions") or {}).get(precision)
-    return section if isinstance(section, Mapping) else None
-
-
-def measured_precisions(quality: Mapping[str, Any]) -> list[str]:
-    """float32 (when the file has figures) and every precision under ``precisions``."""
-    out = [DEFAULT_PRECISION] if quality.get("backends") else []
-    return out + [p for p in quality.get("precisions") or {} if p != DEFAULT_PRECISION]
-
-
 def _relative(entry: Mapping[str, Any], overall: Any) -> float | None:
     """An entry's MSE over the linear baseline's on the windows it was scored on."""
     linear = entry.get("linear_mse", overall)
@@ -57,7 +42,7 @@ def _relative(entry: Mapping[str, Any], overall: Any) -> float | None:
 
 
 def _exact_reference(quality: Mapping[str, Any]) -> float | None:
-    backends = quality.get("backends") or {}
+    backends = backends_of(quality)
     overall = (quality.get("linear_baseline") or {}).get("mse")
     return next((_relative(backends[n], overall) for n in EXACT if n in backends), None)
 
@@ -158,29 +143,3 @@ def classifier_losses(
         return None if measured.get("loss") is None else float(measured["loss"])
 
     return _banded_losses(quality, length, precision, loss_of)
-
-
-def carried_precisions(
-    before: Mapping[str, Any], measured: Sequence[str], reference_remeasured: bool
-) -> tuple[dict[str, Any], list[str]]:
-    """Which of ``before``'s ``precisions`` figures a new evaluation keeps, and the names it
-    drops. Every precision's figures are read against float32's exact reference, so a run that
-    measures that reference again (the weights may have changed since) keeps none of the old
-    ones: the precisions it measures itself (``measured``) are written fresh and the others are
-    dropped. A run that leaves the reference alone keeps them all."""
-    old = {
-        p: section
-        for p, section in (before.get("precisions") or {}).items()
-        if p != DEFAULT_PRECISION
-    }
-    if not reference_remeasured:
-        return old, []
-    return {}, [p for p in old if p not in measured]
-
-
-def dropped_precisions_note(dropped: Sequence[str]) -> str:
-    """What ``attnserve evaluate`` prints when :func:`carried_precisions` drops figures."""
-    return (
-        f"quality.json: dropped the {', '.join(dropped)} figures (measured against the float32 "
-        f"reference this run measured again); measure them with --precisions {' '.join(dropped)}"
-    )

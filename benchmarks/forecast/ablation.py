@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from benchmarks.harness.report import RESULTS
+from models.quality_file import backends_of
 from models.training.informer_evaluate import evaluate_checkpoint
 from models.training.informer_fit import STATE_FILE
 from models.training.informer_train import main as train
@@ -92,8 +93,8 @@ def run(horizon: int, context: int, variants: list[str], epochs: int) -> list[di
             {
                 "variant": name,
                 "what": what,
-                "mse": q["backends"]["flash"]["mse"],
-                "mae": q["backends"]["flash"]["mae"],
+                "mse": backends_of(q)["flash"]["mse"],
+                "mae": backends_of(q)["flash"]["mae"],
                 "linear_mse": q["linear_baseline"]["mse"],
                 "best_epoch": meta["training"]["best_epoch"],
                 "seconds": meta["training"]["wall_seconds"],

@@ -8,11 +8,10 @@ from the models' ``quality.json`` files (written by ``attnserve evaluate``).
 
 from __future__ import annotations
 
-import json
-
 from benchmarks.harness.report import RESULTS
 from models.hf_forecast.folder import read_sidecar, shipped_folders
 from models.informer.checkpoint import shipped_dirs
+from models.quality_file import backends_of, read_quality
 
 OUT = RESULTS / "patchtst-ettm1-quality.md"
 PATCHTST = "patchtst-ettm1-h96-c512"
@@ -25,7 +24,7 @@ def _rows(name: str, quality: dict) -> list[str]:
         f"| *linear baseline* (closed form) | {quality['context']} | all {quality['windows']} | "
         f"{linear:.4f} | {quality['linear_baseline']['mae']:.4f} | — |"
     ]
-    for backend, entry in sorted(quality["backends"].items(), key=lambda kv: kv[1]["mse"]):
+    for backend, entry in sorted(backends_of(quality).items(), key=lambda kv: kv[1]["mse"]):
         base = entry.get("linear_mse", linear)
         windows = "all" if entry["stride"] == 1 else f"every {entry['stride']}th"
         rows.append(
@@ -36,8 +35,8 @@ def _rows(name: str, quality: dict) -> list[str]:
 
 
 def main() -> str:
-    patchtst = json.loads((shipped_folders()[PATCHTST] / "quality.json").read_text())
-    informer = json.loads((shipped_dirs()[INFORMER] / "quality.json").read_text())
+    patchtst = read_quality(shipped_folders()[PATCHTST] / "quality.json")
+    informer = read_quality(shipped_dirs()[INFORMER] / "quality.json")
     training = read_sidecar(shipped_folders()[PATCHTST]).training
     lines = [
         "# PatchTST (transformers) trained here, beside the linear baseline and our Informer",

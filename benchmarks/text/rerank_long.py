@@ -40,6 +40,7 @@ import torch
 from benchmarks.harness.report import RESULTS
 from benchmarks.host import cpu_model, load_average
 from benchmarks.text.long_document_speed import SHAPE, build_folder
+from models.quality_file import backends_of
 from models.text.classifier import TextClassifier
 from models.text.classifier_quality import fit_pair, measure, query_of
 from models.text.corpus import stdlib_docstrings, word_windows
@@ -98,7 +99,7 @@ def speed_table(result: dict[str, Any]) -> str:
 def quality_table(result: dict[str, Any]) -> str:
     quality = result["quality"]
     corpus = quality["corpus"]
-    rows = quality["backends"]
+    rows = backends_of(quality)
     bands = list(next(iter(rows.values()))["by_tokens"])
     lines = [
         f"Ranking agreement with exact attention (`{quality['reference']}`): "

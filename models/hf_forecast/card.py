@@ -6,11 +6,12 @@ from typing import Any
 
 from models.hf_forecast.families import PatchTSTFamily
 from models.informer.model import backend_cards
+from models.quality_file import backends_of, card_quality
 
 
 def describe(forecaster: Any) -> dict[str, Any]:
     """Everything ``GET /models`` shows about a :class:`~models.hf_forecast.forecaster.HFForecaster`."""
-    backends = backend_cards(forecaster.plan, forecaster.quality.get("backends", {}))
+    backends = backend_cards(forecaster.plan, backends_of(forecaster.quality))
     f = forecaster.family
     head = (
         {
@@ -39,7 +40,7 @@ def describe(forecaster: Any) -> dict[str, Any]:
         "head": head,
         "parameters": sum(p.numel() for p in forecaster.model.parameters()),
         "backends": backends,
-        "quality": {k: v for k, v in forecaster.quality.items() if k != "slice"},
+        "quality": card_quality(forecaster.quality),
     }
     if f.time_feature_width:
         card["time_features"] = f.time_feature_width

@@ -16,7 +16,6 @@ so the service serves both alike. Differences a user sees:
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from models.informer.history import check_horizon, first_non_finite, read_histor
 from models.informer.model import LayerChoice
 from models.informer.timefeatures import format_timestamps
 from models.precision import convert_network, needs_conversion, precision_of
+from models.quality_file import read_quality
 
 log = logging.getLogger("attnserve")
 
@@ -130,10 +130,7 @@ class HFForecaster:
         self.compiled_backends: frozenset[str] = frozenset()
         # Keyed by (backend, options): least recently used plans go first past the bound.
         self._plans = functools.lru_cache(maxsize=PLAN_CACHE_SIZE)(self._layer_plan)
-        quality_path = directory / "quality.json"
-        self.quality: dict[str, Any] = (
-            json.loads(quality_path.read_text()) if quality_path.is_file() else {}
-        )
+        self.quality = read_quality(directory / "quality.json")
 
     @classmethod
     def load(cls, folder: str | Path, device: str = "cpu") -> HFForecaster:
@@ -248,23 +245,16 @@ class HFForecaster:
         resolved = {
             k: v for k, v in self.check_attention(backend, dict(items)).items() if v is not None
         }
-        dtype = next(self.model.parameters()).dtype
         out = {}
         for layer in self.family.layers:
-            spec = InputSpec(
-                layer.lq,
-                layer.lk,
-                self.family.head_dim(layer),
-                dtype,
-                self.device.type,
-                causal=layer.causal,
-            )
+            shape = (layer.lq, layer.lk, self.family.head_dim(layer))
+            spec = InputSpec(*shape, self.dtype, self.device.type, causal=layer.causal)
             out[layer.name] = layer_choice(backend, resolved, spec)  # the bridge's own rule
         return out
 
     def memory_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> int:
         """Estimated peak activation bytes of :meth:`predict` on ``rows`` windows."""
-        itemsize = next(self.model.parameters()).element_size()
+        itemsize = self.dtype.itemsize
         return self.family.memory(self.plan(backend, options), rows, itemsize, self.device.type)
 
     def work_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> float:

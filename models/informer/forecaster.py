@@ -7,7 +7,6 @@ with a readable reason for anything it cannot take), batches the resulting windo
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ from models.informer.timefeatures import (
 )
 from models.names import DEFAULT_BATCH_BUCKETS
 from models.precision import needs_conversion, precision_of
+from models.quality_file import backends_of, card_quality, read_quality
 
 # A scaled value further than this from the training mean (in training standard deviations) is
 # taken as a unit or data error, not a reading: ETTh1's whole history stays within ~10.
@@ -102,10 +102,7 @@ class InformerForecaster:
         self.compiled_backends: frozenset[str] = frozenset()
         self.batch_buckets: tuple[int, ...] = ()
         self._compiled: Any = None
-        quality_path = directory / "quality.json"
-        self.quality: dict[str, Any] = (
-            json.loads(quality_path.read_text()) if quality_path.is_file() else {}
-        )
+        self.quality = read_quality(directory / "quality.json")
 
     @classmethod
     def load(cls, name_or_path: str, device: str = "cpu") -> InformerForecaster:
@@ -323,7 +320,7 @@ class InformerForecaster:
 
     def card(self) -> dict[str, Any]:
         """Everything ``GET /models`` shows about this model."""
-        backends = backend_cards(self._plan, self.quality.get("backends", {}))
+        backends = backend_cards(self._plan, backends_of(self.quality))
         c = self.model.config
         return {
             "name": self.name,
@@ -341,5 +338,5 @@ class InformerForecaster:
             "linear_path": c.linear_path,
             "parameters": sum(p.numel() for p in self.model.parameters()),
             "backends": backends,
-            "quality": {k: v for k, v in self.quality.items() if k != "slice"},
+            "quality": card_quality(self.quality),
         }

@@ -30,20 +30,19 @@ label matches the reference's, ``loss`` = 1 - agreement, and ``total_variation``
 variation distance between the softmax of the two logit rows. Pairs are used for classifiers
 too: every sequence classifier takes them (NLI models need them), and they exercise segments.
 
-``quality.json`` (the folder's, or ``--out``) then holds ``task``, ``reference``, ``metric``,
-``corpus`` and per backend ``options``, the figures and ``by_tokens`` (the same figures per band of
-pair token counts); :func:`models.quality_loss.classifier_losses` reads each band's ``loss``.
-``--precisions bfloat16 int8`` also measures the encoder in those precisions
-(:meth:`TextClassifier.with_precision`): every backend, the reference included, against the
-float32 exact scores, under ``precisions`` → ``<name>`` → ``backends``. Precisions measured before
-and not named again are dropped (every run measures the float32 reference again), and the command
-says which.
+``quality.json`` (the folder's, or ``--out``; :mod:`models.quality_file`) then holds ``task``,
+``reference``, ``metric``, ``corpus`` and per precision and backend ``options``, the figures and
+``by_tokens`` (the same figures per band of pair token counts);
+:func:`models.quality_loss.classifier_losses` reads each band's ``loss``. ``--precisions bfloat16
+int8`` also measures the encoder in those precisions (:meth:`TextClassifier.with_precision`):
+every backend, the reference included, against the float32 exact scores. Precisions measured
+before and not named again are dropped (every run measures the float32 reference again), and the
+command says which.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Sequence
@@ -55,10 +54,18 @@ import torch
 from torch import Tensor
 
 from models.attention import BACKENDS, AttentionError
+from models.names import DEFAULT_PRECISION
+from models.quality_file import backend_rows, read_quality
 from models.text.classifier import TextClassifier
 from models.text.corpus import load_snapshot, stdlib_docstrings
 from models.text.pairs import PairRow
-from models.text.quality import add_run_arguments, bands_for, reference_for, write_quality
+from models.text.quality import (
+    add_run_arguments,
+    bands_for,
+    reference_for,
+    row_cells,
+    write_quality,
+)
 from models.text.ranking import label_figures, rank_figures
 
 CANDIDATES = 20  # per query: the right document and 19 others
@@ -247,10 +254,11 @@ def measure(
             "tokens_median": int(statistics.median(lengths)),
             "tokens_max": max(lengths),
         },
-        "backends": section(classifier, accepted),
+        "precisions": {
+            DEFAULT_PRECISION: {"backends": section(classifier, accepted)},
+            **by_precision,
+        },
     }
-    if by_precision:
-        result["precisions"] = by_precision
     return result
 
 
@@ -273,9 +281,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['reference']}",
         "",
     ]
-    rows = list(result["backends"].items())
-    for precision, part in (result.get("precisions") or {}).items():
-        rows += [(f"{name}@{precision}", row) for name, row in part["backends"].items()]
+    rows = backend_rows(result)
     bands = list(rows[0][1]["by_tokens"]) if rows else []
     figures = ("kendall_tau", "ndcg_at_10") if rerank else ("agreement", "total_variation")
     per_band = "Kendall tau" if rerank else "agreement"
@@ -288,12 +294,7 @@ def markdown(result: dict[str, Any]) -> str:
     )
     lines.append("|---" * (3 + len(figures) + len(bands)) + "|")
     for name, row in rows:
-        options = row["options"].items()
-        shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
-        cells = [
-            f"{row['by_tokens'][b][figures[0]]:.4f}" if b in row["by_tokens"] else "-"
-            for b in bands
-        ]
+        shown, *cells = row_cells(row, bands, figures[0])
         lines.append(
             f"| `{name}` | {shown} | {row['loss']:.4f} | "
             + " | ".join(f"{row[f]:.4f}" for f in figures)
@@ -335,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
         torch.set_num_threads(args.threads)
     output: Path = args.out or args.folder / "quality.json"
     if args.show:
-        print(markdown(json.loads(output.read_text(encoding="utf-8"))))
+        print(markdown(read_quality(output)))
         return
     classifier = TextClassifier.from_folder(args.folder)
     start = time.perf_counter()

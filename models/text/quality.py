@@ -15,20 +15,18 @@ in ``models/text/``, a folder's inside the folder; ``attention: "auto"`` and the
 it) and prints a markdown table.
 
 ``--precisions bfloat16 int8`` also measures the encoder in those precisions (:mod:`models.precision`):
-every backend, the reference included, against the float32 exact embedding, under
-``precisions`` → ``<name>`` → ``backends`` in the same shape (:mod:`models.quality_loss` reads
-it; files without it read as float32 only). Every run measures float32 again, so precisions
-measured before and not named again are dropped (they were measured against the float32 reference
-this run replaces), and the command says which.
+every backend, the reference included, against the float32 exact embedding, each precision's
+figures in the same shape (:mod:`models.quality_file`). Every run measures float32 again, so
+precisions measured before and not named again are dropped (they were measured against the
+float32 reference this run replaces), and the command says which.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +34,15 @@ import torch
 import torch.nn.functional as F
 
 from models.attention import BACKENDS, AttentionError, get_backend
-from models.quality_loss import carried_precisions, dropped_precisions_note
+from models.names import DEFAULT_PRECISION
+from models.quality_file import (
+    backend_rows,
+    backends_of,
+    carried_precisions,
+    dropped_precisions_note,
+    read_quality,
+    save_quality,
+)
 from models.text.card import QUALITY_FILE
 from models.text.corpus import length_spread, load_snapshot, word_windows
 from models.text.encoder import SentenceEncoder
@@ -107,29 +113,31 @@ def markdown(result: dict[str, Any]) -> str:
         f"exact reference: {result.get('reference', REFERENCE)}",
         "",
     ]
-    bands = list(next(iter(result["backends"].values()))["by_tokens"]) if result["backends"] else []
+    backends = backends_of(result)
+    bands = list(next(iter(backends.values()))["by_tokens"]) if backends else []
     lines.append(
         "| backend | options | mean cosine | min cosine | "
         + " | ".join(f"mean, {b} tokens" for b in bands)
         + " |"
     )
     lines.append("|---" * (4 + len(bands)) + "|")
-    rows = list(result["backends"].items())
-    for precision, section in (result.get("precisions") or {}).items():
-        rows += [(f"{name}@{precision}", row) for name, row in section["backends"].items()]
-    for name, row in rows:
-        options = row["options"].items()
-        shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
-        by_band = [
-            f"{row['by_tokens'][b]['mean_cosine']:.4f}" if b in row["by_tokens"] else "-"
-            for b in bands
-        ]
+    for name, row in backend_rows(result):
+        shown, *by_band = row_cells(row, bands, "mean_cosine")
         lines.append(
             f"| `{name}` | {shown} | {row['mean_cosine']:.4f} | {row['min_cosine']:.4f} | "
             + " | ".join(by_band)
             + " |"
         )
     return "\n".join(lines)
+
+
+def row_cells(row: Mapping[str, Any], bands: list[str], figure: str) -> list[str]:
+    """A table row's options cell, then its ``figure`` per band of ``bands`` (``-`` where the
+    band has none): the cells every ``attnserve evaluate`` table of a text model shares."""
+    options = row["options"].items()
+    shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in options) or "-"
+    by_tokens = row["by_tokens"]
+    return [shown, *(f"{by_tokens[b][figure]:.4f}" if b in by_tokens else "-" for b in bands)]
 
 
 def long_texts(encoder: SentenceEncoder, per_band: int, max_tokens: int) -> list[str]:
@@ -184,7 +192,16 @@ def measure(
                 for name in [reference, *backends]
             }
         }
-    result = {
+    float32 = {
+        "backends": {
+            name: {
+                "options": get_backend(name).resolve_options(None),
+                **summarise(cosines[name], lengths, bands),
+            }
+            for name in backends
+        }
+    }
+    return {
         "reference": reference,
         "metric": "cosine similarity of each text's embedding to the exact-attention embedding",
         "corpus": {
@@ -197,17 +214,8 @@ def measure(
             "tokens_max_before_cut": max(uncut),
             "texts_cut_to_max_tokens": sum(n > limit for n in uncut),
         },
-        "backends": {
-            name: {
-                "options": get_backend(name).resolve_options(None),
-                **summarise(cosines[name], lengths, bands),
-            }
-            for name in backends
-        },
+        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
     }
-    if by_precision:
-        result["precisions"] = by_precision
-    return result
 
 
 def add_run_arguments(parser: argparse.ArgumentParser, reference: str) -> None:
@@ -237,9 +245,8 @@ def write_quality(
     again, so the figures of precisions measured before and not in ``measured`` are dropped
     (they were read against the float32 reference this run replaces), and the output says so
     (:func:`models.quality_loss.carried_precisions`)."""
-    before = json.loads(output.read_text(encoding="utf-8")) if output.is_file() else {}
-    _, dropped = carried_precisions(before, measured, reference_remeasured=True)
-    output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    _, dropped = carried_precisions(read_quality(output), measured, reference_remeasured=True)
+    save_quality(output, result)
     print(f"{elapsed:.0f} s\n")
     print(render(result))
     if dropped:
@@ -270,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
     encoder = SentenceEncoder.from_folder(args.folder) if args.folder else SentenceEncoder.load()
     output = args.output or encoder.quality_file or QUALITY_FILE
     if args.show:
-        print(markdown(json.loads(output.read_text(encoding="utf-8"))))
+        print(markdown(read_quality(output)))
         return
     start = time.perf_counter()
     result = measure(

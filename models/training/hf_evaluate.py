@@ -19,7 +19,6 @@ static features) are refused: the features they were trained with are not in a C
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -32,11 +31,11 @@ from models.attention.base import AttentionError
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
 from models.names import DEFAULT_PRECISION, PRECISION_NAMES
-from models.quality_loss import variant_label
+from models.quality_file import save_quality
 from models.training.csv_file import DataError
+from models.training.forecast_quality import Scoring, score_float32, score_precisions
 from models.training.informer_evaluate import parse_variant, slice_indices
 from models.training.linear import LinearBaseline
-from models.training.precision_scores import score_precisions
 from models.training.source import DataSource, add_data_arguments, source_from_args
 from models.training.table import SeriesTable, load_series_csv
 
@@ -128,6 +127,8 @@ def evaluate_folder(
         err = (forecast(backend, None, picked) - target(picked)) / std
         return round(float(np.square(err).mean()), 6)
 
+    scoring = Scoring(f.name, lin_scored, len(starts), stride)
+
     def score(
         backend: str, options: dict[str, Any] | None = None, g: HFForecaster = f, tag: str = ""
     ) -> dict[str, Any]:
@@ -138,36 +139,14 @@ def evaluate_folder(
             err = (forecast(backend, options, chunk, g) - target(chunk)) / std
             se, ae = se + float(np.square(err).sum()), ae + float(np.abs(err).sum())
         count = len(starts) * horizon * len(f.channels)
-        mse, mae = se / count, ae / count
-        print(
-            f"{f.name} {variant_label(backend, options) + tag:10s} MSE {mse:.4f} MAE {mae:.4f} "
-            f"({mse / lin_scored - 1:+.1%} vs linear, {len(starts)} windows, "
-            f"{time.time() - began:.0f}s)",
-            flush=True,
-        )
-        entry = {
-            "mse": round(mse, 6),
-            "mae": round(mae, 6),
-            "vs_linear": round(mse / lin_scored - 1, 4),
-            "windows": len(starts),
-            "stride": stride,
-            "layers": {k: v.backend for k, v in f.plan(backend, options).items()},
-        }
-        if stride > 1:
-            entry["linear_mse"] = round(lin_scored, 6)
-        return entry
+        layers = {k: v.backend for k, v in f.plan(backend, options).items()}
+        seconds = time.time() - began
+        return scoring.entry(backend, options, tag, se / count, ae / count, layers, seconds)
 
-    results: dict[str, Any] = dict(f.quality.get("backends", {}))
+    float32 = score_float32(f.quality, backends, variants, score)
     slices: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
     for backend in backends:
-        results[backend] = score(backend)
         slices[backend] = slice_mse(backend)
-    scored_variants = list(f.quality.get("variants", []))
-    for backend, options in variants:
-        scored_variants = [
-            v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
-        ]
-        scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
     by_precision = score_precisions(
         f.quality,
         f.default_attention,
@@ -193,16 +172,14 @@ def evaluate_folder(
             f"for all channels, fit in closed form on the train split (ridge {linear.ridge:g} "
             "per row)",
         },
-        "backends": results,
-        "variants": scored_variants,
-        **({"precisions": by_precision} if by_precision else {}),
+        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
         "slice": {
             "indices": slice_indices(len(every)),
             "mse": slices,
             "note": "public prepare/predict path on these test windows; tests reproduce it",
         },
     }
-    (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
+    save_quality(f.directory / "quality.json", quality)
     f.quality = quality
     return quality
 

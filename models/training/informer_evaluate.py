@@ -24,7 +24,7 @@ pick those options (:mod:`service.engine.auto_attention`). With ``--variants`` a
 only the variants are scored.
 
 ``--precisions bfloat16 int8`` also scores the backends in those precisions
-(:mod:`models.training.precision_scores`).
+(:mod:`models.training.forecast_quality`).
 """
 
 from __future__ import annotations
@@ -45,30 +45,28 @@ from models.attention.base import AttentionError
 from models.informer.checkpoint import shipped_dirs
 from models.informer.forecaster import InformerForecaster
 from models.informer.timefeatures import format_timestamps
-from models.quality_loss import variant_label
+from models.names import DEFAULT_PRECISION
+from models.quality_file import save_quality
 from models.training.data import WindowDataset
+from models.training.forecast_quality import Scoring, score_float32, score_precisions
 from models.training.linear import LinearBaseline
 from models.training.metrics import evaluate_loader
-from models.training.precision_scores import score_precisions
 from models.training.results_table import write_results
 from models.training.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.training.table import SeriesTable
 
-# Zhou et al. 2021, Table 2 (multivariate ETTh1, Informer): horizon -> (MSE, MAE).
-PAPER_ETTH1 = {
-    24: (0.577, 0.549),
-    48: (0.685, 0.625),
-    168: (0.931, 0.752),
-    336: (1.128, 0.873),
-    720: (1.215, 0.896),
-}
-# Zhou et al. 2021, Table 2 (multivariate ETTm1, Informer): horizon -> (MSE, MAE).
-PAPER_ETTM1 = {
-    24: (0.323, 0.369),
-    48: (0.494, 0.503),
-    96: (0.678, 0.614),
-    288: (1.056, 0.786),
-    672: (1.192, 0.926),
+# Zhou et al. 2021, Table 2 (multivariate, Informer): (dataset, horizon) -> (MSE, MAE).
+PAPER = {
+    ("ETTh1", 24): (0.577, 0.549),
+    ("ETTh1", 48): (0.685, 0.625),
+    ("ETTh1", 168): (0.931, 0.752),
+    ("ETTh1", 336): (1.128, 0.873),
+    ("ETTh1", 720): (1.215, 0.896),
+    ("ETTm1", 24): (0.323, 0.369),
+    ("ETTm1", 48): (0.494, 0.503),
+    ("ETTm1", 96): (0.678, 0.614),
+    ("ETTm1", 288): (1.056, 0.786),
+    ("ETTm1", 672): (1.192, 0.926),
 }
 SLICE_WINDOWS = 16  # test windows the tests re-run through the public forecaster API
 
@@ -152,8 +150,8 @@ def evaluate_checkpoint(
         flush=True,
     )
 
-    results: dict[str, Any] = dict(f.quality.get("backends", {}))
     slice_res: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
+    scoring = Scoring(f.name, lin_scored, len(scored), stride)
 
     def score(
         backend: str, options: dict[str, Any] | None = None, model: Any = None, tag: str = ""
@@ -161,33 +159,12 @@ def evaluate_checkpoint(
         t0 = time.time()
         with torch.inference_mode(model is not None):  # a converted copy: no autograd
             mse, mae = evaluate_loader(model or f.model, loader, backend, options)
-        entry = {
-            "mse": round(mse, 6),
-            "mae": round(mae, 6),
-            "vs_linear": round(mse / lin_scored - 1, 4),
-            "windows": len(scored),
-            "stride": stride,
-            "layers": f.layer_backends(backend),
-        }
-        if stride > 1:  # the baseline on these same windows, so the ratio compares like for like
-            entry["linear_mse"] = round(lin_scored, 6)
-        print(
-            f"{f.name} {variant_label(backend, options) + tag:10s} MSE {mse:.4f} MAE {mae:.4f} "
-            f"({mse / lin_scored - 1:+.1%} vs linear, {len(scored)} windows, "
-            f"{time.time() - t0:.0f}s)",
-            flush=True,
-        )
-        return entry
+        layers = f.layer_backends(backend)
+        return scoring.entry(backend, options, tag, mse, mae, layers, time.time() - t0)
 
-    for backend in backends:
-        results[backend] = score(backend)
+    float32 = score_float32(f.quality, backends, variants, score)
+    for backend in backends:  # the public path on the slice the tests re-run
         slice_res[backend] = round(slice_mse(f, backend, indices, table, source), 6)
-    scored_variants = [v for v in f.quality.get("variants", []) if "backend" in v]
-    for backend, options in variants:
-        scored_variants = [
-            v for v in scored_variants if (v["backend"], v["options"]) != (backend, options)
-        ]
-        scored_variants.append({"backend": backend, "options": options, **score(backend, options)})
     converted: dict[str, Any] = {}  # precision -> network, converted once
 
     def score_in(precision: str, backend: str) -> dict[str, Any]:
@@ -198,9 +175,9 @@ def evaluate_checkpoint(
     by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     paper = None
     if is_etth1_protocol(source):
-        paper = PAPER_ETTH1.get(cfg.pred_len)
+        paper = PAPER.get(("ETTh1", cfg.pred_len))
     elif is_ettm1_protocol(source):
-        paper = PAPER_ETTM1.get(cfg.pred_len)
+        paper = PAPER.get(("ETTm1", cfg.pred_len))
     quality = {
         "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
         f"{len(source.columns)} channels",
@@ -218,16 +195,14 @@ def evaluate_checkpoint(
             f"(ridge {linear.ridge:g} per row)",
         },
         "paper": {"mse": paper[0], "mae": paper[1]} if paper else None,
-        "backends": results,
-        "variants": scored_variants,
-        **({"precisions": by_precision} if by_precision else {}),
+        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
         "slice": {
             "indices": indices,
             "mse": slice_res,
             "note": "public prepare/predict path on these test windows; tests reproduce it",
         },
     }
-    (f.directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
+    save_quality(f.directory / "quality.json", quality)
     return quality
 
 

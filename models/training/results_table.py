@@ -4,12 +4,13 @@ reference row (written by ``attnserve evaluate``)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from models.attention import BACKENDS
 from models.informer.checkpoint import shipped_dirs
+from models.names import DEFAULT_PRECISION
+from models.quality_file import precision_figures, read_quality
 from models.quality_loss import variant_label
 
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
@@ -29,25 +30,27 @@ def results_table() -> str:
         "|---|---:|---|---|---:|---:|---:|---:|---:|",
     ]
     for directory in shipped_dirs().values():
-        path = directory / "quality.json"
-        if not path.is_file():
+        q = read_quality(directory / "quality.json")
+        if not q:
             continue
-        q = json.loads(path.read_text())
+        float32 = precision_figures(q, DEFAULT_PRECISION) or {}
+        backends = float32.get("backends") or {}
         name, ctx = directory.name, q.get("context", "")
         lin = q["linear_baseline"]
         default = q["default_backend"]
-        ref = relative_to_linear(q["backends"][default], q)
+        ref = relative_to_linear(backends[default], q)
         paper = (q.get("paper") or {}).get("mse", "—")
         lines.append(
             f"| {name} | {ctx} | *linear baseline* | all {q['windows']:,} | {lin['mse']:.4f} | "
             f"{lin['mae']:.4f} | — | — | {paper} |"
         )
         scored = [
-            (f"**{b}** (default)" if b == default else b, q["backends"][b])
+            (f"**{b}** (default)" if b == default else b, backends[b])
             for b in BACKENDS
-            if b in q["backends"]
+            if b in backends
         ]
-        scored += [(variant_label(v["backend"], v["options"]), v) for v in q.get("variants", [])]
+        variants = float32.get("variants") or []
+        scored += [(variant_label(v["backend"], v["options"]), v) for v in variants]
         for label, r in scored:
             stride = r.get("stride", 1)
             windows = f"all {q['windows']:,}" if stride == 1 else f"every {stride}th"

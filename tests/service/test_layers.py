@@ -21,9 +21,10 @@ MODEL_ROUTES = ("encode.py", "embeddings.py", "forecast.py", "models.py")
 SHARED = ("settings.py", "errors.py", "lifecycle.py")
 # The only modules that touch torch: the device runtime and the servable adapters.
 TORCH_MODULES = ("engine/batching/device.py", "engine/servables/")
-# The schemas' default quality budgets (a plain table of numbers) and the names of backends and
-# precisions (models/names.py, kept free of torch for exactly such importers).
-HTTP_MODELS = {"models.quality_loss", "models.names"}
+# The schemas' default quality budgets (a plain table of numbers, beside the quality.json reader
+# it uses) and the names of backends and precisions (models/names.py, kept free of torch for
+# exactly such importers).
+HTTP_MODELS = {"models.quality_loss", "models.quality_file", "models.names"}
 # Package -> what nothing in it may import (prefixes of dotted module names).
 UPWARD = {
     "http": ("service.runtime", "service.app", "service.cli"),

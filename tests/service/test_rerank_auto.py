@@ -4,12 +4,12 @@ request's budget, and the exact one when none does (or when nothing was measured
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from models.quality_file import read_quality
 from models.quality_loss import classifier_losses
 from models.text.classifier_quality import main as evaluate
 from tests.service.helpers import folders_client
@@ -40,7 +40,7 @@ def _auto(client: Any, budget: float | None) -> Any:
 def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
     from models.text.classifier import TextClassifier
 
-    quality = json.loads((measured / "quality.json").read_text())
+    quality = read_quality(measured / "quality.json")
     assert quality["task"] == "rerank"
     rows = TextClassifier.from_folder(measured).tokenize(
         [(QUERIES[0], d) for d in DOCUMENTS[:3]], truncate=True

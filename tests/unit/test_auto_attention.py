@@ -3,12 +3,12 @@ exceeds the budget (``models.quality_loss``, ``service.engine.auto_attention``).
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
 import pytest
 
+from models.quality_file import backends_of, read_quality
 from models.quality_loss import embedding_losses, forecast_losses, forecast_variant_losses
 from models.text.card import QUALITY_FILE
 from service.engine.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
@@ -31,9 +31,9 @@ def test_every_default_forecaster_ships_quality_figures() -> None:
 
 @pytest.mark.parametrize("checkpoint", SHIPPED, ids=lambda p: p.name)
 def test_forecast_losses_follow_the_figures_on_matching_windows(checkpoint: Path) -> None:
-    quality = json.loads((checkpoint / "quality.json").read_text())
+    quality = read_quality(checkpoint / "quality.json")
     losses = forecast_losses(quality)
-    backends = quality["backends"]
+    backends = backends_of(quality)
     assert set(losses) == set(backends)
     exact = backends.get("flash") or backends["full"]
     overall = quality["linear_baseline"]["mse"]
@@ -92,23 +92,24 @@ def test_variant_losses_are_worked_out_like_the_defaults() -> None:
 def test_shipped_variants_name_a_backend_and_options_and_follow_their_figures(
     checkpoint: Path,
 ) -> None:
-    quality = json.loads((checkpoint / "quality.json").read_text())
+    quality = read_quality(checkpoint / "quality.json")
     variants = forecast_variant_losses(quality)
-    assert len(variants) == len(quality.get("variants", []))
-    exact = quality["backends"].get("flash") or quality["backends"]["full"]
+    scored = quality["precisions"]["float32"]["variants"]
+    assert len(variants) == len(scored)
+    exact = backends_of(quality).get("flash") or backends_of(quality)["full"]
     overall = quality["linear_baseline"]["mse"]
     ref = exact["mse"] / exact.get("linear_mse", overall)
-    for (backend, options, loss), entry in zip(variants, quality.get("variants", []), strict=True):
+    for (backend, options, loss), entry in zip(variants, scored, strict=True):
         assert backend not in EXACT_BACKENDS and options  # a variant changes something
         assert loss == pytest.approx(entry["mse"] / entry.get("linear_mse", overall) / ref - 1)
 
 
 def test_embedding_losses_are_the_band_of_the_length() -> None:
-    quality = json.loads(QUALITY_FILE.read_text())
+    quality = read_quality(QUALITY_FILE)
     for length, band in ((10, "1-64"), (64, "1-64"), (65, "65-128"), (200, "129-256")):
         losses = embedding_losses(quality, length)
         assert losses[quality["reference"]] == (0.0, {})
-        for name, entry in quality["backends"].items():
+        for name, entry in backends_of(quality).items():
             loss, options = losses[name]
             assert loss == pytest.approx(max(0.0, 1 - entry["by_tokens"][band]["mean_cosine"]))
             assert options == entry["options"]
@@ -125,10 +126,10 @@ def _candidate(
 def _shipped_loss_tables() -> list[tuple[str, list[tuple[str, dict[str, int], float]]]]:
     tables = []
     for p in SHIPPED:
-        quality = json.loads((p / "quality.json").read_text())
+        quality = read_quality(p / "quality.json")
         losses = [(b, {}, loss) for b, loss in forecast_losses(quality).items()]
         tables.append((p.name, losses + forecast_variant_losses(quality)))
-    text = json.loads(QUALITY_FILE.read_text())
+    text = read_quality(QUALITY_FILE)
     for length in (32, 100, 256):
         losses = [(k, o, v) for k, (v, o) in embedding_losses(text, length).items()]
         tables.append((f"text@{length}", losses))

@@ -128,9 +128,10 @@ def test_evaluate_writes_quality_json(reranker: Path, tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["task"] == "rerank"
     assert result["reference"] == "full"  # a 128-token model
-    assert set(result) == {"task", "reference", "metric", "corpus", "backends", "precisions"}
+    assert set(result) == {"task", "reference", "metric", "corpus", "precisions"}
+    assert set(result["precisions"]) == {"float32", "bfloat16"}
     assert result["corpus"]["pairs"] == 80
-    backends = result["backends"]
+    backends = result["precisions"]["float32"]["backends"]
     assert set(backends) == {"full", "flash", "probsparse", "performer", "nystrom"}
     for name, row in backends.items():
         assert set(row) == {"options", "loss", "kendall_tau", "ndcg_at_10", "by_tokens"}, name
@@ -156,7 +157,7 @@ def test_classifier_quality_json(tmp_path: Path) -> None:
     result = json.loads(out.read_text())
     assert result["task"] == "classify"
     assert "agreement" in result["metric"]
-    flash = result["backends"]["flash"]
+    flash = result["precisions"]["float32"]["backends"]["flash"]
     assert set(flash) == {"options", "loss", "agreement", "total_variation", "by_tokens"}
     assert flash["loss"] == 0.0 and flash["total_variation"] <= 1e-6
     assert set(flash["by_tokens"]["1-64"]) == {"pairs", "loss", "agreement", "total_variation"}
@@ -165,8 +166,9 @@ def test_classifier_quality_json(tmp_path: Path) -> None:
 def test_measure_keeps_every_backend_exact_to_itself(reranker: Path) -> None:
     classifier = TextClassifier.from_folder(reranker)
     result = measure(classifier, [((65, 128), 10)], backends=["flash"], reference="flash")
-    assert list(result["backends"]) == ["flash"]
-    assert result["backends"]["flash"]["kendall_tau"] == 1.0
+    backends = result["precisions"]["float32"]["backends"]
+    assert list(backends) == ["flash"]
+    assert backends["flash"]["kendall_tau"] == 1.0
 
 
 def test_attnserve_evaluate_routes_a_cross_encoder_folder(

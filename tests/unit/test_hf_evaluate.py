@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from models.quality_file import backends_of, read_quality
 from models.training.source import DataSource
 from service.cli import main as cli
 from service.engine.registry import load_servables
@@ -65,7 +66,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_quality_is_the_class_forecast_scored_beside_the_linear_baseline(folder: Path) -> None:
-    quality = json.loads((folder / "quality.json").read_text())
+    quality = read_quality(folder / "quality.json")
     frame = pd.read_csv(folder.parent / "series.csv")
     values = frame[list(CHANNELS)].to_numpy(dtype=np.float64)
     mean, std = values[:360].mean(axis=0), values[:360].std(axis=0)
@@ -75,17 +76,17 @@ def test_quality_is_the_class_forecast_scored_beside_the_linear_baseline(folder:
     targets = np.stack([values[a + ctx : a + ctx + horizon] for a in starts])
     want = float(np.mean(((patchtst_reference(folder, histories) - targets) / std) ** 2))
     for backend in ("full", "flash"):
-        assert quality["backends"][backend]["mse"] == pytest.approx(want, rel=1e-4)
-        assert quality["backends"][backend]["windows"] == len(starts)
+        assert backends_of(quality)[backend]["mse"] == pytest.approx(want, rel=1e-4)
+        assert backends_of(quality)[backend]["windows"] == len(starts)
     scaled = (values - mean) / std
     every = np.arange(0, 120 - horizon + 1) + 480 - ctx  # quality.json rounds to 6 decimals
     assert quality["linear_baseline"]["mse"] == pytest.approx(
         linear_mse(scaled, ctx, horizon, every), abs=1e-6
     )
-    assert quality["backends"]["flash"]["linear_mse"] == pytest.approx(
+    assert backends_of(quality)["flash"]["linear_mse"] == pytest.approx(
         linear_mse(scaled, ctx, horizon, starts), abs=1e-6
     )
-    assert set(quality["backends"]) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(backends_of(quality)) == {"full", "flash", "probsparse", "performer", "nystrom"}
 
 
 def test_auto_uses_the_figures(folder: Path) -> None:
@@ -105,18 +106,18 @@ def test_precisions_are_scored_beside_float32_and_auto_reads_them(folder: Path) 
     """``--precisions bfloat16`` on a point-head PatchTST: every listed backend scored again in
     bfloat16 under ``precisions``, the float32 figures kept, and a server that loads bfloat16
     offers ``auto`` its rows."""
-    before = json.loads((folder / "quality.json").read_text())
+    before = read_quality(folder / "quality.json")
     argv = ["evaluate", str(folder), "--stride", str(STRIDE), "--backends", "flash", "performer"]
     assert cli([*argv, "--precisions", "bfloat16"]) == 0
-    quality = json.loads((folder / "quality.json").read_text())
+    quality = read_quality(folder / "quality.json")
     bf16 = quality["precisions"]["bfloat16"]["backends"]
     assert set(bf16) == {"flash", "performer"}
     for backend in ("flash", "performer"):
-        assert quality["backends"][backend]["mse"] == before["backends"][backend]["mse"]
+        assert backends_of(quality)[backend]["mse"] == backends_of(before)[backend]["mse"]
         # bfloat16 moves the forecast a little, not the model's quality.
-        assert bf16[backend]["mse"] == pytest.approx(quality["backends"][backend]["mse"], rel=0.05)
-        assert bf16[backend]["mse"] != quality["backends"][backend]["mse"]
-        assert bf16[backend]["windows"] == quality["backends"][backend]["windows"]
+        assert bf16[backend]["mse"] == pytest.approx(backends_of(quality)[backend]["mse"], rel=0.05)
+        assert bf16[backend]["mse"] != backends_of(quality)[backend]["mse"]
+        assert bf16[backend]["windows"] == backends_of(quality)[backend]["windows"]
     settings = Settings(
         models=(str(folder),),
         device="cpu",

@@ -9,6 +9,7 @@ import pytest
 from models.informer import InformerForecaster, shipped_models
 from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
 from models.informer.timefeatures import feature_names
+from models.quality_file import backends_of
 from models.training.informer_evaluate import slice_mse
 from models.training.source import source_of
 from tests.utils.informer import needs_data, one_thread  # noqa: F401
@@ -54,14 +55,14 @@ def test_checkpoint_beats_the_linear_baseline_and_reproduces_its_quality(name):
     default = q["default_backend"]
     assert default == f.default_attention
     assert q["context"] == f.context and q["horizon"] == f.horizon
-    mine = q["backends"][default]
+    mine = backends_of(q)[default]
     # A backend scored on every k-th window is compared with the baseline on those windows.
     baseline = mine.get("linear_mse", q["linear_baseline"]["mse"])
     assert mine["mse"] <= baseline
     if f.context >= LONG_CONTEXT:  # long context must pay: strictly better than the baseline
         assert mine["mse"] < baseline
     for backend in ("full", "flash", "nystrom"):
-        r = q["backends"][backend]
+        r = backends_of(q)[backend]
         if r.get("windows", q["windows"]) == mine.get("windows", q["windows"]):
             assert r["mse"] <= 1.05 * mine["mse"], backend
     source = source_of(f.meta)

@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file
 
 from models.informer import InformerForecaster
+from models.quality_file import backends_of, read_quality
 from models.training.informer_fit import STATE_FILE
 from service.cli import main as cli
 from tests.utils.informer import one_thread  # noqa: F401
@@ -79,14 +80,14 @@ def test_train_writes_a_servable_checkpoint_folder(trained):
 
 def test_quality_json_holds_every_backend_and_the_linear_baseline(trained):
     _csv_path, out = trained
-    q = json.loads((out / "quality.json").read_text())
+    q = read_quality(out / "quality.json")
     lin = q["linear_baseline"]["mse"]
-    assert set(q["backends"]) == {"full", "flash", "probsparse", "performer", "nystrom"}
-    for r in q["backends"].values():
+    assert set(backends_of(q)) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    for r in backends_of(q).values():
         assert r["vs_linear"] == pytest.approx(r["mse"] / lin - 1, abs=1e-3)
     # Early stopping keeps the best validation epoch, the baseline (epoch 0) included: on this
     # clean daily sine the trained default backend cannot be far worse than the baseline.
-    assert q["backends"][q["default_backend"]]["mse"] <= 1.5 * lin
+    assert backends_of(q)[q["default_backend"]]["mse"] <= 1.5 * lin
 
 
 def test_resume_continues_the_same_run(trained, tmp_path):
@@ -119,31 +120,32 @@ def test_evaluate_cli_rewrites_quality(evaluated, capsys):
 def test_evaluate_with_a_stride_scores_every_kth_window_beside_the_baseline(evaluated):
     out = evaluated
     cli(["evaluate", str(out), "--backends", "nystrom", "--stride", "3"])
-    q = json.loads((out / "quality.json").read_text())
-    r, windows = q["backends"]["nystrom"], q["windows"]
+    q = read_quality(out / "quality.json")
+    r, windows = backends_of(q)["nystrom"], q["windows"]
     assert r["stride"] == 3 and r["windows"] == len(range(0, windows, 3))
     # The ratio is against the baseline on the same windows, not on all of them.
     assert r["vs_linear"] == pytest.approx(r["mse"] / r["linear_mse"] - 1, abs=1e-3)
     assert r["linear_mse"] != pytest.approx(q["linear_baseline"]["mse"], rel=1e-6)
-    assert q["backends"]["flash"]["windows"] == windows  # scored before, without a stride
+    assert backends_of(q)["flash"]["windows"] == windows  # scored before, without a stride
 
 
 def test_evaluate_scores_option_variants_and_only_them_when_no_backend_is_named(evaluated):
     out = evaluated
-    before = json.loads((out / "quality.json").read_text())["backends"]
+    before = backends_of(read_quality(out / "quality.json"))
     spec = ["performer:num_features=8", "nystrom:num_landmarks=4,pinv_iterations=3"]
     cli(["evaluate", str(out), "--variants", *spec, "--stride", "2"])
-    q = json.loads((out / "quality.json").read_text())
-    assert q["backends"] == before  # no backend re-scored
-    performer, nystrom = q["variants"]
+    q = read_quality(out / "quality.json")
+    assert backends_of(q) == before  # no backend re-scored
+    performer, nystrom = q["precisions"]["float32"]["variants"]
     assert (performer["backend"], performer["options"]) == ("performer", {"num_features": 8})
     assert nystrom["options"] == {"num_landmarks": 4, "pinv_iterations": 3}
     assert performer["stride"] == 2 and performer["mse"] > 0
     # At the default performer's own options the figure matches the backend's (same windows).
     cli(["evaluate", str(out), "--backends", "performer", "--variants", "performer:num_features=8"])
-    q = json.loads((out / "quality.json").read_text())
-    assert len(q["variants"]) == 2  # re-scored in place, not appended again
-    assert q["variants"][1]["stride"] == 1 and q["variants"][1]["backend"] == "performer"
+    q = read_quality(out / "quality.json")
+    variants = q["precisions"]["float32"]["variants"]
+    assert len(variants) == 2  # re-scored in place, not appended again
+    assert variants[1]["stride"] == 1 and variants[1]["backend"] == "performer"
 
 
 @pytest.mark.parametrize(
@@ -242,9 +244,9 @@ def test_evaluate_scores_precisions_against_float32_exact_attention(evaluated):
 
     out = evaluated
     cli(["evaluate", str(out), "--backends", "flash", "--precisions", "bfloat16", "int8"])
-    q = json.loads((out / "quality.json").read_text())
-    assert set(q["precisions"]) == {"bfloat16", "int8"}
-    float32 = q["backends"]["flash"]["mse"]
+    q = read_quality(out / "quality.json")
+    assert set(q["precisions"]) == {"float32", "bfloat16", "int8"}
+    float32 = backends_of(q)["flash"]["mse"]
     for precision in ("bfloat16", "int8"):
         entry = q["precisions"][precision]["backends"]["flash"]
         assert entry["windows"] == q["windows"]  # every test window, as float32's
@@ -256,4 +258,4 @@ def test_evaluate_scores_precisions_against_float32_exact_attention(evaluated):
     losses = {(c.backend, c.precision): v for c, v in served.quality_losses(48).items()}
     assert losses[("flash", "bfloat16")] == forecast_losses(q, "bfloat16")["flash"]
     cli(["evaluate", str(out), "--backends", "flash"])
-    assert "precisions" not in json.loads((out / "quality.json").read_text())
+    assert set(read_quality(out / "quality.json")["precisions"]) == {"float32"}

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from models.text.quality import write_quality
-from models.training.precision_scores import score_precisions
+from models.training.forecast_quality import score_precisions
 
 
 def _section(loss: float) -> dict[str, Any]:
@@ -37,8 +37,9 @@ def _write(tmp_path: Path, measured: list[str], result: dict[str, Any]) -> dict[
 def test_a_text_float32_remeasure_drops_the_old_precisions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    written = _write(tmp_path, [], {"backends": {"flash": {"loss": 0.0}}})
-    assert "precisions" not in written
+    float32 = {"backends": {"flash": {"loss": 0.0}}}
+    written = _write(tmp_path, [], {"precisions": {"float32": float32}})
+    assert written["precisions"] == {"float32": float32}
     out = capsys.readouterr().out
     assert "dropped the bfloat16, int8 figures" in out
     assert "--precisions bfloat16 int8" in out
@@ -48,8 +49,9 @@ def test_a_text_run_keeps_only_the_precisions_it_measured(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     fresh = _section(0.002)
-    written = _write(tmp_path, ["bfloat16"], {"backends": {}, "precisions": {"bfloat16": fresh}})
-    assert written["precisions"] == {"bfloat16": fresh}
+    measured = {"float32": {"backends": {}}, "bfloat16": fresh}
+    written = _write(tmp_path, ["bfloat16"], {"precisions": measured})
+    assert written["precisions"] == measured
     out = capsys.readouterr().out
     assert "dropped the int8 figures" in out and "--precisions int8" in out
 

@@ -5,12 +5,11 @@ public path and scored again."""
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
 
 from models.hf_forecast.folder import read_sidecar, shipped_folders
+from models.quality_file import backends_of, read_quality
 from models.training.source import DataSource
 from models.training.table import load_series_csv
 from service.engine.registry import load_servables
@@ -31,16 +30,16 @@ def test_it_is_served_by_name_with_its_figures(servable) -> None:
     assert card["class"] == "PatchTSTForPrediction" and card["source"] == "transformers"
     assert card["context"] == 512 and card["horizon"] == 96 and card["freq"] == "15min"
     assert card["channels"] == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
-    quality = json.loads((shipped_folders()[NAME] / "quality.json").read_text())
+    quality = read_quality(shipped_folders()[NAME] / "quality.json")
     assert card["quality"]["linear_baseline"] == quality["linear_baseline"]
-    assert set(quality["backends"]) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(backends_of(quality)) == {"full", "flash", "probsparse", "performer", "nystrom"}
     assert "command" in card["training"]
 
 
 @pytest.mark.parametrize("backend", ["flash", "performer"])
 def test_the_weights_give_the_recorded_figures(servable, backend: str) -> None:
     folder = shipped_folders()[NAME]
-    quality = json.loads((folder / "quality.json").read_text())
+    quality = read_quality(folder / "quality.json")
     source = DataSource.from_dict(read_sidecar(folder).data or {})
     table = load_series_csv(
         source.resolved_path(), source.date_column, list(source.columns), source.freq

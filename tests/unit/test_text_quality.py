@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from models.attention import BACKENDS, get_backend
+from models.quality_file import backends_of
 from models.text import SentenceEncoder
 from models.text.card import load_quality
 from models.text.corpus import length_spread
@@ -79,7 +80,7 @@ def test_quality_file_covers_a_real_corpus():
     assert corpus["tokens_min"] <= 8 and corpus["tokens_max_before_cut"] > 256
     assert corpus["texts_cut_to_max_tokens"] > 0
     for backend in APPROXIMATE:
-        row = quality["backends"][backend]
+        row = backends_of(quality)[backend]
         assert row["options"] == get_backend(backend).resolve_options(None)
         assert -1.0 <= row["min_cosine"] <= row["mean_cosine"] < 0.999
-    assert quality["backends"]["flash"]["min_cosine"] >= 0.99999
+    assert backends_of(quality)["flash"]["min_cosine"] >= 0.99999
