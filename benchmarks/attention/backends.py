@@ -13,7 +13,8 @@ with its projections replaced by identities, so only the attention itself is tim
 no package; its peer ``peer:informer2020`` re-implements the reference code's algorithm
 (zhouhaoyi/Informer2020 ``models/attn.py``, ``ProbAttention``) at the same factor.
 Prints a markdown table and writes a JSON file and a PNG plot to ``--results-dir``
-(``benchmarks/results/attention-<device>-<dtype>.{json,png}``).
+(``benchmarks/results/attention-<device>-<dtype>.{json,png}``). ``--smoke``: L = 128, our
+backends only, one repeat each.
 """
 
 from __future__ import annotations
@@ -22,17 +23,18 @@ import argparse
 import json
 import math
 import os
-import resource
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.attention.common import full_fits, in_subprocess, length_plot, peak_rss_mib, rss_mib
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, table, write_json
+from benchmarks.harness.timing import budget_samples
 
 IMPLEMENTATIONS = [
     "full",
@@ -76,11 +78,6 @@ def informer2020_probsparse(q, k, v, factor: int = FACTOR):
     return out
 
 
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
 def _runner(name: str, heads: int, head_dim: int, device: str):
     """A function ``(q, k, v) -> out`` for one implementation."""
     if name.startswith("peer:performer"):
@@ -114,7 +111,10 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
 
     from models.attention import attend
 
-    options = {"performer": {"num_features": FEATURES}, "nystrom": {"num_landmarks": LANDMARKS}}
+    options: dict[str, dict[str, Any]] = {
+        "performer": {"num_features": FEATURES},
+        "nystrom": {"num_landmarks": LANDMARKS},
+    }
     return lambda q, k, v: attend(q, k, v, backend=name, **options.get(name, {}))
 
 
@@ -133,29 +133,25 @@ def worker(args: argparse.Namespace) -> None:
         t.to(device=device, dtype=dtype) for t in structured_qkv(*shape[:3], *shape[2:], scale=0.5)
     )
     run = _runner(args.impl, args.heads, args.head_dim, device)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-        base = torch.cuda.memory_allocated()
+        base: float = torch.cuda.memory_allocated()
     else:
-        base = _rss_mib()
-    times = []
+        base = rss_mib()
+    out: list[torch.Tensor] = []
+
+    def call() -> None:  # keeps only the latest output alive, as one variable would
+        out[:] = [run(q, k, v)]
+
     with torch.inference_mode():
-        deadline = time.perf_counter() + args.seconds
-        while len(times) < args.min_reps or (time.perf_counter() < deadline and len(times) < 50):
-            sync()
-            t0 = time.perf_counter()
-            out = run(q, k, v)
-            sync()
-            times.append(time.perf_counter() - t0)
-            if len(times) == 1 and times[0] > args.seconds:
-                break  # one slow run is the measurement
+        sync = torch.cuda.synchronize if device == "cuda" else lambda: None
+        times = budget_samples(call, args.seconds, args.min_reps, sync=sync)
     if device == "cuda":
         peak = (torch.cuda.max_memory_allocated() - base) / 2**20
     else:
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
+        peak = peak_rss_mib() - base
     if args.save:
-        torch.save(out.float().cpu(), args.save)
+        torch.save(out[-1].float().cpu(), args.save)
     print(
         json.dumps(
             {"median_ms": 1000 * statistics.median(times), "peak_mib": peak, "reps": len(times)}
@@ -163,27 +159,19 @@ def worker(args: argparse.Namespace) -> None:
     )
 
 
-def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None) -> dict | None:
-    cmd = [
-        sys.executable, "-m", "benchmarks.attention.backends", "--worker", "--impl", impl,
-        "--length", str(length), "--heads", str(args.heads), "--head-dim", str(args.head_dim),
-        "--dtype", args.dtype, "--device", args.device, "--seconds", str(args.seconds),
-        "--min-reps", str(args.min_reps), "--threads", str(args.threads),
+def _measure(impl: str, length: int, args: argparse.Namespace, save: str | None) -> dict:
+    """One (implementation, L) in a fresh process (``{"note": "failed"}`` when it fails)."""
+    argv = [
+        "--impl", impl, "--length", str(length), "--heads", str(args.heads),
+        "--head-dim", str(args.head_dim), "--dtype", args.dtype, "--device", args.device,
+        "--seconds", str(args.seconds), "--min-reps", str(args.min_reps),
+        "--threads", str(args.threads), *(["--save", save] if save else []),
     ]  # fmt: skip
-    if save:
-        cmd += ["--save", save]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if proc.returncode != 0:
-        print(
-            f"  {impl} L={length}: failed: {proc.stderr.strip().splitlines()[-1:]}", file=sys.stderr
-        )
-        return None
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _full_fits(length: int, heads: int, budget_gib: float) -> bool:
-    # scores + softmax output, fp32: 2·H·L²·4 bytes
-    return 2 * heads * length**2 * 4 / 2**30 <= budget_gib
+    result = in_subprocess("benchmarks.attention.backends", argv, args.timeout)
+    if "error" in result:
+        print(f"  {impl} L={length}: failed: {result['error']}", file=sys.stderr)
+        return {"note": "failed"}
+    return result
 
 
 def _relative_error(out: torch.Tensor, exact: torch.Tensor) -> float:
@@ -191,42 +179,15 @@ def _relative_error(out: torch.Tensor, exact: torch.Tensor) -> float:
     return float(per_row.mean())
 
 
-def _plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(12, 4.5))
-    for impl in IMPLEMENTATIONS:
-        pts = [r for r in rows if r["impl"] == impl and r.get("median_ms") is not None]
-        if not pts:
-            continue
-        style = "--" if impl.startswith("peer") else "-"
-        xs = [r["L"] for r in pts]
-        ax_t.plot(xs, [r["median_ms"] for r in pts], style, marker="o", label=impl)
-        ax_m.plot(xs, [max(r["peak_mib"], 0.1) for r in pts], style, marker="o", label=impl)
-    for ax, label in ((ax_t, "median latency (ms)"), (ax_m, "peak memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("sequence length L")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-    ax_t.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-
-
 def main(args: argparse.Namespace) -> None:
+    """Every implementation at every length; the table, the JSON and the plot."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as tmp:
         for length in args.lengths:
             exact_path = os.path.join(tmp, f"flash-{length}.pt")
             # flash runs first in every length: its output is the exact reference for the error.
             for impl in ["flash"] + [i for i in args.implementations if i != "flash"]:
-                if impl == "full" and not _full_fits(length, args.heads, args.full_budget_gib):
+                if impl == "full" and not full_fits(length, args.heads, args.full_budget_gib):
                     gib = 2 * args.heads * length**2 * 4 / 2**30
                     rows.append(
                         {"impl": impl, "L": length, "note": f"skipped: needs ~{gib:.0f} GiB"}
@@ -234,45 +195,53 @@ def main(args: argparse.Namespace) -> None:
                     continue
                 save = exact_path if impl == "flash" else os.path.join(tmp, "out.pt")
                 result = _measure(impl, length, args, save)
-                row = {"impl": impl, "L": length, **(result or {"note": "failed"})}
-                if result and impl != "flash" and os.path.exists(exact_path):
-                    row["rel_error"] = _relative_error(torch.load(save), torch.load(exact_path))
-                elif result:
-                    row["rel_error"] = 0.0
+                row = {"impl": impl, "L": length, **result}
+                if "median_ms" in result:
+                    exact = impl != "flash" and os.path.exists(exact_path)
+                    row["rel_error"] = (
+                        _relative_error(torch.load(save), torch.load(exact_path)) if exact else 0.0
+                    )
                 rows.append(row)
                 print(f"  {impl:24s} L={length:6d} {row}", file=sys.stderr, flush=True)
     print(_table(rows, args))
-    out_dir = args.results_dir
-    out_dir.mkdir(parents=True, exist_ok=True)
     tag = f"attention-{args.device}-{args.dtype}"
-    (out_dir / f"{tag}.json").write_text(json.dumps(rows, indent=1))
+    print(f"\nwrote {write_json(args.results_dir / f'{tag}.json', rows)}")
     threads = args.threads or torch.get_num_threads()
     title = (
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype}, {args.device}, {threads} threads"
     )
-    _plot(rows, out_dir / f"{tag}.png", title)
-    print(f"\nwrote {out_dir / f'{tag}.json'} and {out_dir / f'{tag}.png'}")
+    length_plot(
+        args.results_dir / f"{tag}.png",
+        rows,
+        "impl",
+        IMPLEMENTATIONS,
+        ("sequence length L", "median latency (ms)", "peak memory (MiB)"),
+        title,
+    )
 
 
 def _table(rows: list[dict], args: argparse.Namespace) -> str:
+    """The Markdown table and the ratios read from it."""
+    cells = [
+        [
+            r["impl"],
+            r["L"],
+            f"{r['median_ms']:.1f}",
+            f"{r['peak_mib']:.0f}",
+            f"{r['rel_error']:.3f}",
+        ]
+        if "median_ms" in r
+        else [r["impl"], r["L"], r.get("note", ""), "", ""]
+        for r in rows
+    ]
     lines = [
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device} "
         f"({args.threads or torch.get_num_threads()} threads); error vs exact "
         f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}, "
         f"probsparse factor={FACTOR}",
         "",
-        "| implementation | L | median ms | peak MiB | rel. error |",
-        "|---|---:|---:|---:|---:|",
+        table(["implementation", "L", "median ms", "peak MiB", "rel. error"], cells, "lrrrr"),
     ]
-    for r in rows:
-        if "median_ms" not in r:
-            lines.append(f"| {r['impl']} | {r['L']} | {r.get('note', '')} | | |")
-            continue
-        err = r.get("rel_error")
-        lines.append(
-            f"| {r['impl']} | {r['L']} | {r['median_ms']:.1f} | {r['peak_mib']:.0f} | "
-            f"{'' if err is None else f'{err:.3f}'} |"
-        )
     by = {(r["impl"], r["L"]): r for r in rows if "median_ms" in r}
     lines += ["", "Ratios (from this run):"]
     for length in args.lengths:
@@ -316,21 +285,19 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    p.add_argument(
-        "--lengths", type=int, nargs="+", default=[512, 1024, 2048, 4096, 8192, 16384, 32768]
+    p = cli.parser(
+        __doc__,
+        cli.sizes("--lengths", [512, 1024, 2048, 4096, 8192, 16384, 32768]),
+        cli.seconds(3.0),
+        cli.threads(0, "torch threads (0: torch's default)"),
     )
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--seconds", type=float, default=3.0, help="time budget per measurement")
     p.add_argument("--min-reps", type=int, default=3)
     p.add_argument("--full-budget-gib", type=float, default=6.0, help="skip `full` above this")
     p.add_argument("--timeout", type=float, default=900.0)
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument(
         "--implementations",
         nargs="+",
@@ -350,7 +317,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--impl", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
     p.add_argument("--save", help=argparse.SUPPRESS)
-    return p.parse_args(argv)
+    ours = [i for i in IMPLEMENTATIONS if not i.startswith("peer")]
+    return cli.parse(p, argv, lengths=[128], seconds=0.1, min_reps=1, implementations=ours)
 
 
 if __name__ == "__main__":

@@ -9,20 +9,21 @@ at start-up (one calibration batch per backend at default options), then every (
 length) of a grid runs through the servable's ``run`` and its best time is set beside the
 estimate. Calls whose estimate is over ``--max-seconds`` are estimated only (they are what the
 bound refuses). The ratio column is estimated / measured: above 1 the bound is conservative.
-Writes ``benchmarks/results/cost-model-<device>.{md,json}``.
+Writes ``benchmarks/results/cost-model-<device>.{md,json}``. ``--smoke``: informer-etth1-h24,
+calls estimated over 0.2 s left unrun.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import time
 from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report
+from benchmarks.harness.timing import best_seconds
 from models.names import TEXT_MODEL
 from service.engine.batching.cost import CostModel, measure_backend
 from service.engine.batching.device import DeviceRuntime, select_device
@@ -64,16 +65,8 @@ def rows_for(model: ServedModel, rows: int, length: int) -> list[Any]:
     return [sample[0]] * rows
 
 
-def best_seconds(run: Any, repeats: int) -> float:
-    best = float("inf")
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 def measure(model: ServedModel, runtime: DeviceRuntime, args: argparse.Namespace) -> list[dict]:
+    """Calibrate as the worker does, then estimate and time every call over the grid."""
     cost = CostModel()
     for backend in model.backends():
         for rows, call in model.warmup_batches(backend):
@@ -108,62 +101,58 @@ def measure(model: ServedModel, runtime: DeviceRuntime, args: argparse.Namespace
 
                 row["measured_s"] = best_seconds(run, 1 if estimate > 2 else args.repeats)
             out.append(row)
-            print(_line(row), flush=True)
+            print(" | ".join(map(str, _cells(row))), flush=True)
     return out
 
 
-def _line(r: dict) -> str:
+def _cells(r: dict) -> list[object]:
     measured = r["measured_s"]
     ratio = f"{r['estimated_s'] / measured:.2f}" if measured else "-"
     shown = f"{measured * 1000:.0f}" if measured else "not run"
-    return (
-        f"| {r['model']} | {r['backend']} | {r['options']} | {r['rows']} | {r['length']} | "
-        f"{r['estimated_s'] * 1000:.0f} | {shown} | {ratio} |"
+    return [
+        r["model"], r["backend"], r["options"], r["rows"], r["length"],
+        f"{r['estimated_s'] * 1000:.0f}", shown, ratio,
+    ]  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(
+        __doc__,
+        cli.names("--models", [TEXT_MODEL, "informer-ettm1-h288-c2048"]),
+        cli.threads(1),
+        cli.repeats(2),
     )
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--models", nargs="+", default=[TEXT_MODEL, "informer-ettm1-h288-c2048"])
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--max-seconds", type=float, default=20.0, help="estimate-only above this")
-    args = p.parse_args()
+    args = cli.parse(p, argv, models=["informer-etth1-h24"], repeats=1, max_seconds=0.2)
     torch.set_num_threads(args.threads)
     device = select_device("auto")
     runtime = DeviceRuntime(device)
-    settings = Settings(models=tuple(args.models))
-    header = (
-        "| model | backend | options | rows | length | estimated ms | measured ms | est/meas |\n"
-        "|---|---|---|---:|---:|---:|---:|---:|"
-    )
-    print(header)
+    report = Report("benchmarks.attention.cost_model", argv)
     rows: list[dict] = []
-    for model in load_servables(settings, str(device)):
+    for model in load_servables(Settings(models=tuple(args.models)), str(device)):
         rows += measure(model, runtime, args)
     ratios = [r["estimated_s"] / r["measured_s"] for r in rows if r["measured_s"]]
-    summary = (
+    report.add("Rates calibrated as the worker does at start-up.")
+    report.table(
+        [
+            "model",
+            "backend",
+            "options",
+            "rows",
+            "length",
+            "estimated ms",
+            "measured ms",
+            "est/meas",
+        ],
+        map(_cells, rows),
+        "lllrrrrr",
+    )
+    report.add(
         f"est/measured over {len(ratios)} runs: median {statistics.median(ratios):.2f}, "
         f"min {min(ratios):.2f}, max {max(ratios):.2f}"
     )
-    print(summary)
-    RESULTS.mkdir(exist_ok=True)
-    stem = RESULTS / f"cost-model-{device.type}"
-    lines = [
-        f"# Estimated vs measured forward seconds ({device.type}, {args.threads} thread(s))",
-        "",
-        f"`python -m benchmarks.attention.cost_model --models {' '.join(args.models)} "
-        f"--threads {args.threads} --max-seconds {args.max_seconds:g}`; rates calibrated as the "
-        "worker does at start-up.",
-        "",
-        header,
-        *(_line(r) for r in rows),
-        "",
-        summary,
-        "",
-    ]
-    stem.with_suffix(".md").write_text("\n".join(lines))
-    stem.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    title = f"Estimated vs measured forward seconds ({device.type}, {args.threads} thread(s))"
+    report.write(RESULTS / f"cost-model-{device.type}.md", title, data=rows)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Attention on a GPU: flash TFLOP/s, every backend's latency and memory, padded batches.
 
     python -m benchmarks.attention.gpu                      # the issue's grid, on CUDA
-    python -m benchmarks.attention.gpu --lengths 1024 4096 --head-dims 64 --quick
+    python -m benchmarks.attention.gpu --lengths 1024 4096 --head-dims 64
+    python -m benchmarks.attention.gpu --smoke             # L = 128, a few seconds, CPU or CUDA
 
 Three tables, written to ``benchmarks/results/attention-gpu.md`` (and ``.json``):
 
@@ -22,16 +23,15 @@ Times are medians over repetitions timed with CUDA events after warm-up. Runs on
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report, table
 from models.attention import BACKENDS, attend
 
 FA2_H100_FWD_BWD_TFLOPS = "215-340"  # FlashAttention-2 on H100 (Dao 2023 / FA3 paper baselines)
@@ -71,6 +71,7 @@ def peak_mib(fn: Callable[[], Any], device: torch.device) -> float | None:
 
 
 def qkv(b: int, h: int, n: int, d: int, dtype: torch.dtype, device: torch.device, grad: bool):
+    """Seeded random q, k, v of shape [b, h, n, d]."""
     g = torch.Generator(device=device).manual_seed(0)
     return [
         (torch.randn(b, h, n, d, generator=g, device=device, dtype=dtype) * 0.5).requires_grad_(
@@ -81,17 +82,18 @@ def qkv(b: int, h: int, n: int, d: int, dtype: torch.dtype, device: torch.device
 
 
 def flash_throughput(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    """Table 1: flash forward and forward+backward time and TFLOP/s."""
     rows = []
     for d in args.head_dims:
         for n in args.lengths:
             q, k, v = qkv(1, 16, n, d, args.dtype, device, grad=True)
             flops = 4 * 16 * n * n * d
 
-            def forward(q=q, k=k, v=v) -> torch.Tensor:  # type: ignore[no-untyped-def]
+            def forward(q=q, k=k, v=v) -> torch.Tensor:
                 with torch.no_grad():
                     return attend(q, k, v, backend="flash")
 
-            def forward_backward(q=q, k=k, v=v) -> None:  # type: ignore[no-untyped-def]
+            def forward_backward(q=q, k=k, v=v) -> None:
                 attend(q, k, v, backend="flash").sum().backward()
 
             fwd = timed_ms(forward, device, args.reps, args.seconds)
@@ -114,6 +116,7 @@ def flash_throughput(args: argparse.Namespace, device: torch.device) -> list[dic
 
 
 def every_backend(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    """Table 2: every backend's forward latency and peak memory."""
     rows = []
     elem = torch.finfo(args.dtype).bits // 8
     for n in args.lengths:
@@ -124,7 +127,7 @@ def every_backend(args: argparse.Namespace, device: torch.device) -> list[dict[s
                 row[backend] = None  # skipped: the score matrix alone passes the budget
                 continue
 
-            def run(backend: str = backend, q=q, k=k, v=v) -> torch.Tensor:  # type: ignore[no-untyped-def]
+            def run(backend: str = backend, q=q, k=k, v=v) -> torch.Tensor:
                 with torch.inference_mode():
                     return attend(q, k, v, backend=backend)
 
@@ -143,6 +146,7 @@ def every_backend(args: argparse.Namespace, device: torch.device) -> list[dict[s
 
 
 def padded_batches(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
+    """Table 3: flash on padded batches, key mask against the jagged kernel (CUDA only)."""
     if device.type != "cuda":
         return []  # the jagged path is CUDA-only
     rows = []
@@ -155,7 +159,7 @@ def padded_batches(args: argparse.Namespace, device: torch.device) -> list[dict[
         row: dict[str, Any] = {"L": n, "real_fraction": float(mask.float().mean())}
         for padding in ("mask", "jagged"):
 
-            def run(padding: str = padding, q=q, k=k, v=v, mask=mask) -> torch.Tensor:  # type: ignore[no-untyped-def]
+            def run(padding: str = padding, q=q, k=k, v=v, mask=mask) -> torch.Tensor:
                 with torch.inference_mode():
                     return attend(q, k, v, backend="flash", key_padding_mask=mask, padding=padding)
 
@@ -173,71 +177,72 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
     return "—" if x is None else format(x, spec)
 
 
-def markdown(device: str, args: argparse.Namespace, results: dict[str, Any]) -> str:
-    out = [
-        f"# Attention on {device}",
-        "",
-        f"dtype {str(args.dtype).removeprefix('torch.')}; medians of CUDA-event timings. "
-        f"FlashAttention-2 on H100 reaches about {FA2_H100_FWD_BWD_TFLOPS} TFLOP/s "
+def markdown(
+    report: Report, device: str, args: argparse.Namespace, results: dict[str, Any]
+) -> None:
+    """The three tables into ``report``."""
+    report.add(
+        f"dtype {str(args.dtype).removeprefix('torch.')}; device {device}; medians of CUDA-event "
+        f"timings. FlashAttention-2 on H100 reaches about {FA2_H100_FWD_BWD_TFLOPS} TFLOP/s "
         "forward+backward.",
-        "",
         "## flash, B=1, H=16",
-        "",
-        "| D | L | fwd ms | fwd TFLOP/s | fwd+bwd ms | fwd+bwd TFLOP/s |",
-        "|---:|---:|---:|---:|---:|---:|",
-    ]
-    for r in results["flash"]:
-        out.append(
-            f"| {r['head_dim']} | {r['L']} | {r['fwd_ms']:.3f} | {r['fwd_tflops']:.1f} | "
-            f"{r['fwd_bwd_ms']:.3f} | {r['fwd_bwd_tflops']:.1f} |"
-        )
-    out += ["", "## every backend, B=1, H=16, D=64 (forward ms / peak MiB)", ""]
-    out.append("| L | " + " | ".join(BACKENDS) + " |")
-    out.append("|---:|" + "---:|" * len(BACKENDS))
-    for r in results["backends"]:
-        cells = []
-        for b in BACKENDS:
-            cell = r.get(b)
-            if cell is None:
-                cells.append("skipped")
-            elif cell.get("oom"):
-                cells.append("OOM")
-            else:
-                cells.append(f"{_fmt(cell['ms'], '.2f')} / {_fmt(cell['peak_mib'], '.0f')}")
-        out.append(f"| {r['L']} | " + " | ".join(cells) + " |")
-    if results["padded"]:
-        out += [
-            "",
-            "## padded batches: 32 rows, lengths uniform in [L/8, L], H=12, D=64",
-            "",
-            "| L | real tokens | mask ms / MiB | jagged ms / MiB | jagged speed-up |",
-            "|---:|---:|---:|---:|---:|",
-        ]
-        for r in results["padded"]:
-            m, j = r["mask"], r["jagged"]
-            out.append(
-                f"| {r['L']} | {r['real_fraction']:.0%} | {m['ms']:.2f} / {m['peak_mib']:.0f} | "
-                f"{j['ms']:.2f} / {j['peak_mib']:.0f} | {r['jagged_speedup']:.2f}x |"
-            )
-    return "\n".join(out) + "\n"
+        table(
+            ["D", "L", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s"],
+            [
+                [r["head_dim"], r["L"], f"{r['fwd_ms']:.3f}", f"{r['fwd_tflops']:.1f}",
+                 f"{r['fwd_bwd_ms']:.3f}", f"{r['fwd_bwd_tflops']:.1f}"]
+                for r in results["flash"]
+            ],
+            "rrrrrr",
+        ),
+        "## every backend, B=1, H=16, D=64 (forward ms / peak MiB)",
+    )  # fmt: skip
 
+    def cell(c: dict[str, Any] | None) -> str:
+        if c is None:
+            return "skipped"
+        if c.get("oom"):
+            return "OOM"
+        return f"{_fmt(c['ms'], '.2f')} / {_fmt(c['peak_mib'], '.0f')}"
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument(
-        "--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384, 32768, 65536]
+    report.table(
+        ["L", *BACKENDS],
+        [[r["L"], *(cell(r.get(b)) for b in BACKENDS)] for r in results["backends"]],
+        "r" * (1 + len(BACKENDS)),
     )
-    p.add_argument("--head-dims", type=int, nargs="+", default=[64, 128])
-    p.add_argument("--padded-lengths", type=int, nargs="+", default=[512, 2048, 8192])
+    if results["padded"]:
+        report.add("## padded batches: 32 rows, lengths uniform in [L/8, L], H=12, D=64")
+        report.table(
+            ["L", "real tokens", "mask ms / MiB", "jagged ms / MiB", "jagged speed-up"],
+            [
+                [r["L"], f"{r['real_fraction']:.0%}",
+                 f"{r['mask']['ms']:.2f} / {r['mask']['peak_mib']:.0f}",
+                 f"{r['jagged']['ms']:.2f} / {r['jagged']['peak_mib']:.0f}",
+                 f"{r['jagged_speedup']:.2f}x"]
+                for r in results["padded"]
+            ],
+            "rrrrr",
+        )  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(
+        __doc__,
+        cli.sizes("--lengths", [1024, 2048, 4096, 8192, 16384, 32768, 65536]),
+        cli.sizes("--head-dims", [64, 128]),
+        cli.sizes("--padded-lengths", [512, 2048, 8192]),
+        cli.seconds(1.0),
+        cli.out(RESULTS / "attention-gpu"),
+    )
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--seconds", type=float, default=1.0, help="time budget per measurement")
     p.add_argument("--full-budget-gib", type=float, default=24.0)
-    p.add_argument("--out", type=Path, default=RESULTS / "attention-gpu")
-    args = p.parse_args()
+    smoke = {"lengths": [128], "head_dims": [64], "padded_lengths": [128], "reps": 1}
+    args = cli.parse(p, argv, **smoke, seconds=0.01)
     args.dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
+    report = Report("benchmarks.attention.gpu", argv)
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     results = {
         "device": name,
@@ -246,11 +251,8 @@ def main() -> None:
         "backends": every_backend(args, device),
         "padded": padded_batches(args, device),
     }
-    text = markdown(name, args, results)
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".md").write_text(text)
-    args.out.with_suffix(".json").write_text(json.dumps(results, indent=1))
+    markdown(report, name, args, results)
+    report.write(args.out.with_suffix(".md"), f"Attention on {name}", data=results)
 
 
 if __name__ == "__main__":

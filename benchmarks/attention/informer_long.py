@@ -8,32 +8,27 @@ random weights: speed and memory do not depend on the values; one token per step
 attention sees all L steps) with the encoder context set to L and the decoder at 48 + 24 steps. Every (backend, L) runs in a fresh subprocess: peak memory is ``ru_maxrss`` after
 the first forward minus the RSS just before it; latency is the median of the timed repeats after
 one warm-up (as many as fill about a second for fast points, one for points over 2 s).
-Writes ``benchmarks/results/informer_long.{md,json,png}``.
+Writes ``benchmarks/results/informer_long.{md,json,png}``. ``--smoke``: L = 96, flash and
+probsparse, one repeat.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import resource
-import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
+from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.attention.common import full_fits, in_subprocess, length_plot, peak_rss_mib, rss_mib
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report
+from benchmarks.harness.report import table as md_table
+from benchmarks.harness.timing import median_ms
 
 BACKENDS = ["full", "flash", "probsparse", "performer", "nystrom"]
 LENGTHS = [96, 192, 384, 768, 1536, 3072, 6144, 8192]
-
-
-def _rss_mib() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def _build(length: int):
@@ -52,68 +47,31 @@ def _build(length: int):
     return model, (x, xm, xd, xdm), source
 
 
-def worker(backend: str, length: int, repeats: int) -> None:
-    """Runs in the subprocess: prints one JSON line."""
+def worker(backend: str, length: int, repeats: int) -> dict[str, Any]:
+    """Runs in the subprocess: one (backend, L) measured."""
+    from models.informer.model import attention_plan
+
     torch.set_num_threads(1)
     model, inputs, source = _build(length)
     with torch.inference_mode():
-        base = _rss_mib()
+        base = rss_mib()
         t0 = time.perf_counter()
         model(*inputs, backend=backend)
         first = time.perf_counter() - t0
-        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 - base
-        times = []
+        peak = peak_rss_mib() - base
         # Fast points: enough repeats to fill about a second (noise at small L); slow points:
         # one timed repeat after the warm-up.
         n = min(max(repeats, int(1.0 / max(first, 1e-3))), 50) if first < 2.0 else 1
-        for _ in range(n):
-            t0 = time.perf_counter()
-            model(*inputs, backend=backend)
-            times.append(time.perf_counter() - t0)
-    layers = {k: v.backend for k, v in _plan(model, backend, length).items()}
-    print(
-        json.dumps(
-            {
-                "backend": backend,
-                "L": length,
-                "median_ms": statistics.median(times) * 1e3,
-                "peak_mib": peak,
-                "weights": source,
-                "layers": layers,
-            }
-        )
-    )
-
-
-def _plan(model, backend: str, length: int):
-    from models.informer.model import attention_plan
-
-    return attention_plan(model.config, backend, None, length)
-
-
-def _full_fits(length: int, heads: int, budget_gib: float) -> bool:
-    # Encoder layer 0 materialises [1, h, L, L] scores plus the softmax copy (fp32).
-    return 2 * heads * length * length * 4 / 2**30 <= budget_gib
-
-
-def measure(backend: str, length: int, args: argparse.Namespace) -> dict:
-    cmd = [
-        sys.executable,
-        "-m",
-        "benchmarks.attention.informer_long",
-        "--worker",
-        backend,
-        str(length),
-        "--repeats",
-        str(args.repeats),
-    ]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return {"backend": backend, "L": length, "error": f"timeout {args.timeout}s"}
-    if proc.returncode != 0:
-        return {"backend": backend, "L": length, "error": proc.stderr.strip().splitlines()[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+        ms = median_ms(lambda: model(*inputs, backend=backend), n, warmup=0)
+    plan = attention_plan(model.config, backend, None, length)
+    return {
+        "backend": backend,
+        "L": length,
+        "median_ms": ms,
+        "peak_mib": peak,
+        "weights": source,
+        "layers": {k: v.backend for k, v in plan.items()},
+    }
 
 
 def crossovers(rows: list[dict], ref: str = "full") -> dict[str, int | None]:
@@ -129,6 +87,7 @@ def crossovers(rows: list[dict], ref: str = "full") -> dict[str, int | None]:
 
 
 def table(rows: list[dict]) -> str:
+    """Latency and memory per backend (columns) and length (rows), then the crossovers."""
     lengths = sorted({r["L"] for r in rows})
     backends = [b for b in BACKENDS if any(r["backend"] == b for r in rows)]
     cell = {(r["backend"], r["L"]): r for r in rows}
@@ -140,14 +99,13 @@ def table(rows: list[dict]) -> str:
             return r.get("error", "–")
         return f"{r[key]:.{digits}f}"
 
-    head = "| L | " + " | ".join(f"{b} ms" for b in backends) + " | "
-    head += " | ".join(f"{b} MiB" for b in backends) + " |"
-    lines = [head, "|" + "---|" * (1 + 2 * len(backends))]
-    for n in lengths:
-        ms = [fmt(cell.get((b, n)), "median_ms", 1) for b in backends]
-        mib = [fmt(cell.get((b, n)), "peak_mib", 0) for b in backends]
-        lines.append(f"| {n} | " + " | ".join(ms) + " | " + " | ".join(mib) + " |")
-    lines.append("")
+    columns = ["L", *(f"{b} ms" for b in backends), *(f"{b} MiB" for b in backends)]
+    cells = [
+        [n, *(fmt(cell.get((b, n)), "median_ms", 1) for b in backends)]
+        + [fmt(cell.get((b, n)), "peak_mib", 0) for b in backends]
+        for n in lengths
+    ]
+    lines = [md_table(columns, cells), ""]
     for ref in ("full", "flash"):
         cross = crossovers(rows, ref)
         found = ", ".join(f"{b}: {cross[b] or 'never (in range)'}" for b in backends if b in cross)
@@ -155,37 +113,14 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (a, b) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for backend in BACKENDS:
-        pts = sorted((r["L"], r) for r in rows if r["backend"] == backend and "median_ms" in r)
-        if not pts:
-            continue
-        xs = [n for n, _ in pts]
-        a.plot(xs, [r["median_ms"] for _, r in pts], marker="o", label=backend)
-        b.plot(xs, [max(r["peak_mib"], 0.1) for _, r in pts], marker="o", label=backend)
-    for ax, label in ((a, "forward latency (ms)"), (b, "peak extra memory (MiB)")):
-        ax.set_xscale("log", base=2)
-        ax.set_yscale("log")
-        ax.set_xlabel("encoder context L (steps)")
-        ax.set_ylabel(label)
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend()
-    fig.suptitle("Informer (shipped h24 architecture), batch 1, fp32, CPU, 1 thread")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--lengths", type=int, nargs="*", default=LENGTHS)
-    p.add_argument("--backends", nargs="*", default=BACKENDS)
-    p.add_argument("--repeats", type=int, default=3)
+def main(argv: list[str] | None = None) -> None:
+    p = cli.parser(
+        __doc__,
+        cli.sizes("--lengths", LENGTHS),
+        cli.names("--backends", BACKENDS),
+        cli.repeats(3),
+        cli.out(RESULTS / "informer_long.md"),
+    )
     p.add_argument("--timeout", type=int, default=300, help="seconds per (backend, L)")
     p.add_argument(
         "--full-budget-gib",
@@ -193,47 +128,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=6.0,
         help="skip full attention where its score matrices would exceed this",
     )
-    p.add_argument("--replot", action="store_true", help="rewrite md/png from the saved JSON")
     p.add_argument("--worker", nargs=2, metavar=("BACKEND", "L"), help=argparse.SUPPRESS)
-    return p.parse_args(argv)
-
-
-def main(argv: list[str] | None = None) -> None:
-    args = parse_args(argv)
+    args = cli.parse(p, argv, lengths=[96], backends=["flash", "probsparse"], repeats=1)
     if args.worker:
-        worker(args.worker[0], int(args.worker[1]), args.repeats)
+        print(json.dumps(worker(args.worker[0], int(args.worker[1]), args.repeats)))
         return
-    if args.replot:
-        rows = json.loads((RESULTS / "informer_long.json").read_text())
-        note = (RESULTS / "informer_long.md").read_text().split("\nCPU:", 1)[1]
-        _write(rows, "\nCPU:" + note)
-        return
+    report = Report("benchmarks.attention.informer_long", argv)
     rows = []
     for n in args.lengths:
         for b in args.backends:
-            if b == "full" and not _full_fits(n, 8, args.full_budget_gib):
+            if b == "full" and not full_fits(n, 8, args.full_budget_gib):
                 rows.append({"backend": b, "L": n, "error": "skipped (memory)"})
                 continue
-            r = measure(b, n, args)
-            rows.append(r)
-            print(json.dumps({k: v for k, v in r.items() if k != "layers"}), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "informer_long.json").write_text(json.dumps(rows, indent=1) + "\n")
-    load = os.getloadavg()
-    note = (
-        f"\nCPU: {os.cpu_count()} cores, torch {torch.__version__}, 1 thread; load average "
-        f"at the end {load[0]:.1f} (other work on the machine inflates latencies).\n"
-    )
-    _write(rows, note)
-
-
-def _write(rows: list[dict], note: str) -> None:
-    text = table(rows)
-    (RESULTS / "informer_long.md").write_text(
-        "# Informer forward vs context length\n\n" + text + "\n" + note
-    )
-    plot(rows, RESULTS / "informer_long.png")
-    print(text + note)
+            argv_ = [b, str(n), "--repeats", str(args.repeats)]
+            rows.append({"backend": b, "L": n, **in_subprocess(__spec__.name, argv_, args.timeout)})
+            print(json.dumps({k: v for k, v in rows[-1].items() if k != "layers"}), flush=True)
+    report.add("CPU, 1 torch thread; other work on the machine inflates latencies.", table(rows))
+    report.write(args.out, "Informer forward vs context length", data=rows)
+    title = "Informer (shipped h24 architecture), batch 1, fp32, CPU, 1 thread"
+    labels = ("encoder context L (steps)", "forward latency (ms)", "peak extra memory (MiB)")
+    length_plot(args.out.with_suffix(".png"), rows, "backend", BACKENDS, labels, title)
 
 
 if __name__ == "__main__":

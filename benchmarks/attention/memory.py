@@ -8,26 +8,28 @@ For each (backend, batch), in a fresh subprocess on one thread: the estimate the
 pass (:mod:`models.profiling`: what the estimate models), and the resident-set high-water mark
 above the RSS before the pass, after a one-row warm-up (what
 ``attnserve_batch_activation_memory_measured_bytes`` reads on CPU). Memory does not depend on the weights, so random init matches a trained checkpoint of
-the same config. Writes ``benchmarks/results/memory-cpu.{md,json}``.
+the same config. Writes ``benchmarks/results/memory-cpu.{md,json}``. ``--smoke``: the ``short`` preset (context 96),
+flash at batch 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
-import sys
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.attention.common import in_subprocess
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report
 
 BACKENDS = ["full", "flash", "performer", "nystrom", "probsparse"]
 MIB = 2**20
 
 
-def _model(checkpoint: str | None):  # type: ignore[no-untyped-def]
+def _model(checkpoint: str | None, smoke: bool = False):
+    """The checkpoint's network, or the ``long`` preset (context 2048; ``smoke``: the ``small``
+    preset at 96) at random init; and what it is."""
     from models.informer.config import preset
     from models.informer.model import Informer
 
@@ -36,10 +38,12 @@ def _model(checkpoint: str | None):  # type: ignore[no-untyped-def]
 
         return InformerForecaster.load(checkpoint).model.eval(), checkpoint
     torch.manual_seed(0)
+    if smoke:
+        return Informer(preset("small", seq_len=96)).eval(), "preset small, random init"
     return Informer(preset("long", seq_len=2048, pred_len=96)).eval(), "preset long, random init"
 
 
-def worker(backend: str, batch: int, checkpoint: str | None) -> None:
+def worker(backend: str, batch: int, checkpoint: str | None, smoke: bool) -> None:
     """Runs in the subprocess: prints one JSON line."""
     from models.informer.memory import forward_bytes
     from models.informer.model import attention_plan
@@ -47,7 +51,7 @@ def worker(backend: str, batch: int, checkpoint: str | None) -> None:
     from service.engine.batching.device import proc_status_bytes, reset_rss_peak
 
     torch.set_num_threads(1)
-    model, source = _model(checkpoint)
+    model, source = _model(checkpoint, smoke)
     c = model.config
     x = torch.randn(batch, c.seq_len, c.enc_in)
     marks = torch.rand(batch, c.seq_len, c.time_features) - 0.5
@@ -73,60 +77,47 @@ def worker(backend: str, batch: int, checkpoint: str | None) -> None:
     print(json.dumps(row))
 
 
-def measure(backend: str, batch: int, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, "-m", "benchmarks.attention.memory", "--worker", backend, str(batch)]
-    if args.checkpoint:
-        cmd += ["--checkpoint", args.checkpoint]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    if proc.returncode != 0:
-        return {"backend": backend, "batch": batch, "error": proc.stderr.strip().splitlines()[-1]}
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def table(rows: list[dict]) -> str:
-    lines = [
-        "| backend | batch | estimate MiB | allocator peak MiB | estimate / allocator | "
-        "RSS high-water MiB |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if "error" in r:
-            lines.append(f"| {r['backend']} | {r['batch']} | {r['error']} | | | |")
-            continue
-        rss = "–" if r["rss_mib"] is None else f"{r['rss_mib']:.1f}"
-        lines.append(
-            f"| {r['backend']} | {r['batch']} | {r['estimate_mib']:.1f} | "
-            f"{r['allocated_mib']:.1f} | {r['estimate_mib'] / r['allocated_mib']:.2f} | {rss} |"
-        )
-    return "\n".join(lines)
+def cells(r: dict) -> list[object]:
+    """One row's table cells."""
+    if "error" in r:
+        return [r["backend"], r["batch"], r["error"], "", "", ""]
+    rss = "–" if r["rss_mib"] is None else f"{r['rss_mib']:.1f}"
+    return [
+        r["backend"], r["batch"], f"{r['estimate_mib']:.1f}", f"{r['allocated_mib']:.1f}",
+        f"{r['estimate_mib'] / r['allocated_mib']:.2f}", rss,
+    ]  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p = cli.parser(
+        __doc__,
+        cli.names("--backends", BACKENDS),
+        cli.sizes("--batches", [1, 32]),
+        cli.out(RESULTS / "memory-cpu.md"),
+    )
     p.add_argument("--checkpoint", help="an Informer checkpoint folder (default: random init)")
-    p.add_argument("--backends", nargs="*", default=BACKENDS)
-    p.add_argument("--batches", type=int, nargs="*", default=[1, 32])
     p.add_argument("--timeout", type=int, default=600, help="seconds per (backend, batch)")
     p.add_argument("--worker", nargs=2, metavar=("BACKEND", "BATCH"), help=argparse.SUPPRESS)
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, backends=["flash"], batches=[1])
     if args.worker:
-        worker(args.worker[0], int(args.worker[1]), args.checkpoint)
+        worker(args.worker[0], int(args.worker[1]), args.checkpoint, args.smoke)
         return
+    report = Report("benchmarks.attention.memory", argv)
     rows = []
     for batch in args.batches:
         for backend in args.backends:
-            rows.append(measure(backend, batch, args))
+            extra = [*(["--checkpoint", args.checkpoint] if args.checkpoint else [])]
+            extra += ["--smoke"] if args.smoke else []
+            result = in_subprocess(__spec__.name, [backend, str(batch), *extra], args.timeout)
+            rows.append({"backend": backend, "batch": batch, **result})
             print(json.dumps(rows[-1]), flush=True)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "memory-cpu.json").write_text(json.dumps(rows, indent=1) + "\n")
-    command = "python -m benchmarks.attention.memory " + " ".join(argv if argv is not None else sys.argv[1:])
-    note = (
-        f"\nCPU, float32, inference mode, 1 thread; torch {torch.__version__}, "
-        f"{os.cpu_count()} cores. Command: `{command.strip()}`. Model: {rows[0].get('model')}.\n"
-    )
-    text = "# Activation memory: estimate vs measured\n\n" + table(rows) + "\n" + note
-    (RESULTS / "memory-cpu.md").write_text(text)
-    print(text)
+    report.table(
+        ["backend", "batch", "estimate MiB", "allocator peak MiB", "estimate / allocator",
+         "RSS high-water MiB"],
+        map(cells, rows),
+    )  # fmt: skip
+    report.add(f"CPU, float32, inference mode, 1 thread. Model: {rows[0].get('model')}.")
+    report.write(args.out, "Activation memory: estimate vs measured", data=rows)
 
 
 if __name__ == "__main__":

@@ -89,10 +89,13 @@ def figure(path: Path, ncols: int = 1, size: tuple[float, float] = (7, 4.5)) -> 
 
 
 class _Nothing:
-    """Stands in for an axis when matplotlib is missing: every call is a no-op."""
+    """Stands in for an axis when matplotlib is missing: every attribute and call is a no-op."""
 
-    def __getattr__(self, name: str) -> Callable[..., None]:
-        return lambda *a, **k: None
+    def __getattr__(self, name: str) -> _Nothing:
+        return self
+
+    def __call__(self, *args: object, **kwargs: object) -> _Nothing:
+        return self
 
 
 def log_axes(ax: Any, xlabel: str, ylabel: str, base: int = 2) -> None:
