@@ -1,0 +1,72 @@
+"""What the attention benchmarks share: one measurement per fresh process (so its peak memory is
+its own), the resident-memory reading, the guard that keeps ``full`` attention within a memory
+budget, and the latency/memory-against-length plot."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from benchmarks.harness.report import figure, log_axes
+
+
+def rss_mib() -> float:
+    """This process's resident memory now, in MiB."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def peak_rss_mib() -> float:
+    """This process's resident-memory high-water mark (``ru_maxrss``), in MiB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def full_fits(length: int, heads: int, budget_gib: float) -> bool:
+    """Whether ``full`` attention's scores and softmax output ([heads, L, L] twice, float32) fit
+    in ``budget_gib``."""
+    return 2 * heads * length**2 * 4 / 2**30 <= budget_gib
+
+
+def in_subprocess(module: str, argv: Sequence[str], timeout: float) -> dict[str, Any]:
+    """Run ``python -m module --worker argv...`` and return the JSON of its last output line, or
+    ``{"error": ...}`` (its last error line, or the timeout)."""
+    cmd = [sys.executable, "-m", module, "--worker", *argv]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timeout {timeout:g}s"}
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def length_plot(
+    path: Path,
+    rows: list[dict[str, Any]],
+    key: str,
+    order: Sequence[str],
+    labels: tuple[str, str, str],
+    title: str,
+) -> None:
+    """Latency (``median_ms``) and peak memory (``peak_mib``) against length (``L``), one line per
+    ``rows[i][key]`` in ``order`` (peers dashed); ``labels``: x, latency and memory axis names."""
+    with figure(path, 2, (12, 4.5)) as (ax_t, ax_m):
+        for name in order:
+            pts = sorted(
+                (r["L"], r) for r in rows if r[key] == name and r.get("median_ms") is not None
+            )
+            if not pts:
+                continue
+            style = "--" if name.startswith("peer") else "-"
+            xs = [n for n, _ in pts]
+            ax_t.plot(xs, [r["median_ms"] for _, r in pts], style, marker="o", label=name)
+            ax_m.plot(xs, [max(r["peak_mib"], 0.1) for _, r in pts], style, marker="o", label=name)
+        log_axes(ax_t, labels[0], labels[1])
+        log_axes(ax_m, labels[0], labels[2])
+        ax_t.figure.suptitle(title)
