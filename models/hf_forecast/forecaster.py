@@ -39,7 +39,7 @@ from models.hf_forecast.folder import (
     read_sidecar,
 )
 from models.hf_forecast.inputs import SAMPLE_SEED, HFWindow, read_clock, read_features
-from models.informer.history import check_horizon, first_non_finite, read_history
+from models.informer.history import check_horizon, first_non_finite, predict_call, read_history
 from models.informer.model import LayerChoice
 from models.informer.timefeatures import format_timestamps
 from models.precision import convert_network, needs_conversion, precision_of
@@ -289,9 +289,7 @@ class HFForecaster:
         """Forecast every window with ``backend``; values in original units. A probabilistic
         head also returns each window's samples (seeded per window, so a series' forecast
         does not depend on what it was batched with)."""
-        backend = backend or self.default_attention
-        resolved = options if validated else self.check_attention(backend, options)
-        steps = (horizon or self.horizon) if validated else self.check_horizon(horizon)
+        backend, resolved, steps = predict_call(self, backend, options, horizon, validated)
         if not windows:
             return []
         opts = {k: v for k, v in (resolved or {}).items() if v is not None}

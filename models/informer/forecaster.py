@@ -19,7 +19,7 @@ from models.attention import get_backend
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
-from models.informer.history import check_horizon, first_non_finite, read_history
+from models.informer.history import check_horizon, first_non_finite, predict_call, read_history
 from models.informer.memory import forward_bytes, forward_work
 from models.informer.model import Informer, attention_plan, backend_cards
 from models.informer.timefeatures import (
@@ -282,12 +282,8 @@ class InformerForecaster:
         ``backend`` None means the checkpoint's default attention. ``validated``: the caller has
         already checked the backend, options and horizon (the server checks once per request).
         """
-        backend = backend or self.default_attention
-        if validated:
-            steps = horizon or self.horizon
-        else:
-            steps = self.check_horizon(horizon)
-            self.check_attention(backend, options)
+        # The network resolves the options itself: the ones given are passed on as they are.
+        backend, _, steps = predict_call(self, backend, options, horizon, validated)
         if not windows:
             return []
         dev, L, H = self.device, self.label_len, self.horizon

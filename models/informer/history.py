@@ -7,6 +7,7 @@ same payloads, the same checks, the same error messages naming the row or column
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -89,6 +90,37 @@ def first_non_finite(raw: np.ndarray, offset: int, channels: Sequence[str]) -> N
         raise ModelInputError(
             f"row {offset + int(r)}, channel {channels[c]} is {raw[r, c]}; values must be finite"
         )
+
+
+class Forecaster(Protocol):
+    """What :func:`predict_call` needs of a forecaster (ours or a transformers folder's)."""
+
+    horizon: int
+    default_attention: str
+
+    def check_horizon(self, horizon: int | None) -> int: ...
+
+    def check_attention(self, backend: str, options: dict | None = None) -> dict: ...
+
+
+def predict_call(
+    forecaster: Forecaster,
+    backend: str | None,
+    options: dict | None,
+    horizon: int | None,
+    validated: bool,
+) -> tuple[str, dict[str, Any] | None, int]:
+    """A ``predict`` call's backend (the forecaster's default when None), options (resolved,
+    unless ``validated``: the server checked them once per request) and steps to return.
+
+    Raises:
+        ModelInputError: a horizon out of range; ``AttentionError``: a bad backend or option.
+    """
+    backend = backend or forecaster.default_attention
+    if validated:
+        return backend, options, horizon or forecaster.horizon
+    steps = forecaster.check_horizon(horizon)
+    return backend, forecaster.check_attention(backend, options), steps
 
 
 def check_horizon(horizon: int | None, limit: int, name: str) -> int:
