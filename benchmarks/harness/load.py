@@ -21,12 +21,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, ParamSpec
 
 from benchmarks.harness.host import load_average
 from benchmarks.harness.timing import percentile
 
+P = ParamSpec("P")
 HOST = "127.0.0.1"  # every server under test listens here
 GRACE_S = 30.0  # how long a request sent inside the window may take before it is an error
 _RETRY_PAUSE_S = 0.05  # after a failed connection, so a down server is not hammered in a spin
@@ -293,31 +295,28 @@ async def drive(
     return LoadResult(len(latencies), seconds, latencies, errors, cpu, batches)
 
 
-def run_load(
-    host: str,
-    port: int,
-    requests: Sequence[bytes],
-    clients: int,
-    seconds: float,
-    warmup: float = 2.0,
-    probes: Mapping[str, Callable[[], float]] | None = None,
-    pause: float = 0.0,
-) -> LoadResult:
-    """:func:`drive` on a fresh event loop (uvloop when installed), with the load average
-    before and after."""
-    try:
-        import uvloop
+def _synchronous(
+    coroutine: Callable[P, Coroutine[Any, Any, LoadResult]],
+) -> Callable[P, LoadResult]:
+    def run(*args: P.args, **kwargs: P.kwargs) -> LoadResult:
+        try:
+            import uvloop
 
-        factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
-    except ImportError:
-        factory = None
-    before = load_average()
-    with asyncio.Runner(loop_factory=factory) as runner:
-        result = runner.run(
-            drive(host, port, requests, clients, seconds, warmup, probes, pause=pause)
-        )
-    result.load = (before, load_average())
-    return result
+            factory: Callable[[], asyncio.AbstractEventLoop] | None = uvloop.new_event_loop
+        except ImportError:
+            factory = None
+        before = load_average()
+        with asyncio.Runner(loop_factory=factory) as runner:
+            result = runner.run(coroutine(*args, **kwargs))
+        result.load = (before, load_average())
+        return result
+
+    run.__doc__ = f""":func:`{coroutine.__name__}` on a fresh event loop (uvloop when installed), with
+    the load average before and after (``load``)."""
+    return run
+
+
+run_load = _synchronous(drive)
 
 
 def say(label: str, result: LoadResult, extra: str = "") -> None:
@@ -333,19 +332,3 @@ def say(label: str, result: LoadResult, extra: str = "") -> None:
 def call_once(host: str, port: int, request: bytes, timeout: float = 10.0) -> tuple[int, bytes]:
     """:func:`request_once` from synchronous code."""
     return asyncio.run(request_once(host, port, request, timeout))
-
-
-__all__ = [
-    "HOST",
-    "Head",
-    "LoadResult",
-    "build_request",
-    "call_once",
-    "combined",
-    "drive",
-    "parse_head",
-    "read_response",
-    "request_once",
-    "run_load",
-    "say",
-]

@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 Run = Callable[[], object]
 
@@ -93,3 +94,22 @@ def alternating(runs: Mapping[str, Run], rounds: int, warmup: bool = True) -> di
                 out[name].wall.append(time.perf_counter() - wall)
                 out[name].cpu.append(time.process_time() - cpu)
     return out
+
+
+def rows_per_s(
+    run: Callable[[list[Any]], object], rows: list[Any], batch: int, repeats: int
+) -> tuple[float, float]:
+    """Rows per second of ``run`` over ``rows`` in chunks of ``batch`` (best of ``repeats``
+    passes, after one untimed chunk: first-call costs stay out) and the CPU milliseconds per row
+    of that best pass (all threads of this process)."""
+    chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
+    run(chunks[0])
+    best, best_cpu = float("inf"), float("nan")
+    for _ in range(repeats):
+        started, cpu0 = time.perf_counter(), time.process_time()
+        for chunk in chunks:
+            run(chunk)
+        elapsed = time.perf_counter() - started
+        if elapsed < best:
+            best, best_cpu = elapsed, (time.process_time() - cpu0) * 1000 / len(rows)
+    return len(rows) / best, best_cpu

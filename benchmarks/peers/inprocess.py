@@ -1,8 +1,12 @@
-"""The in-process reference rows: an encoder on batches of texts, no server, no HTTP.
+"""The in-process reference rows: an encoder on batches of texts, or a cross-encoder scoring
+rerank requests; no server, no HTTP.
 
     .venv/bin/python -m benchmarks.peers.inprocess attnserve --texts T.json --out R.json
     .venv-peers/bin/python -m benchmarks.peers.inprocess sentence-transformers --folder DIR ...
     .venv-peers/bin/python -m benchmarks.peers.inprocess onnxruntime --folder DIR ...
+    .venv-peers/bin/python -m benchmarks.peers.inprocess cross-encoder --folder DIR \
+        --requests R.json --out O.json
+    .venv/bin/python -m benchmarks.peers.inprocess attnserve-rerank --folder DIR ...
 
 ``attnserve`` is attnserve's own encoder (:class:`models.text.SentenceEncoder`, its default
 attention backend, as the server runs it); ``sentence-transformers`` is
@@ -14,6 +18,14 @@ three, as a server must do it. For each of ``--batches``, texts per second is th
 
 The output also holds the embeddings of the first ``--guard`` texts, so the runner can check that
 every implementation computes the same model.
+
+Reranking: ``cross-encoder`` is sentence-transformers' ``CrossEncoder.predict`` (the model inside
+the LitServe app; its scores are the reference every server is checked against);
+``attnserve-rerank`` is attnserve's ``TextClassifier`` with its default backend, as the server
+runs it. Tokenization is included. Two shapes: ``per request`` (each request's pairs one forward
+pass) and ``batch 32`` (all requests' pairs in forward passes of 32). Requests per second is the
+best of ``--repeats`` passes after a warm-up pass. The output also holds every request's scores,
+in request order.
 """
 
 from __future__ import annotations
@@ -27,6 +39,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+
+from benchmarks.harness.timing import rows_per_s
 
 Encode = Callable[[list[str]], Any]
 
@@ -73,28 +87,90 @@ IMPLEMENTATIONS = {
     "sentence-transformers": _sentence_transformers,
     "onnxruntime": _onnxruntime,
 }
+PASS = 32  # pairs per forward pass in the batched rerank shape
+Score = Callable[[list[tuple[str, str]], int], list[float]]
 
 
-def texts_per_s(encode: Encode, texts: list[str], batch: int, repeats: int) -> tuple[float, float]:
-    """Best-of-``repeats`` texts/s over ``texts`` in chunks of ``batch``, and the CPU ms per
-    text of that pass (all threads of this process)."""
-    chunks = [texts[i : i + batch] for i in range(0, len(texts), batch)]
-    encode(chunks[0])  # first-call costs (allocator, lazy init) stay out of the timing
-    best, best_cpu = float("inf"), float("nan")
-    for _ in range(repeats):
-        started, cpu0 = time.perf_counter(), time.process_time()
-        for chunk in chunks:
-            encode(chunk)
-        elapsed = time.perf_counter() - started
-        if elapsed < best:
-            best, best_cpu = elapsed, (time.process_time() - cpu0) * 1000 / len(texts)
-    return len(texts) / best, best_cpu
+def _cross_encoder(folder: str) -> Score:
+    from sentence_transformers import CrossEncoder
+
+    model = CrossEncoder(folder, device="cpu")
+    return lambda pairs, batch: [
+        float(s) for s in model.predict(pairs, batch_size=batch, convert_to_numpy=True)
+    ]
+
+
+def _attnserve_rerank(folder: str) -> Score:
+    from models.text.classifier import DEFAULT_ATTENTION, TextClassifier
+
+    model = TextClassifier.from_folder(Path(folder))
+    backend = DEFAULT_ATTENTION  # what the server runs when a request names none
+
+    def score(pairs: list[tuple[str, str]], batch: int) -> list[float]:
+        rows = model.tokenize(pairs)
+        return model.scores(model.logits(rows, backend, max_batch_size=batch))[:, 0].tolist()
+
+    return score
+
+
+RERANKERS = {"cross-encoder": _cross_encoder, "attnserve-rerank": _attnserve_rerank}
+
+
+def rerank(args: argparse.Namespace) -> dict[str, Any]:
+    """The rerank rows (per request, batch 32) and every request's scores."""
+    requests = [(q, d) for q, d in json.loads(args.requests.read_text())]
+    score = RERANKERS[args.impl](args.folder)
+    per_request = [[(q, d) for d in docs] for q, docs in requests]
+    flat = [p for pairs in per_request for p in pairs]
+    shapes: dict[str, Callable[[], Any]] = {
+        "per request": lambda: [score(pairs, len(pairs)) for pairs in per_request],
+        f"batch {PASS}": lambda: score(flat, PASS),
+    }
+    rows = []
+    for shape, run in shapes.items():
+        run()  # warm-up
+        best_wall = best_cpu = float("inf")
+        for _ in range(args.repeats):
+            wall, cpu = time.perf_counter(), time.process_time()
+            run()
+            best_wall = min(best_wall, time.perf_counter() - wall)
+            best_cpu = min(best_cpu, time.process_time() - cpu)
+        rows.append({
+            "shape": shape,
+            "req_per_s": len(requests) / best_wall,
+            "pairs_per_s": len(flat) / best_wall,
+            "cpu_ms_per_request": best_cpu * 1000.0 / len(requests),
+        })  # fmt: skip
+    scores = [score(pairs, len(pairs)) for pairs in per_request]
+    impl = args.impl.removesuffix("-rerank")
+    return {"impl": impl, "threads": torch.get_num_threads(), "rows": rows, "scores": scores}
+
+
+def encode(args: argparse.Namespace) -> dict[str, Any]:
+    """The encode rows (one per batch size) and the embeddings of the first ``--guard`` texts."""
+    texts = json.loads(args.texts.read_text())
+    run, info = IMPLEMENTATIONS[args.impl](args.folder, args.threads)
+    rows = []
+    for batch in args.batches:
+        rate, cpu_ms = rows_per_s(run, texts, batch, args.repeats)
+        rows.append({"batch": batch, "texts_per_s": rate, "cpu_ms_per_text": cpu_ms})
+    guard = run(texts[: args.guard])
+    return {
+        "impl": args.impl,
+        "rows": rows,
+        "texts": len(texts),
+        "threads": args.threads,
+        "torch_threads": torch.get_num_threads(),
+        **info,
+        "guard": [[float(x) for x in row] for row in guard],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("impl", choices=sorted(IMPLEMENTATIONS))
-    parser.add_argument("--texts", type=Path, required=True, help="JSON list of texts")
+    parser.add_argument("impl", choices=sorted([*IMPLEMENTATIONS, *RERANKERS]))
+    parser.add_argument("--texts", type=Path, help="JSON list of texts (encoders)")
+    parser.add_argument("--requests", type=Path, help="[[query, [doc, ...]], ...] (rerankers)")
     parser.add_argument("--out", type=Path, required=True, help="JSON result file")
     parser.add_argument("--folder", help="model folder (attnserve: default the shipped one)")
     parser.add_argument("--threads", type=int, default=2, help="intra-op threads")
@@ -102,28 +178,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--guard", type=int, default=16, help="texts whose embeddings are kept")
     args = parser.parse_args()
-
     torch.set_num_threads(args.threads)
-    texts = json.loads(args.texts.read_text())
-    encode, info = IMPLEMENTATIONS[args.impl](args.folder, args.threads)
-    rows = []
-    for batch in args.batches:
-        rate, cpu_ms = texts_per_s(encode, texts, batch, args.repeats)
-        rows.append({"batch": batch, "texts_per_s": rate, "cpu_ms_per_text": cpu_ms})
-    guard = encode(texts[: args.guard])
-    args.out.write_text(
-        json.dumps(
-            {
-                "impl": args.impl,
-                "rows": rows,
-                "texts": len(texts),
-                "threads": args.threads,
-                "torch_threads": torch.get_num_threads(),
-                **info,
-                "guard": [[float(x) for x in row] for row in guard],
-            }
-        )
-    )
+    args.out.write_text(json.dumps(rerank(args) if args.impl in RERANKERS else encode(args)))
 
 
 if __name__ == "__main__":

@@ -75,6 +75,3 @@ def publish(root: Path, name: str, stamp: str, build: Callable[[Path], Path]) ->
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-__all__ = ["NAME", "peer_folder", "publish"]

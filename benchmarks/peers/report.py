@@ -311,6 +311,3 @@ def record(
         "in_process": ceilings,
         "targets": [{"target": w, "ratio": r, "met": m} for w, r, m in checks(summaries, ceilings)],
     }
-
-
-__all__ = ["BASELINE", "Summary", "checks", "markdown", "other_cores", "record", "summarize"]

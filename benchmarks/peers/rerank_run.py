@@ -8,7 +8,7 @@ each request is one query and 16 documents (:mod:`.rerank_workload`), every serv
 ``CrossEncoder.save`` folder by path.
 
 1. In-process rows, each in its own process: sentence-transformers' ``CrossEncoder.predict``
-   (peers' interpreter) and attnserve's ``TextClassifier`` (:mod:`.rerank_inprocess`), per
+   (peers' interpreter) and attnserve's ``TextClassifier`` (:mod:`.inprocess`), per
    request and in passes of 32 pairs. ``CrossEncoder.predict``'s scores are the reference:
    attnserve's in-process scores must be within ``--tolerance`` of them.
 2. ``--rounds`` rounds; in each, every server in turn: start it, wait for a right answer, check
@@ -32,14 +32,13 @@ import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psutil
 
 from benchmarks.harness import cli
-from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, call_once
 from benchmarks.harness.report import command, write
 from benchmarks.peers import report
@@ -62,8 +61,8 @@ from benchmarks.peers.servers import (
     interpreters,
     peer_options,
     peers_app,
+    run_meta,
     take_turn,
-    versions,
 )
 
 BATCH = 32  # pairs per forward pass, every server
@@ -285,10 +284,10 @@ def main(argv: list[str] | None = None) -> None:
         timed = requests[: args.inprocess_requests]
         requests_file.write_text(json.dumps([[r.query, r.documents] for r in timed]))
         options = ["--folder", str(folder), "--requests", str(requests_file)]
-        ours = in_process("rerank_inprocess", "attnserve", Path(sys.executable), args, *options)
+        ours = in_process("attnserve-rerank", Path(sys.executable), args, *options)
         ref = ours
         if args.peers_python.is_file():
-            ref = in_process("rerank_inprocess", "cross-encoder", args.peers_python, args, *options)
+            ref = in_process("cross-encoder", args.peers_python, args, *options)
         else:
             print("smoke: no peers interpreter; attnserve's own scores are the reference")
     reference: list[list[float]] = ref["scores"]
@@ -329,40 +328,18 @@ def main(argv: list[str] | None = None) -> None:
         for name in args.servers
     ]
     loads = {(n, c): [t.loads[c] for t in turns[n]] for n in args.servers for c in args.clients}
-    meta: dict[str, Any] = {
-        "command": run_command,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_model": cpu_model(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "threads": args.threads,
-        "omp_wait_policy": args.omp_wait_policy,
-        "seconds": args.seconds,
-        "warmup_s": args.warmup,
-        "rounds": args.rounds,
-        "repeats": args.repeats,
-        "inprocess_requests": args.inprocess_requests,
-        "clients": args.clients,
-        "servers": args.servers,
-        "load_before": load_before,
-        "load_after": load_average(),
-        "server_info": {
-            name: {
-                "config": PEERS[name].config,
-                "venv": pythons[PEERS[name].interpreter].parent.parent.name,
-                "versions": versions(pythons[PEERS[name].interpreter], PEERS[name].packages),
-                "startup_s": [t.startup_s for t in turns[name]],
-                "diff": diffs[name],
-                "stops": [asdict(t.stopped) for t in turns[name] if t.stopped],
-            }
-            for name in args.servers
-        },
-        "notes": [
+    meta = run_meta(
+        args, run_command, load_before, PEERS, pythons, turns,
+        inprocess_requests=args.inprocess_requests,
+        notes=[
             f"After the run no process on this machine held `{folder.name}` in its command line "
             "(psutil scan), besides each server's own check when it stopped.",
             "",
             NOTES,
         ],
-    }
+    )  # fmt: skip
+    for name in args.servers:
+        meta["server_info"][name]["diff"] = diffs[name]
     page = markdown(meta, summaries, inproc, loads)
     write(args.out_dir / f"{args.name}.md", page)
     record = {

@@ -63,14 +63,3 @@ def rerank_requests(folder: Path, count: int = REQUESTS, docs: int = DOCS) -> li
         RerankRequest(queries[k], [documents[(k * docs + j) % len(documents)] for j in range(docs)])
         for k in range(count)
     ]
-
-
-__all__ = [
-    "DOCS",
-    "MAX_TOKENS",
-    "NAME",
-    "REQUESTS",
-    "RerankRequest",
-    "rerank_folder",
-    "rerank_requests",
-]

@@ -29,18 +29,16 @@ virtualenvs are missing.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import os
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
-from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.host import load_average
 from benchmarks.harness.load import LoadResult
 from benchmarks.harness.report import command, write
 from benchmarks.peers import report
@@ -49,12 +47,12 @@ from benchmarks.peers.servers import (
     PEERS,
     Launch,
     PeerServer,
-    Stopped,
+    Turn,
     in_process,
     interpreters,
     peer_options,
+    run_meta,
     take_turn,
-    versions,
 )
 from benchmarks.service.workloads import short_texts
 
@@ -89,14 +87,12 @@ def measure_ceilings(
         texts_file = Path(tmp) / "texts.json"
         texts_file.write_text(json.dumps(texts[:256]))
         options = ["--texts", str(texts_file), "--batches", *map(str, args.batches)]
-        ours = in_process("inprocess", "attnserve", Path(sys.executable), args, *options)
+        ours = in_process("attnserve", Path(sys.executable), args, *options)
         results.append(({**ours, "cosine": 1.0}, "attnserve SentenceEncoder.encode (flash)"))
         print(f"  in-process attnserve: {ours['rows']}", flush=True)
         if args.peers_python.is_file():
             for impl, label in REFERENCES:
-                other = in_process(
-                    "inprocess", impl, args.peers_python, args, *options, "--folder", str(folder)
-                )
+                other = in_process(impl, args.peers_python, args, *options, "--folder", str(folder))
                 worst = min(
                     cosine(a, b) for a, b in zip(ours["guard"], other["guard"], strict=True)
                 )
@@ -128,11 +124,6 @@ def measure_ceilings(
     return rows, ours["guard"][0]
 
 
-def _venv(python: Path) -> str:
-    """The name of ``python``'s virtualenv."""
-    return python.parent.parent.name
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = cli.parser(__doc__, peer_options([1, 32], 10.0, 2.0, list(PEERS), "peers-cpu"))
     parser.add_argument(
@@ -152,9 +143,8 @@ def main(argv: list[str] | None = None) -> None:
     ceilings, reference = measure_ceilings(texts, args, folder)
 
     rounds: dict[tuple[str, int], list[LoadResult]] = {}
-    startup: dict[str, list[float]] = {name: [] for name in args.servers}
+    turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
     similarity: dict[str, list[float]] = {name: [] for name in args.servers}
-    stops: dict[str, list[Stopped]] = {name: [] for name in args.servers}
 
     def same_model(server: PeerServer, answer: Any) -> None:
         similarity[server.name].append(cosine(server.peer.embedding(answer), reference))
@@ -169,42 +159,13 @@ def main(argv: list[str] | None = None) -> None:
             launch = Launch.on_free_port(args, folder)
             log = args.log_dir / f"{name}-{tag}.log"
             server = PeerServer(PEERS[name], launch, log, args.omp_wait_policy)
-            turn = take_turn(server, texts[0], texts, args, tag, same_model)
-            startup[name].append(turn.startup_s)
-            stops[name].append(turn.stopped)  # type: ignore[arg-type]
-            for clients, result in turn.results.items():
+            turns[name].append(take_turn(server, texts[0], texts, args, tag, same_model))
+            for clients, result in turns[name][-1].results.items():
                 rounds.setdefault((name, clients), []).append(result)
     loads = {key: [r.load for r in results] for key, results in rounds.items()}
-
-    meta: dict[str, Any] = {
-        "command": run_command,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_model": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
-        "threads": args.threads,
-        "omp_wait_policy": args.omp_wait_policy,
-        "texts": args.texts,
-        "seconds": args.seconds,
-        "warmup_s": args.warmup,
-        "rounds": args.rounds,
-        "clients": args.clients,
-        "servers": args.servers,
-        "load_before": load_before,
-        "load_after": load_average(),
-        "server_info": {
-            name: {
-                "config": PEERS[name].config,
-                "torch_threads": args.threads,
-                "versions": versions(pythons[PEERS[name].interpreter], PEERS[name].packages),
-                "startup_s": startup[name],
-                "cosine": similarity[name],
-                "venv": _venv(pythons[PEERS[name].interpreter]),
-                "stops": [dataclasses.asdict(s) for s in stops[name]],
-            }
-            for name in args.servers
-        },
-    }
+    meta = run_meta(args, run_command, load_before, PEERS, pythons, turns, texts=args.texts)
+    for name in args.servers:
+        meta["server_info"][name]["cosine"] = similarity[name]
     summaries = [
         report.summarize(name, clients, rounds[(name, clients)])
         for clients in args.clients

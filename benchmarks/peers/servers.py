@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
 from benchmarks.harness.process import (
     ROOT,
@@ -310,19 +313,56 @@ def interpreters(args: argparse.Namespace, peers: Mapping[str, Peer]) -> dict[st
     return pythons
 
 
-def in_process(module: str, impl: str, python: Path, args: argparse.Namespace,
-               *options: str) -> dict[str, Any]:  # fmt: skip
-    """One in-process measurement (``python -m benchmarks.peers.<module> impl ...``) in its own
+def in_process(impl: str, python: Path, args: argparse.Namespace, *options: str) -> dict[str, Any]:
+    """One in-process measurement (``python -m benchmarks.peers.inprocess impl ...``) in its own
     process with the servers' environment; the JSON it writes."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         command = [
-            str(python), "-m", f"benchmarks.peers.{module}", impl, "--out", str(out),
+            str(python), "-m", "benchmarks.peers.inprocess", impl, "--out", str(out),
             "--threads", str(args.threads), "--repeats", str(args.repeats), *options,
         ]  # fmt: skip
         env = server_env(args.threads, args.omp_wait_policy)
         subprocess.run(command, cwd=ROOT, env=env, check=True)
         return dict(json.loads(out.read_text()))
+
+
+def run_meta(
+    args: argparse.Namespace, command: str, load_before: str, peers: Mapping[str, Peer],
+    pythons: Mapping[str, Path], turns: Mapping[str, list[Turn]], **extra: Any,
+) -> dict[str, Any]:  # fmt: skip
+    """What every peer run records: the command, the machine, the load, the run's shape
+    (``extra`` added), and per server its configuration, interpreter, versions, start-up times
+    and how its process tree ended each round."""
+    return {
+        "command": command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0)),
+        "threads": args.threads,
+        "omp_wait_policy": args.omp_wait_policy,
+        "seconds": args.seconds,
+        "warmup_s": args.warmup,
+        "rounds": args.rounds,
+        "repeats": args.repeats,
+        "clients": args.clients,
+        "servers": args.servers,
+        "load_before": load_before,
+        "load_after": load_average(),
+        **extra,
+        "server_info": {
+            name: {
+                "config": peers[name].config,
+                "torch_threads": args.threads,
+                "venv": pythons[peers[name].interpreter].parent.parent.name,
+                "versions": versions(pythons[peers[name].interpreter], peers[name].packages),
+                "startup_s": [t.startup_s for t in turns[name]],
+                "stops": [asdict(t.stopped) for t in turns[name] if t.stopped],
+            }
+            for name in args.servers
+        },
+    }
 
 
 def versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:

@@ -39,7 +39,6 @@ import argparse
 import json
 import os
 import statistics
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -50,7 +49,9 @@ from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
 from benchmarks.harness.process import TEXT_MODEL, attnserve
+from benchmarks.harness.report import table as markdown_table
 from benchmarks.harness.report import write_json
+from benchmarks.harness.timing import rows_per_s
 from benchmarks.service.workloads import etth1_windows, short_texts
 
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
@@ -78,24 +79,6 @@ def workload(path: str, items: list[Any], backend: str, **fields: Any) -> Worklo
 
 
 # ----------------------------------------------------------------------------- in-process
-
-
-def rows_per_s(
-    run: Callable[[list[Any]], object], rows: list[Any], batch: int, repeats: int
-) -> tuple[float, float]:
-    """Rows per second of ``run`` over ``rows`` in chunks of ``batch`` (best of ``repeats``) and
-    CPU milliseconds per row (of that best pass)."""
-    chunks = [rows[i : i + batch] for i in range(0, len(rows), batch)]
-    run(chunks[0])
-    best, best_cpu = float("inf"), float("nan")
-    for _ in range(repeats):
-        started, cpu0 = time.perf_counter(), time.process_time()
-        for chunk in chunks:
-            run(chunk)
-        elapsed = time.perf_counter() - started
-        if elapsed < best:
-            best, best_cpu = elapsed, (time.process_time() - cpu0) * 1000 / len(rows)
-    return len(rows) / best, best_cpu
 
 
 @dataclass(frozen=True)
@@ -309,57 +292,57 @@ def main(argv: list[str] | None = None) -> None:
     load_after = load_average()
 
     nan = (float("nan"), float("nan"))
+    record = []
+    for (task, backend), b in batched.items():
+        u = unbatched[(task, backend)]
+        (ip, ip_cpu), (ip1, _) = (
+            in_proc.get((task, backend, BATCH), nan),
+            in_proc.get((task, backend, 1), nan),
+        )
+        record.append({
+            "task": task, "backend": backend, "server_rps": b.throughput,
+            "p50_ms": b.pct(50), "p95_ms": b.pct(95), "p99_ms": b.pct(99),
+            "mean_batch": statistics.fmean(b.batch_sizes or [0]),
+            "server_cpu_ms_per_request": b.cpu_ms_per_request(),
+            "client_cpu_ms_per_request": b.cpu_ms_per_request("driver"),
+            "in_process_rows_per_s": ip, "in_process_cpu_ms_per_row": ip_cpu,
+            "in_process_batch1_rows_per_s": ip1,
+            "in_process_parallel_rows_per_s": in_parallel.get((task, backend)),
+            "unbatched_rps": u.throughput, "unbatched_p50_ms": u.pct(50),
+            "unbatched_p99_ms": u.pct(99), "errors": b.error_count + u.error_count,
+        })  # fmt: skip
+    columns = [
+        "task", "backend", "server req/s", "p50 / p95 / p99 ms", "mean batch",
+        "in-process rows/s (batch 32, 1 process)", "vs in-process",
+        "batching-off req/s (p50 / p99 ms)", "vs batching-off", "in-process batch 32 / 1",
+        "CPU ms per row: server / in-process",
+    ]  # fmt: skip
+    if in_parallel:
+        columns += [f"in-process x{args.workers} rows/s", "vs that"]
+    rows = []
+    for r in record:
+        rps, ip, par = (
+            r["server_rps"],
+            r["in_process_rows_per_s"],
+            r["in_process_parallel_rows_per_s"],
+        )
+        rows.append([
+            r["task"], r["backend"], f"{rps:.1f}",
+            f"{r['p50_ms']:.0f} / {r['p95_ms']:.0f} / {r['p99_ms']:.0f}", f"{r['mean_batch']:.1f}",
+            f"{ip:.1f}", f"{rps / ip:.2f}x",
+            f"{r['unbatched_rps']:.1f} ({r['unbatched_p50_ms']:.0f} / {r['unbatched_p99_ms']:.0f})",
+            f"{rps / r['unbatched_rps']:.2f}x", f"{ip / r['in_process_batch1_rows_per_s']:.2f}x",
+            f"{r['server_cpu_ms_per_request']:.2f} / {r['in_process_cpu_ms_per_row']:.2f}",
+            *([f"{par:.1f}", f"{rps / par:.2f}x"] if in_parallel else []),
+        ])  # fmt: skip
     lines = [
         f"{args.clients} concurrent clients, one text / one series per request, "
         f"{args.workers} server worker process(es), device {args.device}, torch threads "
         f"{args.threads} per process, {os.cpu_count()} CPUs; load average before {load_before}, "
         f"after {load_after}.",
         "",
-        "| task | backend | server req/s | p50 / p95 / p99 ms | mean batch | in-process rows/s "
-        "(batch 32, 1 process) | vs in-process | batching-off req/s (p50 / p99 ms) | "
-        "vs batching-off | in-process batch 32 / 1 | CPU ms per row: server / in-process |"
-        + (f" in-process x{args.workers} rows/s | vs that |" if in_parallel else ""),
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
-        + ("---:|---:|" if in_parallel else ""),
+        markdown_table(columns, rows, "llrrrrrrrrrrr"),
     ]
-    record = []
-    for key in workloads:
-        b, u = batched[key], unbatched[key]
-        (ip, ip_cpu), (ip1, _) = in_proc.get((*key, BATCH), nan), in_proc.get((*key, 1), nan)
-        mean_batch = statistics.fmean(b.batch_sizes or [0])
-        lines.append(
-            f"| {key[0]} | {key[1]} | {b.throughput:.1f} | {b.pct(50):.0f} / {b.pct(95):.0f} / "
-            f"{b.pct(99):.0f} | {mean_batch:.1f} | {ip:.1f} | {b.throughput / ip:.2f}x | "
-            f"{u.throughput:.1f} ({u.pct(50):.0f} / {u.pct(99):.0f}) | "
-            f"{b.throughput / u.throughput:.2f}x | {ip / ip1:.2f}x | "
-            f"{b.cpu_ms_per_request():.2f} / {ip_cpu:.2f} |"
-            + (
-                f" {in_parallel[key]:.1f} | {b.throughput / in_parallel[key]:.2f}x |"
-                if in_parallel
-                else ""
-            )
-        )
-        record.append(
-            {
-                "task": key[0],
-                "backend": key[1],
-                "server_rps": b.throughput,
-                "p50_ms": b.pct(50),
-                "p95_ms": b.pct(95),
-                "p99_ms": b.pct(99),
-                "mean_batch": mean_batch,
-                "server_cpu_ms_per_request": b.cpu_ms_per_request(),
-                "client_cpu_ms_per_request": b.cpu_ms_per_request("driver"),
-                "in_process_rows_per_s": ip,
-                "in_process_cpu_ms_per_row": ip_cpu,
-                "in_process_batch1_rows_per_s": ip1,
-                "in_process_parallel_rows_per_s": in_parallel.get(key),
-                "unbatched_rps": u.throughput,
-                "unbatched_p50_ms": u.pct(50),
-                "unbatched_p99_ms": u.pct(99),
-                "errors": b.errors + u.errors,
-            }
-        )
     table = "\n".join(lines)
     print()
     print(table)

@@ -31,7 +31,7 @@ drift hits all alike) is started, and once both workers answer:
 
 Then once per manager a **start-up failure** (an unknown model): exit status and time. Writes
 ``benchmarks/results/worker-managers-cpu.{md,json}`` (:mod:`.worker_managers_report`).
-``--smoke``: attnserve's supervisor alone, two short rounds.
+``--smoke``: attnserve's supervisor alone, two short rounds, 16 texts admitted at SIGTERM.
 """
 
 from __future__ import annotations
@@ -352,7 +352,7 @@ def measure(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
                 r["kills"].append(kill)
                 print(f"  kill: {kill}", flush=True)
                 if rnd == 0:
-                    r["drain"] = asyncio.run(sigterm_drain(run))
+                    r["drain"] = asyncio.run(sigterm_drain(run, args.burst))
                     print(f"  drain: {r['drain']}", flush=True)
                 else:
                     r["orphans"] = manager_killed(run)
@@ -371,7 +371,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--managers", nargs="+", default=list(MANAGERS), choices=list(MANAGERS))
     p.add_argument("--keep-logs", type=Path, help="a folder for the servers' logs")
-    args = cli.parse(p, argv, seconds=1.0, warmup=0.5, clients=4, managers=["ours"])
+    p.set_defaults(burst=DRAIN_BURST)
+    args = cli.parse(p, argv, seconds=1.0, warmup=0.5, clients=4, managers=["ours"], burst=16)
     if args.rounds < 2:
         p.error("--rounds must be at least 2")
     host = {"cpu": cpu_model(), "cores": str(os.cpu_count()), "load_start": load_average(),
