@@ -1,6 +1,7 @@
 """What the attention benchmarks share: one measurement per fresh process (so its peak memory is
 its own), the resident-memory reading, the guard that keeps ``full`` attention within a memory
-budget, and the latency/memory-against-length plot."""
+budget, the latency/memory-against-length plot, and the attention-free floor (every attention
+layer stubbed out) that the forecast and text benchmarks measure against."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import os
 import resource
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+
+import torch
 
 from benchmarks.harness.report import figure, log_axes
 
@@ -70,3 +75,23 @@ def length_plot(
         log_axes(ax_t, labels[0], labels[1])
         log_axes(ax_m, labels[0], labels[2])
         ax_t.figure.suptitle(title)
+
+
+def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
+    """Attention that costs nothing: the first ``Lq`` value rows (``[b, h, Lq, d]``; in
+    cross-attention with fewer keys than queries, the queries), so every other layer sees the
+    shapes it always sees."""
+    return v[:, :, : q.shape[2]] if v.shape[2] >= q.shape[2] else q
+
+
+@contextmanager
+def attention_replaced(module: ModuleType, stub: bool) -> Iterator[None]:
+    """Inside the block, every attention layer that calls ``module.attend`` (the Informer's
+    ``models.informer.layers``, the text models' ``models.text.bert``) gets the free stub when
+    ``stub``: the attention-free floor no backend can go below."""
+    real = module.attend  # type: ignore[attr-defined]
+    module.attend = _free_attention if stub else real  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        module.attend = real  # type: ignore[attr-defined]

@@ -12,6 +12,7 @@ the median of ``--repeats``. The stub returns the values unchanged (``[b, h, L, 
 other layer sees tensors of the shapes it always sees. ``× flash`` and ``× full`` are what a
 backend would gain per forward if attention were all it did differently, and the floor row says
 what the attention-free rest costs. Writes ``benchmarks/results/forward-floor-cpu.md``.
+``--smoke``: the ETTh1 horizon-24 model, 1 repeat.
 
 ``--parts`` adds where each forward's time goes: the median milliseconds of each block (the
 embeddings, every encoder layer with its attention block and feed-forward, the distilling
@@ -21,39 +22,21 @@ output projection), timed with forward hooks, and the rest (RevIN, casts, concat
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.attention.common import attention_replaced
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report, table
 from models.informer import layers
 from models.informer.forecaster import InformerForecaster
 from models.names import BACKEND_NAMES
 
 MODELS = ("informer-ettm1-h96-c2048", "informer-ettm1-h288-c2048")
 FLOOR = "no attention (floor)"
-
-
-def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
-    """Attention that costs nothing: the first ``Lq`` value rows (cross-attention: the queries)."""
-    return v[:, :, : q.shape[2]] if v.shape[2] >= q.shape[2] else q
-
-
-@contextmanager
-def attention_replaced(stub: bool) -> Iterator[None]:
-    """Every Informer attention layer calls ``_free_attention`` inside the block when ``stub``."""
-    real = layers.attend
-    layers.attend = _free_attention if stub else real  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        layers.attend = real
 
 
 def _timed_parts(net: torch.nn.Module, times: dict[str, list[float]]) -> list[Any]:
@@ -102,7 +85,7 @@ def measure(
         for round_ in range(repeats + 1):  # the first round warms up
             for name, backend, stub in runs:
                 hooks = _timed_parts(net, blocks[name]) if parts is not None and round_ else []
-                with attention_replaced(stub):
+                with attention_replaced(layers, stub):
                     started = time.perf_counter()
                     net(x, marks, x_dec, marks_dec, backend)
                     if round_:
@@ -121,59 +104,60 @@ def parts_table(model: str, parts: dict[str, dict[str, float]], totals: dict[str
     runs = list(parts)
     blocks = list(dict.fromkeys(b for p in parts.values() for b in p))
     top = [b for b in blocks if b.count(".") <= 1]
-    lines = [
-        f"| {model}: ms per block | " + " | ".join(runs) + " |",
-        "|---|" + "---:|" * len(runs),
+    cells = [
+        [f"{'  ↳ ' if block not in top else ''}{block}"]
+        + [f"{parts[r].get(block, float('nan')):.2f}" for r in runs]
+        for block in blocks
     ]
-    for block in blocks:
-        cells = " | ".join(f"{parts[r].get(block, float('nan')):.2f}" for r in runs)
-        lines.append(f"| {'  ↳ ' if block not in top else ''}{block} | {cells} |")
-    rest = " | ".join(f"{totals[r] - sum(parts[r].get(b, 0.0) for b in top):.2f}" for r in runs)
-    lines.append(f"| rest | {rest} |")
-    lines.append("| **forward** | " + " | ".join(f"{totals[r]:.2f}" for r in runs) + " |")
-    return "\n".join(lines)
+    cells.append(
+        ["rest", *(f"{totals[r] - sum(parts[r].get(b, 0.0) for b in top):.2f}" for r in runs)]
+    )
+    cells.append(["**forward**", *(f"{totals[r]:.2f}" for r in runs)])
+    return table([f"{model}: ms per block", *runs], cells, "l" + "r" * len(runs))
 
 
-def table(results: dict[str, dict[str, float]]) -> str:
-    lines = [
-        "| model | forward | ms | attention ms (above the floor) | × flash | × full |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+def floor_table(results: dict[str, dict[str, float]]) -> str:
+    """Every model's forwards beside its floor and its ``flash`` and ``full``."""
+    cells = []
     for model, ms in results.items():
         floor, flash, full = ms[FLOOR], ms["flash"], ms["full"]
         for name, value in ms.items():
             attention = "—" if name == FLOOR else f"{value - floor:.1f}"
-            lines.append(
-                f"| {model} | {name} | {value:.1f} | {attention} | {flash / value:.2f}x | "
-                f"{full / value:.1f}x |"
+            cells.append(
+                [
+                    model,
+                    name,
+                    f"{value:.1f}",
+                    attention,
+                    f"{flash / value:.2f}x",
+                    f"{full / value:.1f}x",
+                ]
             )
-    return "\n".join(lines)
+    columns = ["model", "forward", "ms", "attention ms (above the floor)", "× flash", "× full"]
+    return table(columns, cells, "llrrrr")
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", nargs="+", default=list(MODELS))
-    p.add_argument("--repeats", type=int, default=25)
-    p.add_argument("--threads", type=int, default=1)
+    p = cli.parser(
+        __doc__,
+        cli.names("--models", MODELS),
+        cli.repeats(25),
+        cli.threads(1),
+        cli.out(RESULTS / "forward-floor-cpu.md"),
+    )
     p.add_argument("--parts", action="store_true", help="and each block's time per run")
-    p.add_argument("--out", type=Path, default=RESULTS / "forward-floor-cpu.md")
-    args = p.parse_args(argv)
+    args = cli.parse(p, argv, models=["informer-etth1-h24"], repeats=1)
     torch.set_num_threads(args.threads)
+    report = Report("benchmarks.forecast.forward_floor", argv)
     parts: dict[str, dict[str, dict[str, float]]] = {m: {} for m in args.models}
     results = {m: measure(m, args.repeats, parts[m] if args.parts else None) for m in args.models}
-    breakdown = "".join(
-        "\n\n" + parts_table(m, parts[m], results[m]) for m in args.models if args.parts
-    )
-    text = (
+    report.add(
         f"One forward pass, batch 1, {args.threads} torch thread(s), in-process, median of "
-        f"{args.repeats} (backends and the attention-free floor alternated).\n\n"
-        + table(results)
-        + breakdown
-        + f"\n\nRegenerate: `python -m benchmarks.forecast.forward_floor{' --parts' if args.parts else ''}`\n"
+        f"{args.repeats} (backends and the attention-free floor alternated).",
+        floor_table(results),
+        *(parts_table(m, parts[m], results[m]) for m in args.models if args.parts),
     )
-    print(text)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(text)
+    report.write(args.out)
 
 
 if __name__ == "__main__":

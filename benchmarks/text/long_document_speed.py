@@ -22,28 +22,30 @@ same request with every global attention layer replaced by a stub that returns i
 unchanged (the attention-free floor, as :mod:`benchmarks.forecast.forward_floor` measures it for
 Informer): what no backend can go below. The local (sliding-window) layers still run there, as
 they do under every backend. The cells run in rounds (each row once per round, ``--repeats``
-rounds), so a slow spell of a shared machine hits every row alike.
+rounds), so a slow spell of a shared machine hits every row alike. ``--smoke``: one layer, 64
+tokens, ``flash`` with the floor.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.harness.report import RESULTS
-from benchmarks.host import load_average
+from benchmarks.attention.common import attention_replaced
+from benchmarks.harness import cli
+from benchmarks.harness.host import load_average
+from benchmarks.harness.report import RESULTS, Report, figure, log_axes, write_json
+from benchmarks.harness.report import table as md_table
 from models.attention import BACKENDS
+from models.text import bert
 from models.text.corpus import word_windows
 from models.text.weights import model_dir
 
@@ -104,24 +106,6 @@ def row_label(backend: str, precision: str, precisions: list[str]) -> str:
     return backend if precisions == ["float32"] else f"{backend} {precision}"
 
 
-def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
-    """Attention that costs nothing: the values unchanged (``[b, h, n, d]``)."""
-    return v
-
-
-@contextmanager
-def attention_replaced(stub: bool) -> Iterator[None]:
-    """Every global attention layer of the text model calls ``_free_attention`` when ``stub``."""
-    from models.text import bert
-
-    real = bert.attend
-    bert.attend = _free_attention if stub else real  # type: ignore[assignment]
-    try:
-        yield
-    finally:
-        bert.attend = real
-
-
 def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], args: Any) -> dict:
     """Median ``POST /encode`` seconds, embeddings, token counts and memory per row/length."""
     from fastapi.testclient import TestClient
@@ -164,14 +148,14 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
             return seconds, response.json()
 
         for _, backend, precision, stub in runs:
-            with attention_replaced(stub):
+            with attention_replaced(bert, stub):
                 post(backend, precision, warm)
         for round_ in range(args.repeats):
             for label, backend, precision, stub in runs:
                 for length, text in sorted(texts.items()):
                     if backend == "full" and length > args.full_max:
                         continue
-                    with attention_replaced(stub):
+                    with attention_replaced(bert, stub):
                         seconds, answer = post(backend, precision, text)
                     times[label].setdefault(length, []).append(seconds)
                     tokens = answer["usage"]["tokens"]
@@ -213,97 +197,66 @@ def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> di
 
 
 def cosine(a: list[float], b: list[float]) -> float:
+    """The cosine of two vectors."""
     return float(F.cosine_similarity(torch.tensor(a), torch.tensor(b), dim=0))
 
 
-def table(result: dict) -> str:
-    lengths = result["lengths"]
-    flash = result["rows"][result.get("baseline", "flash")]
-    head = (
-        "| backend | "
-        + " | ".join(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)
-        + " |"
+def _cell(cell: dict | None, ref: dict, memory: bool = True) -> str:
+    """One length's cell: p50 s / estimated peak MiB / cosine / speed-up against ``ref``."""
+    if cell is None:
+        return "skipped (n² memory)"
+    mib = f"{cell['memory_bytes'] / 2**20:.0f}" if memory else "-"
+    return (
+        f"{cell['seconds']:.2f} / {mib} / {cosine(cell['vector'], ref['vector']):.4f} / "
+        f"{ref['seconds'] / cell['seconds']:.2f}x"
     )
-    lines = [
+
+
+def table(result: dict) -> str:
+    """The page's paragraph and table: one row per backend (x precision), one column per length."""
+    lengths = [str(n) for n in result["lengths"]]
+    baseline = result.get("baseline", "flash")
+    flash = result["rows"][baseline]
+    cells = [
+        [f"`{backend}`", *(_cell(cells.get(n), flash[n]) for n in lengths)]
+        for backend, cells in result["rows"].items()
+    ]
+    if result.get("reference"):
+        ref = result["reference"]
+        name = "transformers ModernBertModel (SDPA, direct call)"
+        cells.append([name, *(_cell(ref[n], flash[n], memory=False) for n in lengths)])
+    against = f"; cosines and speed-ups against `{baseline}`." if baseline != "flash" else "."
+    columns = ["backend", *(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)]
+    return (
         f"ModernBERT at gte-modernbert-base's shape ({result['layers']} layers, random weights), "
         f"{result['threads']} threads, {result['repeats']} request(s) per cell; "
-        "in-process HTTP, one text per request"
-        + (
-            f"; cosines and speed-ups against `{result['baseline']}`."
-            if result.get("baseline", "flash") != "flash"
-            else "."
-        ),
-        "",
-        head,
-        "|---|" + "---|" * len(lengths),
-    ]
-    for backend, cells in result["rows"].items():
-        parts = []
-        for n in lengths:
-            cell = cells.get(str(n)) or cells.get(n)
-            if cell is None:
-                parts.append("skipped (n² memory)")
-                continue
-            ref = flash.get(str(n)) or flash.get(n)
-            parts.append(
-                f"{cell['seconds']:.2f} / {cell['memory_bytes'] / 2**20:.0f} / "
-                f"{cosine(cell['vector'], ref['vector']):.4f} / {ref['seconds'] / cell['seconds']:.2f}x"
-            )
-        lines.append(f"| `{backend}` | " + " | ".join(parts) + " |")
-    if result.get("reference"):
-        parts = []
-        for n in lengths:
-            cell = result["reference"].get(str(n)) or result["reference"].get(n)
-            ref = flash.get(str(n)) or flash.get(n)
-            parts.append(
-                f"{cell['seconds']:.2f} / - / {cosine(cell['vector'], ref['vector']):.4f} / "
-                f"{ref['seconds'] / cell['seconds']:.2f}x"
-            )
-        lines.append(
-            "| transformers ModernBertModel (SDPA, direct call) | " + " | ".join(parts) + " |"
-        )
-    return "\n".join(lines)
+        f"in-process HTTP, one text per request{against}\n\n" + md_table(columns, cells)
+    )
 
 
 def plot(result: dict, path: Path) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib missing (pip install 'attnserve[bench]'): no plot")
-        return
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """p50 latency against tokens per text, one line per row."""
     series = dict(result["rows"])
     if result.get("reference"):
         series["transformers (SDPA)"] = result["reference"]
-    for name, cells in series.items():
-        xs = sorted(int(n) for n in cells)
-        ax.plot(
-            xs,
-            [cells[str(x)]["seconds"] if str(x) in cells else cells[x]["seconds"] for x in xs],
-            marker="o",
-            label=name,
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("tokens per text")
-    ax.set_ylabel("p50 latency per request, s")
-    ax.set_title("ModernBERT (gte-modernbert-base shape), CPU")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    with figure(path) as (ax,):
+        for name, cells in series.items():
+            xs = sorted(int(n) for n in cells)
+            ax.plot(xs, [cells[str(x)]["seconds"] for x in xs], marker="o", label=name)
+        log_axes(ax, "tokens per text", "p50 latency per request, s")
+        ax.set_title("ModernBERT (gte-modernbert-base shape), CPU")
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lengths", type=int, nargs="+", default=[1024, 2048, 4096, 8192])
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
-    parser.add_argument("--repeats", type=int, default=1)
+    parser = cli.parser(
+        __doc__,
+        cli.sizes("--lengths", [1024, 2048, 4096, 8192]),
+        cli.names("--backends", BACKENDS),
+        cli.repeats(1),
+        cli.threads(torch.get_num_threads()),
+    )
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--full-max", type=int, default=4096)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument(
         "--precisions",
         nargs="+",
@@ -316,10 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-document-speed-cpu")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv, lengths=[64], backends=["flash"], layers=1, floor=True)
     torch.set_num_threads(args.threads)
-    load_before = load_average()
-    print(f"load average before: {load_before}", flush=True)
+    report = Report("benchmarks.text.long_document_speed", argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "modernbert-gte-shape"
         build_folder(folder, args.layers)
@@ -336,19 +288,15 @@ def main(argv: list[str] | None = None) -> None:
         "lengths": args.lengths,
         "precisions": args.precisions,
         "baseline": row_label("flash", args.precisions[0], args.precisions),
-        "load_before": load_before,
+        "load_before": report.load_before,
         "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
         "reference": {str(n): c for n, c in (reference or {}).items()},
     }
-    args.output_prefix.with_suffix(".json").write_text(json.dumps(result) + "\n")
-    text = table(result) + (
-        f"\n\nLoad average (1, 5, 15 min) before {result['load_before']}, "
-        f"after {result['load_after']}."
-    )
-    args.output_prefix.with_suffix(".md").write_text(text + "\n")
+    write_json(args.output_prefix.with_suffix(".json"), result)
+    report.add(table(result))
+    report.write(args.output_prefix.with_suffix(".md"))
     plot(result, args.output_prefix.with_suffix(".png"))
-    print(text)
 
 
 if __name__ == "__main__":

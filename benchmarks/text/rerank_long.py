@@ -20,16 +20,13 @@ Quality: :func:`models.text.classifier_quality.measure` on pairs in a few long b
 ``flash`` (exact, the reference past 512 tokens). It runs on ``--quality-layers`` layers (global
 attention on every third, as at full depth) to stay within minutes on a small CPU. With random
 weights these figures are agreement with exact attention on this architecture's shape, not
-retrieval quality: no trained reranker ships with the repository.
+retrieval quality: no trained reranker ships with the repository. ``--smoke``: one layer, a
+300-token pair, ``flash`` and ``performer``, one quality band of 4 pairs.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import shlex
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -37,8 +34,9 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.report import RESULTS
-from benchmarks.host import cpu_model, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.report import RESULTS, Report, table, write_json
 from benchmarks.text.long_document_speed import SHAPE, build_folder
 from models.quality_file import backends_of
 from models.text.classifier import TextClassifier
@@ -80,57 +78,66 @@ def speed(classifier: TextClassifier, tokens: int, args: Any) -> dict[str, Any]:
 
 
 def speed_table(result: dict[str, Any]) -> str:
+    """Milliseconds per pair and speed-up over ``flash`` per backend."""
     part = result["speed"]
     flash = part["seconds"]["flash"]
-    lines = [
+    skipped = f"skipped (n² memory past {result['full_max']} tokens)"
+    cells = [
+        [f"`{backend}`", f"{1000 * seconds:.0f}", f"{flash / seconds:.2f}x"]
+        for backend, seconds in part["seconds"].items()
+    ] + [[f"`{backend}`", skipped, "-"] for backend in part["skipped"]]
+    return (
         f"Speed: one pair of {part['tokens']} tokens, {result['layers']} layers, "
-        f"{result['threads']} threads, {result['rounds']} rounds (median).",
-        "",
-        "| backend | ms per pair | × flash |",
-        "|---|---|---|",
-    ]
-    for backend, seconds in part["seconds"].items():
-        lines.append(f"| `{backend}` | {1000 * seconds:.0f} | {flash / seconds:.2f}x |")
-    for backend in part["skipped"]:
-        lines.append(f"| `{backend}` | skipped (n² memory past {result['full_max']} tokens) | - |")
-    return "\n".join(lines)
+        f"{result['threads']} threads, {result['rounds']} rounds (median).\n\n"
+        + table(["backend", "ms per pair", "× flash"], cells)
+    )
 
 
 def quality_table(result: dict[str, Any]) -> str:
+    """Kendall tau and NDCG@10 against exact attention per backend and token band."""
     quality = result["quality"]
     corpus = quality["corpus"]
     rows = backends_of(quality)
     bands = list(next(iter(rows.values()))["by_tokens"])
-    lines = [
+
+    def pair(figures: dict[str, float] | None) -> str:
+        return (
+            "-"
+            if figures is None
+            else f"{figures['kendall_tau']:.4f} / {figures['ndcg_at_10']:.4f}"
+        )
+
+    cells = [
+        [
+            f"`{name}`",
+            ", ".join(f"{k}={'auto' if v is None else v}" for k, v in row["options"].items())
+            or "-",
+            *(pair(row["by_tokens"].get(b)) for b in bands),
+            pair(row),
+        ]
+        for name, row in rows.items()
+    ]
+    columns = [
+        "backend", "options", *(f"{b} tokens: Kendall τ / NDCG@10" for b in bands),
+        "all: Kendall τ / NDCG@10",
+    ]  # fmt: skip
+    return (
         f"Ranking agreement with exact attention (`{quality['reference']}`): "
         f"{result['quality_layers']} layers, {corpus['pairs']} pairs, {corpus['queries']} "
         f"queries x {corpus['candidates_per_query']} candidates, tokens {corpus['tokens_min']}-"
         f"{corpus['tokens_max']}; random weights, so this is agreement with exact attention "
-        "on this architecture's shape, not retrieval quality.",
-        "",
-        "| backend | options | "
-        + " | ".join(f"{b} tokens: Kendall τ / NDCG@10" for b in bands)
-        + " | all: Kendall τ / NDCG@10 |",
-        "|---|---|" + "---|" * (len(bands) + 1),
-    ]
-    for name, row in rows.items():
-        shown = ", ".join(f"{k}={'auto' if v is None else v}" for k, v in row["options"].items())
-        cells = [
-            f"{row['by_tokens'][b]['kendall_tau']:.4f} / {row['by_tokens'][b]['ndcg_at_10']:.4f}"
-            if b in row["by_tokens"]
-            else "-"
-            for b in bands
-        ]
-        cells.append(f"{row['kendall_tau']:.4f} / {row['ndcg_at_10']:.4f}")
-        lines.append(f"| `{name}` | {shown or '-'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        "on this architecture's shape, not retrieval quality.\n\n" + table(columns, cells)
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser = cli.parser(
+        __doc__,
+        cli.names("--backends", BACKENDS),
+        cli.rounds(2),
+        cli.threads(torch.get_num_threads()),
+    )
     parser.add_argument("--tokens", type=int, default=8192, help="pair length for the speed table")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS))
-    parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--full-max", type=int, default=4096)
     parser.add_argument("--quality-layers", type=int, default=6)
@@ -141,15 +148,13 @@ def main(argv: list[str] | None = None) -> None:
         "--quality-pairs", type=int, nargs="+", default=[80, 40, 20], help="pairs per band"
     )
     parser.add_argument("--candidates", type=int, default=10, help="candidates per query")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "rerank-long-cpu")
-    args = parser.parse_args(argv)
+    args = cli.parse(
+        parser, argv, tokens=300, layers=1, quality_layers=1, rounds=1,
+        backends=["flash", "performer"], bands=["257-512"], quality_pairs=[4], candidates=2,
+    )  # fmt: skip
     torch.set_num_threads(args.threads)
-    command = "python -m benchmarks.text.rerank_long " + shlex.join(
-        sys.argv[1:] if argv is None else argv
-    )
-    load_before = load_average()
-    print(f"load average before: {load_before}", flush=True)
+    report = Report("benchmarks.text.rerank_long", argv)
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         reranker = build_reranker(Path(tmp) / "speed", args.layers)
@@ -163,31 +168,26 @@ def main(argv: list[str] | None = None) -> None:
             shallow, plan, candidates=args.candidates, backends=quality_backends, reference="flash"
         )
     result = {
-        "command": command,
+        "command": report.command,
         "cpu": cpu_model(),
         "threads": args.threads,
         "layers": args.layers,
         "quality_layers": args.quality_layers,
         "rounds": args.rounds,
         "full_max": args.full_max,
-        "load_before": load_before,
+        "load_before": report.load_before,
         "load_after": load_average(),
         "minutes": round((time.perf_counter() - started) / 60, 1),
         "speed": timed,
         "quality": quality,
     }
-    args.output_prefix.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    text = (
-        f"    {command}\n\n"
-        f"ModernBERT-base shape reranker (random weights), {result['cpu']}; load average "
-        f"(1, 5, 15 min) before {result['load_before']}, after {result['load_after']}; "
-        f"{result['minutes']} min in all.\n\n"
-        + speed_table(result)
-        + "\n\n"
-        + quality_table(result)
+    write_json(args.output_prefix.with_suffix(".json"), result)
+    report.add(
+        f"ModernBERT-base shape reranker (random weights); {result['minutes']} min in all.",
+        speed_table(result),
+        quality_table(result),
     )
-    args.output_prefix.with_suffix(".md").write_text(text + "\n")
-    print(text)
+    report.write(args.output_prefix.with_suffix(".md"))
 
 
 if __name__ == "__main__":
