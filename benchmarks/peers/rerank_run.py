@@ -100,13 +100,15 @@ PEERS: dict[str, Peer] = {
     ),
     "litserve": Peer(
         "litserve", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        peers_app("rerank_litserve_app", "--max-batch-size", "32"), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        peers_app("litserve_app", "--task", "rerank", "--max-batch-size", "32"), "peers",
+        ("litserve", *_ST, "fastapi", "uvicorn"),
         "LitAPI max_batch_size=32 (requests), batch_timeout=0.01, CrossEncoder.predict of all "
         f"their pairs, batch_size={BATCH}; one worker, cpu, fast_queue off",
     ),
     "litserve-1": Peer(
         "litserve-1", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        peers_app("rerank_litserve_app", "--max-batch-size", "1"), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        peers_app("litserve_app", "--task", "rerank", "--max-batch-size", "1"), "peers",
+        ("litserve", *_ST, "fastapi", "uvicorn"),
         "LitAPI max_batch_size=1: CrossEncoder.predict of one request's pairs per call; "
         "one worker, cpu, fast_queue off",
     ),
