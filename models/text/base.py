@@ -22,6 +22,7 @@ import models.text.fused_linear as fused_linear
 from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
 from models.errors import ModelInputError
 from models.precision import convert_network, needs_conversion, precision_of
+from models.quality_file import card_quality
 from models.text.batching import plan_batches, round_up
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import load_quality
@@ -360,7 +361,7 @@ class TextModel:
             "default_attention": self.default_attention,
             "backends": supported,
             "unavailable_backends": unavailable,
-            "quality": self.quality(),
+            "quality": card_quality(self.quality()),
             **self._head_card(),
         }
         return {key: fields[key] for key in CARD_KEYS if key in fields}
