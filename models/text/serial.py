@@ -36,10 +36,20 @@ def helpers_sleep() -> bool:
     return os.environ.get("OMP_WAIT_POLICY", "").strip().upper() == "PASSIVE"
 
 
+def forward_threads(tokens: int, device: str, threads: int, sleep: bool) -> int:
+    """The threads a forward over ``tokens`` rows on ``device`` (a device type) should run on,
+    ``threads`` being the count now and ``sleep`` :func:`helpers_sleep`: one for a short CPU
+    forward where helpers sleep (see the module docstring), else ``threads``. The linear layers'
+    kernel choice reads the result (:func:`models.text.fused_linear.choose_kernel`)."""
+    if device == "cpu" and tokens <= SERIAL_MAX_TOKENS and sleep:
+        return 1
+    return threads
+
+
 @contextmanager
 def threads_for(tokens: int, device: torch.device) -> Iterator[None]:
-    """Run the enclosed CPU forward over ``tokens`` rows on one thread when that is faster (see
-    the module docstring); otherwise leave the thread count alone. Restores it afterwards.
+    """Run the enclosed forward over ``tokens`` rows on :func:`forward_threads` threads;
+    restores the count afterwards.
 
     ``torch.set_num_threads`` sets the calling thread's OpenMP thread count (the forward runs on
     that thread) and the default a thread starting torch work meanwhile would take; the server
@@ -50,10 +60,11 @@ def threads_for(tokens: int, device: torch.device) -> Iterator[None]:
         yield
         return
     threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1 or tokens > SERIAL_MAX_TOKENS or not helpers_sleep():
+    inside = forward_threads(tokens, device.type, threads, helpers_sleep())
+    if inside == threads:
         yield
         return
-    torch.set_num_threads(1)
+    torch.set_num_threads(inside)
     try:
         yield
     finally:

@@ -184,3 +184,27 @@ def test_every_kernel_gives_the_eager_layer_result() -> None:
             assert torch.allclose(run("linear", layer, x, residual), eager, atol=1e-5)
             assert torch.allclose(run("gelu", layer, x, residual), F.gelu(eager), atol=1e-5)
             assert torch.allclose(run("residual", layer, x, residual), residual + eager, atol=1e-5)
+
+
+def test_the_thread_count_is_read_only_where_it_decides() -> None:
+    # Under torch.compile reading it is a graph break: a GELU, a residual without oneDNN and a
+    # call over MKL_MAX_ROWS rows never read it.
+    def threads() -> int:
+        raise AssertionError("the thread count was read")
+
+    facts: dict[str, Any] = {
+        "dtype": torch.float32,
+        "device": "cpu",
+        "weight": fused_linear.Weight.COLUMNS,
+        "threads": threads,
+        "autograd": False,
+        "compiling": True,
+        "onednn": True,
+    }
+    eager = fused_linear.Kernel.EAGER
+    assert fused_linear.choose_kernel(fused_linear.Op.GELU, 8, **facts) is eager
+    assert fused_linear.choose_kernel(fused_linear.Op.RESIDUAL, 8, **facts) is eager
+    rows = fused_linear.MKL_MAX_ROWS + 1
+    assert fused_linear.choose_kernel(fused_linear.Op.LINEAR, rows, **facts) is eager
+    facts["threads"] = lambda: 1
+    assert fused_linear.choose_kernel(fused_linear.Op.LINEAR, 8, **facts) is fused_linear.Kernel.MKL
