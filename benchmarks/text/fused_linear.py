@@ -5,24 +5,23 @@
 For MiniLM's three layer shapes (384->1152 QKV, 384->1536 + GELU, 1536->384 + residual add) and
 row counts from one token to a long batch, the microseconds per call of the eager expression
 (``F.linear`` / ``gelu(F.linear)`` / ``x.add_(b).addmm_``) and of the fused op, and their ratio.
-The row count at which the fused op starts to win sets ``fused_linear.MIN_ROWS``.
+The row count at which the fused op starts to win sets ``fused_linear.MIN_ROWS``. ``--smoke``:
+1 thread, 1 and 64 rows.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from benchmarks.host import cpu_model
+from benchmarks.harness import cli
+from benchmarks.harness.report import Report
 
-ROWS = (1, 2, 4, 8, 16, 32, 64, 256, 1024)
+ROWS = [1, 2, 4, 8, 16, 32, 64, 256, 1024]
 fused = torch.ops.mkldnn._linear_pointwise
 
 
@@ -69,36 +68,29 @@ def shapes(rows: int) -> dict[str, tuple[Callable[[], object], Callable[[], obje
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2])
-    parser.add_argument("--out", type=Path, default=None, help="write the tables as Markdown")
-    args = parser.parse_args(argv)
-    lines = [
-        "# Eager vs fused (oneDNN) linear layers, per row count",
-        "",
-        "`.venv/bin/python -m benchmarks.text.fused_linear --threads "
-        + " ".join(str(t) for t in args.threads)
-        + "`",
-        "",
-        f"{cpu_model()}, {os.cpu_count()} cores, torch {torch.__version__}, {platform.python_version()}; "
-        "microseconds per call, eager / fused (ratio = eager / fused).",
-    ]
+    parser = cli.parser(
+        __doc__, cli.sizes("--threads", [1, 2]), cli.out(None, "write the tables as Markdown")
+    )
+    parser.add_argument("--rows", type=int, nargs="+", default=ROWS, help=argparse.SUPPRESS)
+    args = cli.parse(parser, argv, threads=[1], rows=[1, 64])
+    report = Report("benchmarks.text.fused_linear", argv)
+    report.add("Microseconds per call, eager / fused (ratio = eager / fused).")
     for threads in args.threads:
         torch.set_num_threads(threads)
-        lines += ["", f"## {threads} torch thread(s)", ""]
-        lines.append("| layer | " + " | ".join(f"{n} rows" for n in ROWS) + " |")
-        lines.append("|---|" + "---:|" * len(ROWS))
-        table: dict[str, list[str]] = {}
-        for rows in ROWS:
+        cells: dict[str, list[str]] = {}
+        for rows in args.rows:
             for name, (eager, one_op) in shapes(rows).items():
                 e, f = per_call_us(eager, rows), per_call_us(one_op, rows)
-                table.setdefault(name, []).append(f"{e:.0f} / {f:.0f} ({e / f:.2f}x)")
-        for name, cells in table.items():
-            lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    text = "\n".join(lines) + "\n"
-    print(text)
+                cells.setdefault(name, [name]).append(f"{e:.0f} / {f:.0f} ({e / f:.2f}x)")
+        report.add(f"## {threads} torch thread(s)")
+        report.table(
+            ["layer", *(f"{n} rows" for n in args.rows)], cells.values(), "l" + "r" * len(args.rows)
+        )
+    title = "Eager vs fused (oneDNN) linear layers, per row count"
     if args.out:
-        args.out.write_text(text)
+        report.write(args.out, title)
+    else:
+        print(report.text(title))
 
 
 if __name__ == "__main__":

@@ -9,20 +9,19 @@ first window (``early``) and one that starts past the limit (``late``, which tru
 reads). Each query is scored against every document by cosine; the table gives recall@1 and
 mean reciprocal rank for ``long_text=truncate`` and ``long_text=windows``, overall and by where
 the query's passage sits, plus the time to embed the documents. Both modes run through
-:meth:`models.text.SentenceEncoder.encode` with ``flash`` attention.
+:meth:`models.text.SentenceEncoder.encode` with ``flash`` attention. ``--smoke``: 3 documents.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import re
 import time
 from pathlib import Path
 
 import torch
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report, write_json
 from models.text import SentenceEncoder
 from models.text.corpus import module_documents
 from models.text.packaged import PACKAGED, packaged_folder
@@ -82,6 +81,7 @@ def summarise(ranks: list[int]) -> dict[str, float]:
 
 
 def run(model: str, limit_docs: int) -> dict:
+    """Both modes' ranks summarised, with the corpus's size."""
     encoder = (
         SentenceEncoder.from_folder(packaged_folder(model))
         if model in PACKAGED
@@ -113,36 +113,39 @@ def run(model: str, limit_docs: int) -> dict:
     return out
 
 
-def markdown(result: dict) -> str:
-    lines = [
-        f"{result['model']} (limit {result['max_tokens']} tokens): {result['documents']} "
-        f"stdlib-module documents ({result['document_tokens']} tokens), {result['queries']} "
-        "queries (one early, one late per document)",
-        "",
-        "| long_text | recall@1 | MRR | recall@1 early | recall@1 late | MRR late | embed s |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for mode, row in result["modes"].items():
-        lines.append(
-            f"| `{mode}` | {row['all']['recall@1']:.3f} | {row['all']['mrr']:.3f} | "
-            f"{row['early']['recall@1']:.3f} | {row['late']['recall@1']:.3f} | "
-            f"{row['late']['mrr']:.3f} | {row['seconds']:.1f} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = cli.parser(__doc__)
     parser.add_argument("--documents", type=int, default=60)
     parser.add_argument("--model", default="all-MiniLM-L6-v2", help=f"or {', '.join(PACKAGED)}")
     parser.add_argument("--output-prefix", type=Path, default=None)
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv, documents=3)
+    report = Report("benchmarks.text.long_text_retrieval", argv)
     result = run(args.model, args.documents)
     prefix = args.output_prefix or RESULTS / f"long-text-retrieval-{result['model']}"
-    prefix.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    table = markdown(result)
-    prefix.with_suffix(".md").write_text(table + "\n")
-    print(table)
+    write_json(prefix.with_suffix(".json"), result)
+    report.add(
+        f"{result['model']} (limit {result['max_tokens']} tokens): {result['documents']} "
+        f"stdlib-module documents ({result['document_tokens']} tokens), {result['queries']} "
+        "queries (one early, one late per document)"
+    )
+    report.table(
+        ["long_text", "recall@1", "MRR", "recall@1 early", "recall@1 late", "MRR late", "embed s"],
+        [
+            [f"`{mode}`", *(f"{row[w][k]:.3f}" for w, k in _COLUMNS), f"{row['seconds']:.1f}"]
+            for mode, row in result["modes"].items()
+        ],
+    )
+    report.write(prefix.with_suffix(".md"))
+
+
+# The table's figures after the mode: (where the query's passage sits, measure).
+_COLUMNS = (
+    ("all", "recall@1"),
+    ("all", "mrr"),
+    ("early", "recall@1"),
+    ("late", "recall@1"),
+    ("late", "mrr"),
+)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ runtime reads ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` once, when torch loads.
 
 Configurations alternate within each round (the start rotates per round) so that a slow spell of
 a shared machine hits them alike; the table gives the median over rounds and the range.
+``--smoke``: the first two configurations, one round of 0.2 s, no quota.
 """
 
 from __future__ import annotations
@@ -29,17 +30,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import signal
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.harness.report import RESULTS
-from benchmarks.host import cpu_model, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.process import neighbour
+from benchmarks.harness.report import RESULTS, Report
 
 QUOTA_GROUP = Path("/sys/fs/cgroup/cpu/attnserve-bench-threads")
 POLICIES: dict[str, dict[str, str]] = {
@@ -52,25 +52,21 @@ POLICIES: dict[str, dict[str, str]] = {
 
 @dataclass(frozen=True)
 class Config:
+    """One measured configuration: where, how many threads, which wait policy."""
+
     place: str  # quiet | neighbour | quota
     threads: str  # auto | torch | 1
     policy: str  # a key of POLICIES
 
     @property
     def label(self) -> tuple[str, str, str]:
+        """The table's first three cells."""
         place = {"quota": "quota 1 CPU"}.get(self.place, self.place)
         return place, self.threads, self.policy
 
 
-@dataclass
-class Cell:
-    threads_used: list[int] = field(default_factory=list)
-    b32: list[float] = field(default_factory=list)
-    b1: list[float] = field(default_factory=list)
-    b1_p50: list[float] = field(default_factory=list)
-
-
 def configs(quota: bool) -> list[Config]:
+    """Every configuration, in the order a round runs them (quota rows only with ``quota``)."""
     out: list[Config] = []
     for place in ("quiet", "neighbour"):
         out += [Config(place, "auto", p) for p in POLICIES]
@@ -126,27 +122,8 @@ def measure(threads: str, seconds: float) -> dict[str, float]:
 # ------------------------------------------------------------------------ the driver
 
 
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
-
-
-def start_neighbour() -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-c", "while True: pass"])
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Kill a process this script started and make sure it is gone (reaped)."""
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(10)
-    if not _gone(proc.pid):
-        raise RuntimeError(f"process {proc.pid} is still there")
-
-
 def make_quota_group() -> bool:
+    """Make the one-CPU cgroup; False (and why, on stderr) where this host does not allow it."""
     try:
         QUOTA_GROUP.mkdir(exist_ok=True)
         period = (QUOTA_GROUP / "cpu.cfs_period_us").read_text().strip()
@@ -158,11 +135,13 @@ def make_quota_group() -> bool:
 
 
 def remove_quota_group() -> None:
+    """Remove the cgroup made by :func:`make_quota_group`."""
     if QUOTA_GROUP.exists():
         QUOTA_GROUP.rmdir()  # fails while a process is still inside: that would be a leak
 
 
 def run_one(config: Config, seconds: float) -> dict[str, float]:
+    """One configuration measured in a fresh process (beside the neighbour, in the quota)."""
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     env.pop("OMP_NUM_THREADS", None)
     env.update(POLICIES[config.policy])
@@ -172,86 +151,64 @@ def run_one(config: Config, seconds: float) -> dict[str, float]:
         # Join the group before the interpreter starts, so torch never runs outside it.
         joined = " ".join(cmd)
         cmd = ["sh", "-c", f"echo $$ > {QUOTA_GROUP}/cgroup.procs && exec {joined}"]
-    neighbour = start_neighbour() if config.place == "neighbour" else None
-    try:
+    with neighbour(config.place == "neighbour"):
         out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, check=True)
-    finally:
-        if neighbour is not None:
-            stop(neighbour)
     result: dict[str, float] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
 def _fmt(values: list[float], digits: int = 0) -> str:
+    """The median over rounds and (more than one round) the range."""
     mid = statistics.median(values)
     if len(values) == 1:
         return f"{mid:.{digits}f}"
     return f"{mid:.{digits}f} ({min(values):.{digits}f}–{max(values):.{digits}f})"
 
 
-def table(cells: dict[Config, Cell]) -> str:
-    lines = [
-        "| place | threads | wait policy | threads used | batch 32 texts/s | batch 1 texts/s "
-        "| batch 1 p50 ms |",
-        "|---|---|---|---:|---:|---:|---:|",
-    ]
-    for config, cell in cells.items():
-        place, threads, policy = config.label
-        used = ",".join(str(n) for n in sorted(set(cell.threads_used)))
-        lines.append(
-            f"| {place} | {threads} | {policy} | {used} | {_fmt(cell.b32)} | {_fmt(cell.b1)} "
-            f"| {_fmt(cell.b1_p50, 2)} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--seconds", type=float, default=3.0, help="per batch size and process")
+    parser = cli.parser(
+        __doc__,
+        cli.rounds(3),
+        cli.seconds(3.0, "per batch size and process"),
+        cli.out(RESULTS / "threads-cpu.md"),
+    )
     parser.add_argument("--no-quota", action="store_true", help="skip the cgroup quota rows")
     parser.add_argument("--child", metavar="THREADS", help=argparse.SUPPRESS)
-    parser.add_argument("--out", type=Path, default=RESULTS / "threads-cpu.md")
-    args = parser.parse_args(argv)
+    args = cli.parse(parser, argv, rounds=1, seconds=0.2, no_quota=True)
     if args.child:
         print(json.dumps(measure(args.child, args.seconds)), flush=True)
         return
+    report = Report("benchmarks.text.threads", argv)
     quota = not args.no_quota and make_quota_group()
-    load_before = load_average()
-    order = configs(quota)
-    cells = {c: Cell() for c in order}
+    order = configs(quota)[: 2 if args.smoke else None]
+    runs: dict[Config, list[dict[str, float]]] = {c: [] for c in order}
     try:
         for round_ in range(args.rounds):
             shift = round_ * len(order) // max(1, args.rounds)
             for config in order[shift:] + order[:shift]:
-                r = run_one(config, args.seconds)
-                cell = cells[config]
-                cell.threads_used.append(int(r["threads"]))
-                cell.b32.append(r["b32"])
-                cell.b1.append(r["b1"])
-                cell.b1_p50.append(r["b1_p50_ms"])
-                print(f"round {round_ + 1} {config.label}: {r}", flush=True)
+                runs[config].append(run_one(config, args.seconds))
+                print(f"round {round_ + 1} {config.label}: {runs[config][-1]}", flush=True)
     finally:
         if quota:
             remove_quota_group()
-    command = "python -m benchmarks.text.threads " + " ".join(argv if argv is not None else sys.argv[1:])
-    report = "\n".join(
-        [
-            "# torch threads and OpenMP wait policy beside other work (CPU)",
-            "",
-            f"`{command.strip()}` — {cpu_model()}, {os.cpu_count()} CPUs, python "
-            f"{platform.python_version()}; load average before {load_before}, after "
-            f"{load_average()}. {args.rounds} round(s), {args.seconds:g} s per batch size per "
-            "process; median over rounds (range). See the script's docstring for what each "
-            "column means. The machine is shared with other people's work, which this run "
-            "cannot control: compare rows of one run, not absolute figures across runs.",
-            "",
-            table(cells),
-            "",
-        ]
+    report.add(
+        f"{args.rounds} round(s), {args.seconds:g} s per batch size per process; median over "
+        "rounds (range). See the script's docstring for what each column means. The machine is "
+        "shared with other people's work, which this run cannot control: compare rows of one "
+        "run, not absolute figures across runs."
     )
-    args.out.write_text(report)
-    print(report)
+    report.table(
+        ["place", "threads", "wait policy", "threads used", "batch 32 texts/s", "batch 1 texts/s",
+         "batch 1 p50 ms"],
+        [
+            [*config.label, ",".join(str(n) for n in sorted({int(r["threads"]) for r in rs})),
+             _fmt([r["b32"] for r in rs]), _fmt([r["b1"] for r in rs]),
+             _fmt([r["b1_p50_ms"] for r in rs], 2)]
+            for config, rs in runs.items()
+        ],
+        "lllrrrr",
+    )  # fmt: skip
+    report.write(args.out, "torch threads and OpenMP wait policy beside other work (CPU)")
 
 
 if __name__ == "__main__":
