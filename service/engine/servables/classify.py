@@ -114,11 +114,9 @@ class Scores:
 
     # ------------------------------------------------------------------ operations
 
-    def memory_estimate(
-        self, classifier: TextClassifier, call: Call, rows: int, length: int
-    ) -> int:
-        """Peak bytes of :meth:`run` on ``classifier``."""
-        return classifier.memory_estimate(call.backend, call.options_dict, rows, length)
+    def output_bytes(self, call: Call, rows: int, length: int) -> int:
+        """Nothing beyond the model's estimate (which counts the logits)."""
+        return 0
 
     def losses(
         self, quality: Mapping[str, Any], length: int, precision: str

@@ -213,16 +213,12 @@ class Embeddings:
 
     # ------------------------------------------------------------------ operations
 
-    def memory_estimate(
-        self, encoder: SentenceEncoder, call: TextCall, rows: int, length: int
-    ) -> int:
-        """Peak bytes of :meth:`run` on ``encoder``."""
-        peak = encoder.memory_estimate(
-            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
-        )
-        if not call.pooled:  # every token's float32 state comes back, not one vector per row
-            peak += rows * length * self.encoder.model.config.hidden_size * 4
-        return peak
+    def output_bytes(self, call: TextCall, rows: int, length: int) -> int:
+        """What :meth:`run` returns beyond the model's estimate (which counts one vector per
+        row): every token's float32 state, for token embeddings."""
+        if call.pooled:
+            return 0
+        return rows * length * self.encoder.model.config.hidden_size * 4
 
     def losses(
         self, quality: Mapping[str, Any], length: int, precision: str

@@ -108,7 +108,12 @@ class TextServable(Servable):
         return self.head.call(backend, options, precision)
 
     def memory_estimate(self, call: Any, rows: int, length: int) -> int:
-        return self.head.memory_estimate(self.models[call.precision], call, rows, length)
+        # One forward pass over exactly these rows, as run makes it (max_batch_size=rows).
+        model = self.models[call.precision]
+        peak = model.memory_estimate(
+            call.backend, call.options_dict, rows, length, None, max_batch_size=rows
+        )
+        return peak + self.head.output_bytes(call, rows, length)
 
     def work_estimate(self, call: Call, rows: int, length: int) -> float:
         return self.model.work_estimate(call.backend, call.options_dict, rows, length)
