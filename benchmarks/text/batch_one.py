@@ -6,17 +6,18 @@ Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's opti
 graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
 words, :func:`benchmarks.service.workloads.short_texts`), at batch 1 and 32, tokenization included. Each
 contender runs :mod:`benchmarks.peers.inprocess` in its own process, in the environment every peer
-row gets (:func:`benchmarks.peers.servers.server_env`: same threads, same OpenMP wait policy):
+row gets (:func:`benchmarks.harness.process.server_env`: same threads, same OpenMP wait policy):
 
 - ``before``: the tree of ``--before`` (``git archive``, unpacked in a temporary folder), run with
   this virtualenv's interpreter;
 - ``after``: this checkout;
-- ``onnxruntime``: ``--peers-python`` (the peers' virtualenv, which has onnxruntime).
+- ``onnxruntime``: ``--peers-python`` (the peers' virtualenv, which has onnxruntime; the row is
+  left out when that interpreter is missing).
 
 The machine is shared, so the contenders alternate within each round, every run records the load
 average around it, and the table gives the median over rounds of each run's best-of-``--repeats``
 texts/s, with CPU milliseconds per text (all threads of the process; steadier than wall time when
-other work takes time slices).
+other work takes time slices). ``--smoke``: ``--before HEAD``, one round, one pass, batch 1.
 """
 
 from __future__ import annotations
@@ -27,13 +28,14 @@ import statistics
 import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks.host import cpu_model, load_average
+from benchmarks.harness import cli
+from benchmarks.harness.host import load_average
+from benchmarks.harness.process import server_env
+from benchmarks.harness.report import Report
 from benchmarks.peers.model_folder import peer_folder
-from benchmarks.peers.servers import server_env
 from benchmarks.service.workloads import short_texts
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -69,18 +71,20 @@ def run_one(
     return {**json.loads(out.read_text()), "load": (before, load_average())}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--before", required=True, help="git revision of the 'before' row")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="passes per run (best is kept)")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--batches", type=int, nargs="+", default=[1, 32])
+def main(argv: list[str] | None = None) -> None:
+    parser = cli.parser(
+        __doc__,
+        cli.rounds(3),
+        cli.repeats(3, "passes per run (best is kept)"),
+        cli.threads(2),
+        cli.sizes("--batches", [1, 32]),
+        cli.out(None, "also write the table here (markdown)"),
+    )
+    parser.add_argument("--before", help="git revision of the 'before' row (required)")
     parser.add_argument("--omp-wait-policy", default="passive")
     parser.add_argument(
         "--peers-python", type=Path, default=ROOT / ".venv-peers" / "bin" / "python"
     )
-    parser.add_argument("--out", type=Path, help="also write the table here (markdown)")
     parser.add_argument(
         "--ops", action="store_true", help="append the per-op table (benchmarks.text.batch_one_ops)"
     )
@@ -90,11 +94,11 @@ def main() -> None:
         help="also this checkout with precision bfloat16 (a reference row: fewer bits, not the "
         "float32 target)",
     )
-    args = parser.parse_args()
-
+    args = cli.parse(parser, argv, before="HEAD", rounds=1, repeats=1, batches=[1])
+    if args.before is None:
+        parser.error("--before is required")
+    report = Report("benchmarks.text.batch_one", argv)
     folder = peer_folder()
-    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": [], "onnxruntime": []}
-    started = load_average()
     with tempfile.TemporaryDirectory() as tmp:
         texts = Path(tmp) / "texts.json"
         texts.write_text(json.dumps(short_texts(512)[:TEXTS]))
@@ -102,66 +106,75 @@ def main() -> None:
         contenders = {
             "before": ("attnserve", Path(sys.executable), old),
             "after": ("attnserve", Path(sys.executable), ROOT),
-            "onnxruntime": ("onnxruntime", args.peers_python, ROOT),
         }
+        if args.peers_python.exists():
+            contenders["onnxruntime"] = ("onnxruntime", args.peers_python, ROOT)
+        else:
+            print(f"{args.peers_python} is missing: no ONNX Runtime row", flush=True)
         if args.bfloat16:
             contenders["after-bfloat16"] = ("attnserve-bfloat16", Path(sys.executable), ROOT)
-            runs["after-bfloat16"] = []
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
         for k in range(args.rounds):
             for name, (impl, python, tree) in contenders.items():
                 result = run_one(impl, python, tree, texts, args, folder)
                 runs[name].append(result)
                 rates = {r["batch"]: round(r["texts_per_s"], 1) for r in result["rows"]}
                 print(f"round {k + 1} {name}: {rates} load {result['load']}", flush=True)
-    finished = load_average()
+    report.add(
+        f"{TEXTS} texts of 8-24 words, {args.threads} threads, OMP_WAIT_POLICY "
+        f"{args.omp_wait_policy}, {args.rounds} rounds (contenders alternating), best of "
+        f"{args.repeats} passes per run, tokenization included."
+    )
+    report.table(
+        ["batch", "contender", "texts/s per round", "texts/s (median)", "vs ONNX Runtime",
+         "CPU ms/text (median)", "load 1 min before→after, per round"],
+        table_rows(runs, args),
+        "rllrrrl",
+    )  # fmt: skip
+    if args.ops:  # this checkout's lone-text forward, per op, in the same environment
+        ops = subprocess.run(
+            [sys.executable, "-m", "benchmarks.text.batch_one_ops", "--threads", str(args.threads),
+             "--omp-wait-policy", args.omp_wait_policy, *(["--smoke"] if args.smoke else [])],
+            cwd=ROOT, capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        report.add(f"Per op, after (load {load_average()}): " + ops.strip())
+    if args.out:
+        report.write(args.out)
+    else:
+        print(report.text())
 
-    def rows(name: str, batch: int) -> list[dict[str, Any]]:
-        return [next(r for r in run["rows"] if r["batch"] == batch) for run in runs[name]]
 
+def table_rows(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[list[str]]:
+    """Per batch size and contender: the rates per round, their median, the ratio to ONNX
+    Runtime, CPU per text and the load average around each run."""
     labels = {
         "before": f"attnserve before ({args.before})",
         "after": "attnserve after (this checkout)",
         "onnxruntime": "ONNX Runtime, optimized graph, float32",
         "after-bfloat16": "attnserve after, precision bfloat16",
     }
-    lines = [
-        "| batch | contender | texts/s per round | texts/s (median) | vs ONNX Runtime "
-        "| CPU ms/text (median) | load 1 min before→after, per round |",
-        "|---:|---|---|---:|---:|---:|---|",
-    ]
+    out = []
     for batch in args.batches:
-        ort = statistics.median(r["texts_per_s"] for r in rows("onnxruntime", batch))
-        for name in runs:
-            got = rows(name, batch)
-            rate = statistics.median(r["texts_per_s"] for r in got)
-            cpu = statistics.median(r["cpu_ms_per_text"] for r in got)
-            per_round = " / ".join(f"{r['texts_per_s']:.1f}" for r in got)
+        got = {
+            name: [next(r for r in run["rows"] if r["batch"] == batch) for run in results]
+            for name, results in runs.items()
+        }
+        ort = (
+            statistics.median(r["texts_per_s"] for r in got["onnxruntime"])
+            if "onnxruntime" in got
+            else None
+        )
+        for name, rows in got.items():
+            rate = statistics.median(r["texts_per_s"] for r in rows)
             loads = " / ".join(
                 f"{run['load'][0].split()[0]}→{run['load'][1].split()[0]}" for run in runs[name]
             )
-            lines.append(
-                f"| {batch} | {labels[name]} | {per_round} | {rate:.1f} | {rate / ort:.2f}x "
-                f"| {cpu:.2f} | {loads} |"
-            )
-    header = [
-        f"- date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC; CPU: {cpu_model()}",
-        f"- {TEXTS} texts of 8-24 words, {args.threads} threads, OMP_WAIT_POLICY "
-        f"{args.omp_wait_policy}, {args.rounds} rounds (contenders alternating), best of "
-        f"{args.repeats} passes per run, tokenization included",
-        f"- load average (1, 5, 15 min) before / after the whole run: {started} / {finished}",
-        "",
-    ]
-    text = "\n".join(header + lines)
-    if args.ops:  # this checkout's lone-text forward, per op, in the same environment
-        ops = subprocess.run(
-            [sys.executable, "-m", "benchmarks.text.batch_one_ops", "--threads", str(args.threads),
-             "--omp-wait-policy", args.omp_wait_policy],
-            cwd=ROOT, capture_output=True, text=True, check=True,
-        ).stdout  # fmt: skip
-        text += f"\n\nPer op, after (load {load_average()}): " + ops.strip()
-    print("\n" + text)
-    if args.out:
-        args.out.write_text(text + "\n")
+            out.append([
+                str(batch), labels[name], " / ".join(f"{r['texts_per_s']:.1f}" for r in rows),
+                f"{rate:.1f}", f"{rate / ort:.2f}x" if ort else "-",
+                f"{statistics.median(r['cpu_ms_per_text'] for r in rows):.2f}", loads,
+            ])  # fmt: skip
+    return out
 
 
 if __name__ == "__main__":
