@@ -147,36 +147,48 @@ def test_two_refused_rows_in_both_halves_harm_nobody_beside_them(
     assert len(model.passes) == 1 + 2 + 8
 
 
-def test_two_refused_rows_in_one_half_each_get_their_own_error(
+@pytest.mark.parametrize(
+    ("raised", "answers", "passes"),
+    [
+        # Both in the first half: it fails alone (bisected), both its quarters fail: one at a time.
+        (
+            {1: ModelInputError, 2: ModelInputError},
+            {1: InvalidRequest, 2: InvalidRequest},
+            [8, 4, 4, 2, 2, 1, 1, 1, 1],
+        ),
+        # One in each half, a refusal and a server fault: the refusing half is tried a request
+        # at a time, the faulting half fails with its fault as a whole (rows 4-7).
+        (
+            {1: ModelInputError, 6: RuntimeError},
+            {
+                1: InvalidRequest,
+                4: InternalError,
+                5: InternalError,
+                6: InternalError,
+                7: InternalError,
+            },
+            [8, 4, 4, 1, 1, 1, 1],
+        ),
+    ],
+)
+def test_which_request_gets_which_error_with_two_bad_rows(
     loop: asyncio.AbstractEventLoop,
+    raised: dict[int, Callable[[str], Exception]],
+    answers: dict[int, type],
+    passes: list[int],
 ) -> None:
-    # 8 fails, its first half fails alone (bisected), both quarters fail: one at a time.
-    model = Faulty(lambda r: r in (1, 2), ModelInputError)
-    outcomes, _ = run_counting_turns(
-        BatchRun(requests(loop, 8), model, RUNTIME, "full", LIMITS), model
-    )
+    model = Faulty(lambda r: r in raised, lambda m: raised[int(m.split()[1])](m))
+    jobs = requests(loop, 8)
+    outcomes, _ = run_counting_turns(BatchRun(jobs, model, RUNTIME, "full", LIMITS), model)
     for k, o in enumerate(outcomes):
-        if k in (1, 2):
-            assert isinstance(o.error, InvalidRequest) and f"row {k} " in o.error.message
-        else:
+        if k not in answers:
             assert o.error is None and o.value == [2 * k]
-    assert [len(p) for p in model.passes] == [8, 4, 4, 2, 2, 1, 1, 1, 1]
-
-
-def test_a_refusal_and_a_server_fault_in_the_two_halves(loop: asyncio.AbstractEventLoop) -> None:
-    # Both halves fail: the refusing half is tried a request at a time, the faulting half
-    # fails with its fault as a whole (rows 4-7), as a server fault on every row would.
-    model = Faulty(
-        lambda r: r in (1, 6), lambda m: (ModelInputError if "row 1 " in m else RuntimeError)(m)
-    )
-    outcomes, _ = run_counting_turns(
-        BatchRun(requests(loop, 8), model, RUNTIME, "full", LIMITS), model
-    )
-    assert isinstance(outcomes[1].error, InvalidRequest) and "row 1 " in outcomes[1].error.message
-    assert [o.value for o in outcomes[:4]] == [[0], None, [4], [6]]
-    assert all(isinstance(o.error, InternalError) for o in outcomes[4:])
-    assert len({id(o.error) for o in outcomes[4:]}) == 1
-    assert [len(p) for p in model.passes] == [8, 4, 4, 1, 1, 1, 1]
+            continue
+        assert isinstance(o.error, answers[k]) and o.value is None
+        if answers[k] is InvalidRequest:  # a refusal: the request's own
+            assert f"row {k} " in o.error.message
+    assert len({id(outcomes[k].error) for k in (4, 5, 6, 7) if k in answers}) <= 1
+    assert [len(p) for p in model.passes] == passes
 
 
 def test_out_of_memory_still_splits_down_to_what_fits(loop: asyncio.AbstractEventLoop) -> None:
