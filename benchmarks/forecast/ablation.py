@@ -2,25 +2,26 @@
 time, scored on the ETTh1 test split beside the closed-form linear baseline.
 
 Each variant is trained with ``attnserve train`` into ``runs/ablation/h{H}-{variant}`` (resumable)
-and scored with ``attnserve evaluate`` at the default backend; the table goes to
+and scored with ``attnserve evaluate`` at the default backend; the table is appended to
 ``benchmarks/results/forecast-ablation-etth1.md``.
 
     python -m benchmarks.forecast.ablation --horizon 24 --context 96
+    python -m benchmarks.forecast.ablation --smoke   # one variant, one epoch, in a scratch folder
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import tempfile
 from pathlib import Path
 
-from benchmarks.harness.report import RESULTS
+from benchmarks.harness import cli
+from benchmarks.harness.report import RESULTS, Report, destination
 from models.quality_file import backends_of
 from models.training.informer_evaluate import evaluate_checkpoint
 from models.training.informer_fit import STATE_FILE
 from models.training.informer_train import main as train
 
-OUT = RESULTS / "forecast-ablation-etth1.md"
 # Variant -> (what changes, extra train flags on top of the ``patch`` preset), one lever at a
 # time from the paper's tokens to the shipped recipe (whose calendar setting depends on context).
 VARIANTS: dict[str, tuple[str, list[str]]] = {
@@ -51,11 +52,12 @@ VARIANTS: dict[str, tuple[str, list[str]]] = {
 }
 
 
-def run(horizon: int, context: int, variants: list[str], epochs: int) -> list[dict]:
+def run(horizon: int, context: int, variants: list[str], epochs: int, runs: Path) -> list[dict]:
+    """Train (or resume) and score each variant; one row each."""
     rows = []
     for name in variants:
         what, extra = VARIANTS[name]
-        out = Path("runs/ablation") / f"h{horizon}-c{context}-{name}"
+        out = runs / f"h{horizon}-c{context}-{name}"
         if not (out / "model.safetensors").is_file():
             resume = ["--resume"] if (out / STATE_FILE).is_file() else []
             train(
@@ -103,40 +105,36 @@ def run(horizon: int, context: int, variants: list[str], epochs: int) -> list[di
     return rows
 
 
-def table(horizon: int, context: int, rows: list[dict]) -> str:
-    lin = rows[0]["linear_mse"]
-    lines = [
-        f"### ETTh1, horizon {horizon}, context {context} (test MSE, all windows, `flash`)",
-        "",
-        "| variant | test MSE | test MAE | vs linear | best epoch | train s |",
-        "|---|---:|---:|---:|---:|---:|",
-        f"| *linear baseline (closed form)* | {lin:.4f} | — | — | — | — |",
-    ]
-    for r in rows:
-        lines.append(
-            f"| {r['what']} | {r['mse']:.4f} | {r['mae']:.4f} | {r['mse'] / lin - 1:+.1%} | "
-            f"{r['best_epoch']} | {r['seconds']:.0f} |"
-        )
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(description=__doc__)
+    p = cli.parser(__doc__, cli.out(RESULTS / "forecast-ablation-etth1.md"))
     p.add_argument("--horizon", type=int, default=24)
     p.add_argument("--context", type=int, default=96)
     p.add_argument("--epochs", type=int, default=4)
     p.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=list(VARIANTS))
-    args = p.parse_args(argv)
-    text = table(
-        args.horizon, args.context, run(args.horizon, args.context, args.variants, args.epochs)
+    p.add_argument("--runs", type=Path, default=Path("runs/ablation"), help="checkpoints go here")
+    scratch = Path(tempfile.gettempdir()) / "attnserve-ablation-smoke"
+    args = cli.parse(p, argv, epochs=1, variants=["linear-path"], runs=scratch)
+    report = Report("benchmarks.forecast.ablation", argv)
+    rows = run(args.horizon, args.context, args.variants, args.epochs, args.runs)
+    lin = rows[0]["linear_mse"]
+    report.add(
+        f"### ETTh1, horizon {args.horizon}, context {args.context} (test MSE, all windows, `flash`)"
     )
-    print(text)
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    with OUT.open("a") as f:
-        f.write(
-            text + "\n\nCommand: `python -m benchmarks.forecast.ablation --horizon "
-            f"{args.horizon} --context {args.context}`\n\n"
-        )
+    report.table(
+        ["variant", "test MSE", "test MAE", "vs linear", "best epoch", "train s"],
+        [["*linear baseline (closed form)*", f"{lin:.4f}", "—", "—", "—", "—"]]
+        + [
+            [r["what"], f"{r['mse']:.4f}", f"{r['mae']:.4f}", f"{r['mse'] / lin - 1:+.1%}",
+             r["best_epoch"], f"{r['seconds']:.0f}"]
+            for r in rows
+        ],
+        "lrrrrr",
+    )  # fmt: skip
+    out = destination(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a") as f:  # one section per horizon and context, kept across runs
+        f.write(report.text() + "\n")
+    print(report.text())
 
 
 if __name__ == "__main__":
