@@ -12,7 +12,7 @@ import json
 import shlex
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,12 +144,13 @@ class Report:
         head = [f"# {title}"] if title else []
         return "\n\n".join([*head, self.header(), *self.sections]) + "\n"
 
-    def write(self, path: Path, title: str | None = None, data: Any = None) -> str:
-        """Write the Markdown to ``path`` and, given ``data``, the JSON beside it (same name,
-        ``.json``, as given: its shape is the script's); print and return the Markdown."""
+    def write(self, path: Path | None, title: str | None = None, data: Any = None) -> str:
+        """Print the Markdown and write it to ``path`` (none: print only) and, given ``data``,
+        the JSON beside it (same name, ``.json``, as given: its shape is the script's)."""
         text = self.text(title)
         print(text)
-        print(f"wrote {write(path, text)}")
-        if data is not None:
-            write_json(Path(path).with_suffix(".json"), data)
+        if path is not None:
+            print(f"wrote {write(path, text)}")
+            if data is not None:
+                write_json(Path(path).with_suffix(".json"), data)
         return text

@@ -138,10 +138,7 @@ def main(argv: list[str] | None = None) -> None:
             cwd=ROOT, capture_output=True, text=True, check=True,
         ).stdout  # fmt: skip
         report.add(f"Per op, after (load {load_average()}): " + ops.strip())
-    if args.out:
-        report.write(args.out)
-    else:
-        print(report.text())
+    report.write(args.out)
 
 
 def table_rows(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) -> list[list[str]]:

@@ -87,10 +87,7 @@ def main(argv: list[str] | None = None) -> None:
             ["layer", *(f"{n} rows" for n in args.rows)], cells.values(), "l" + "r" * len(args.rows)
         )
     title = "Eager vs fused (oneDNN) linear layers, per row count"
-    if args.out:
-        report.write(args.out, title)
-    else:
-        print(report.text(title))
+    report.write(args.out, title)
 
 
 if __name__ == "__main__":

@@ -115,10 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         f"Rerank throughput, in process ({args.docs} pairs, batch {BATCH_SIZE}, "
         f"{MAX_TOKENS} tokens max, {torch.get_num_threads()} threads)"
     )
-    if args.out:
-        report.write(args.out, title)
-    else:
-        print(report.text(title))
+    report.write(args.out, title)
 
 
 if __name__ == "__main__":
