@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -187,6 +187,17 @@ class ServerProcess:
     def cpu_seconds(self) -> float:
         """User + system CPU seconds so far of the server and its descendants."""
         return cpu_seconds(self.proc.pid)
+
+    def children(self, keep: Callable[[str], bool] = lambda command: True) -> list[int]:
+        """The pids of the leader's direct children (a supervisor's workers) whose command line
+        ``keep`` accepts, sorted; none once the leader is gone."""
+        out = []
+        with contextlib.suppress(psutil.NoSuchProcess):
+            for child in psutil.Process(self.proc.pid).children():
+                with contextlib.suppress(psutil.Error):
+                    if keep(" ".join(child.cmdline())):
+                        out.append(child.pid)
+        return sorted(out)
 
     def members(self) -> dict[int, psutil.Process]:
         """The server's live processes: its descendants, and anything else in its process group

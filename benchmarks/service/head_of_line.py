@@ -49,6 +49,7 @@ from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve
 from benchmarks.harness.report import RESULTS, command, write
+from benchmarks.harness.timing import percentile
 
 ROWS, TOKENS = 64, 256
 SMALL = "how do I open a file?"
@@ -93,8 +94,7 @@ class Row:
         return statistics.median(self.large_with_traffic_s)
 
     def small_pct(self, q: float) -> float:
-        ordered = sorted(self.small_waits_ms)
-        return ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] if ordered else 0.0
+        return percentile(self.small_waits_ms, q)
 
 
 class Client:

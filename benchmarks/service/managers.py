@@ -109,18 +109,7 @@ class Running(ServerProcess):
 
     def workers(self) -> list[int]:
         """The manager's worker processes (not multiprocessing's resource tracker)."""
-        out: list[int] = []
-        try:
-            children = psutil.Process(self.proc.pid).children()
-        except psutil.NoSuchProcess:
-            return out
-        for child in children:
-            try:
-                if "resource_tracker" not in " ".join(child.cmdline()):
-                    out.append(child.pid)
-            except psutil.Error:
-                pass
-        return sorted(out)
+        return self.children(lambda command: "resource_tracker" not in command)
 
     def close(self) -> None:
         """Stop the manager's whole tree (the workers an orphaning manager left included) and

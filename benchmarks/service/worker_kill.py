@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import psutil
 
 from benchmarks.harness import cli
 from benchmarks.harness.load import HOST
@@ -37,17 +36,6 @@ from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, free_por
 from benchmarks.harness.report import RESULTS, write
 
 TEXTS = ["worker replacement under keep-alive load", "a second, somewhat longer sentence here"]
-
-
-def worker_pids(supervisor: int) -> list[int]:
-    out = []
-    for child in psutil.Process(supervisor).children():
-        try:
-            if "spawn_main" in " ".join(child.cmdline()):
-                out.append(child.pid)
-        except psutil.Error:
-            pass
-    return sorted(out)
 
 
 async def client(
@@ -67,15 +55,15 @@ async def client(
                 last[id(c)] = prefix
 
 
-async def run(args: argparse.Namespace, url: str, supervisor: int) -> dict[str, Any]:
+async def run(args: argparse.Namespace, server: ServerProcess) -> dict[str, Any]:
     stop = asyncio.Event()
     log: list[tuple[float, str | None, int]] = []
     last: dict[int, str | None] = {}
     started = time.monotonic()
-    tasks = [asyncio.create_task(client(url, stop, log, last)) for _ in range(args.clients)]
+    tasks = [asyncio.create_task(client(server.url, stop, log, last)) for _ in range(args.clients)]
     await asyncio.sleep(args.before)
     prefixes_before = Counter(p for t, p, s in log if s == 200 and t > started + args.before - 10)
-    victim = worker_pids(supervisor)[0]
+    victim = server.children(lambda command: "spawn_main" in command)[0]
     snapshot = dict(last)  # which process each client last heard from
     # The victim's prefix is the one that stops answering after the kill.
     killed_at = time.monotonic()
@@ -144,7 +132,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         server.wait_ready()
         time.sleep(5)  # the second worker finishes its warm-up
-        result = asyncio.run(run(args, server.url, server.proc.pid))
+        result = asyncio.run(run(args, server))
     finally:
         server.stop()
     lines = [

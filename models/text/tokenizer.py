@@ -20,7 +20,7 @@ from models.text.bounded import WHOLE, Ends, OverTokenBudget, bounded_reason
 
 # The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
 # out of the tokenizer makes Python objects per token under the GIL, a hold that grows with the
-# answer; at this size it stays in tens of milliseconds (benchmarks/large_requests.py).
+# answer; at this size it stays in tens of milliseconds (benchmarks/service/large_requests.py).
 MAX_LISTED_TOKENS = 1 << 17
 
 
