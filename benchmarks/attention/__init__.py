@@ -2,13 +2,3 @@
 length (:mod:`.backends`, on a GPU :mod:`.gpu`), the Informer's forward as its context grows
 (:mod:`.informer_long`), the batcher's memory estimate (:mod:`.memory`) and cost estimate
 (:mod:`.cost_model`) against measurement. Each is ``python -m benchmarks.attention.<name>``."""
-
-# What CI runs: each module with ``--smoke`` (a few seconds, tiny sizes, nothing written under
-# benchmarks/results/).
-SMOKE = (
-    "benchmarks.attention.backends",
-    "benchmarks.attention.gpu",
-    "benchmarks.attention.informer_long",
-    "benchmarks.attention.memory",
-    "benchmarks.attention.cost_model",
-)

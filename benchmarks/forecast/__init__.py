@@ -4,14 +4,3 @@ what a request costs over its inference (:mod:`.overhead`) and before the model 
 backend (:mod:`.hf`, quality :mod:`.hf_quality`) and the design ablation (:mod:`.ablation`).
 Each is ``python -m benchmarks.forecast.<name>``."""
 
-# What CI runs: each module with ``--smoke`` (seconds to a minute, tiny sizes, nothing written
-# under benchmarks/results/).
-SMOKE = (
-    "benchmarks.forecast.trade",
-    "benchmarks.forecast.overhead",
-    "benchmarks.forecast.parsing",
-    "benchmarks.forecast.forward_floor",
-    "benchmarks.forecast.hf",
-    "benchmarks.forecast.hf_quality",
-    "benchmarks.forecast.ablation",
-)
