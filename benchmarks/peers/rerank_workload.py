@@ -1,6 +1,6 @@
 """The rerank peer benchmark's model folder and requests.
 
-The model is :func:`benchmarks.rerank_speed.build_cross_encoder`'s: the shipped all-MiniLM-L6-v2
+The model is :func:`benchmarks.text.rerank_speed.build_cross_encoder`'s: the shipped all-MiniLM-L6-v2
 encoder under a seeded one-logit head, saved by sentence-transformers' ``CrossEncoder.save``
 (ms-marco-MiniLM-L-6-v2's shape and tokenizer, no download). It is built once into the cache
 (``<attnserve cache>/peers/minilm-cross-encoder``), staged and renamed into place like
