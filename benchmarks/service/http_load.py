@@ -341,7 +341,7 @@ def main(argv: list[str] | None = None) -> None:
         f"{args.threads} per process, {os.cpu_count()} CPUs; load average before {load_before}, "
         f"after {load_after}.",
         "",
-        markdown_table(columns, rows, "llrrrrrrrrrrr"),
+        markdown_table(columns, rows, "ll" + "r" * (len(columns) - 2)),
     ]
     table = "\n".join(lines)
     print()
