@@ -86,6 +86,18 @@ def _cohere(r: RerankRequest) -> dict[str, Any]:
 
 
 _ST = ("sentence-transformers", "transformers", "torch")
+
+
+def _litserve(name: str, requests_per_batch: int, config: str) -> Peer:
+    """The LitServe ``CrossEncoder`` app collecting up to ``requests_per_batch`` requests."""
+    options = ("--task", "rerank", "--max-batch-size", str(requests_per_batch))
+    return Peer(
+        name, "/predict", lambda r: {"query": r.query, "documents": r.documents},
+        peers_app("litserve_app", *options), "peers", ("litserve", *_ST, "fastapi", "uvicorn"),
+        config,
+    )  # fmt: skip
+
+
 PEERS: dict[str, Peer] = {
     "attnserve": Peer(
         "attnserve", "/v1/rerank", _cohere, attnserve_serve(), "attnserve",
@@ -98,17 +110,13 @@ PEERS: dict[str, Peer] = {
         ("infinity-emb", *_ST, "fastapi", "uvicorn"),
         f"infinity_emb v2 --engine torch --device cpu --batch-size {BATCH} (pairs), no disk cache",
     ),
-    "litserve": Peer(
-        "litserve", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        peers_app("litserve_app", "--task", "rerank", "--max-batch-size", "32"), "peers",
-        ("litserve", *_ST, "fastapi", "uvicorn"),
+    "litserve": _litserve(
+        "litserve", 32,
         "LitAPI max_batch_size=32 (requests), batch_timeout=0.01, CrossEncoder.predict of all "
         f"their pairs, batch_size={BATCH}; one worker, cpu, fast_queue off",
     ),
-    "litserve-1": Peer(
-        "litserve-1", "/predict", lambda r: {"query": r.query, "documents": r.documents},
-        peers_app("litserve_app", "--task", "rerank", "--max-batch-size", "1"), "peers",
-        ("litserve", *_ST, "fastapi", "uvicorn"),
+    "litserve-1": _litserve(
+        "litserve-1", 1,
         "LitAPI max_batch_size=1: CrossEncoder.predict of one request's pairs per call; "
         "one worker, cpu, fast_queue off",
     ),
