@@ -292,7 +292,7 @@ def main(argv: list[str] | None = None) -> None:
     load_after = load_average()
 
     nan = (float("nan"), float("nan"))
-    record = []
+    record: list[dict[str, Any]] = []
     for (task, backend), b in batched.items():
         u = unbatched[(task, backend)]
         (ip, ip_cpu), (ip1, _) = (
