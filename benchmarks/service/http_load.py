@@ -30,7 +30,8 @@ Every phase runs alone (never two at once) with the same ``--threads`` torch thr
 clients share the CPU with the server, so on a small machine they cost it throughput; the load
 average before and after is printed, to flag contention from other processes. CPU time per
 row (server process per request vs this process in-process) does not depend on contention: it
-shows what the HTTP path adds to the model's own work.
+shows what the HTTP path adds to the model's own work. ``--smoke``: flash only, 4 clients, a
+second per phase.
 """
 
 from __future__ import annotations
