@@ -3,6 +3,7 @@ its card and the calls a backend makes (the text and forecast servables build on
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -10,12 +11,14 @@ from models.attention import BACKENDS, AttentionError
 from service.engine.servables.base import Call, OptionItems, option_items
 
 
-class Servable:
+class Servable(ABC):
     """What every servable does alike: its model in each loaded precision (the default first),
     the backends it serves, its card and the calls a backend makes.
 
-    A subclass sets ``task``, adds the per-request hooks of :class:`ServedModel` and, where its
-    calls carry more than backend, options and precision, overrides :meth:`call`.
+    A subclass sets ``task``, adds the per-request hooks of
+    :class:`~service.engine.servables.base.ServedModel`, says which calls its quality figures
+    name (:meth:`figure_calls`) and, where its calls carry more than backend, options and
+    precision, overrides :meth:`call`.
 
     Args:
         models: the model per loaded precision, the default first; each has ``name``,
@@ -83,10 +86,10 @@ class Servable:
         calls += self.figure_calls(backend)
         return [c for i, c in enumerate(calls) if c != default and c not in calls[:i]]
 
+    @abstractmethod
     def figure_calls(self, backend: str) -> list[Call]:
         """The calls of ``backend`` its quality figures were measured with, in every loaded
         precision."""
-        raise NotImplementedError
 
     def compiled_copies(self, backends: list[str]) -> tuple[list[str], list[Any]]:
         """Those of ``backends`` this model serves, and the copies to ``torch.compile`` them in:
