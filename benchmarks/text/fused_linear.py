@@ -6,7 +6,7 @@ For MiniLM's three layer shapes (384->1152 QKV, 384->1536 + GELU, 1536->384 + re
 row counts from one token to a long batch, the microseconds per call of the eager expression
 (``F.linear`` / ``gelu(F.linear)`` / ``x.add_(b).addmm_``) and of the fused op, and their ratio.
 The row count at which the fused op starts to win sets ``fused_linear.MIN_ROWS``. ``--smoke``:
-1 thread, 1 and 64 rows.
+1 thread, 16 and 64 rows.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         __doc__, cli.sizes("--threads", [1, 2]), cli.out(None, "write the tables as Markdown")
     )
     parser.add_argument("--rows", type=int, nargs="+", default=ROWS, help=argparse.SUPPRESS)
-    args = cli.parse(parser, argv, threads=[1], rows=[1, 64])
+    args = cli.parse(parser, argv, threads=[1], rows=[16, 64])
     report = Report("benchmarks.text.fused_linear", argv)
     report.add("Microseconds per call, eager / fused (ratio = eager / fused).")
     for threads in args.threads:
