@@ -3,4 +3,3 @@ what a request costs over its inference (:mod:`.overhead`) and before the model 
 (:mod:`.parsing`), the attention-free floor (:mod:`.forward_floor`), a transformers PatchTST per
 backend (:mod:`.hf`, quality :mod:`.hf_quality`) and the design ablation (:mod:`.ablation`).
 Each is ``python -m benchmarks.forecast.<name>``."""
-

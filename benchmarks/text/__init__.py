@@ -3,4 +3,3 @@ per forward against ONNX Runtime (:mod:`.batch_one`, per op :mod:`.batch_one_ops
 layers (:mod:`.fused_linear`), precisions (:mod:`.precision`), thread settings (:mod:`.threads`),
 long documents (:mod:`.long_document_speed`, :mod:`.long_text_retrieval`) and reranking
 (:mod:`.rerank_speed`, :mod:`.rerank_long`). Each is ``python -m benchmarks.text.<name>``."""
-

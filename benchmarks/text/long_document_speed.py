@@ -132,7 +132,7 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
     times: dict[str, dict[int, list[float]]] = {label: {} for label, *_ in runs}
     rows: dict[str, dict[int, dict[str, Any]]] = {label: {} for label, *_ in runs}
     with TestClient(create_app(settings)) as client:
-        served = client.app.state.attnserve.registry.find(folder.name)
+        served = client.app.state.attnserve.registry.find(folder.name)  # type: ignore[attr-defined]
         encoders = served.models
         name = folder.name
         warm = text_of(WARM_TOKENS, encoders[precisions[0]].tokenizer.count)
