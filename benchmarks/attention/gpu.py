@@ -16,15 +16,15 @@ Three tables, written to ``benchmarks/results/attention-gpu.md`` (and ``.json``)
    (memory-efficient kernel + key mask) against ``padding='jagged'`` (variable-length flash
    kernel on the real tokens only).
 
-Times are medians over repetitions timed with CUDA events after warm-up. Runs on CPU too (small
-``--lengths``, jagged skipped) to check the script itself; the figures that matter need CUDA.
+Times are medians over repetitions after warm-up, the device synchronised around each. Runs on
+CPU too (small ``--lengths``, jagged skipped) to check the script itself; the figures that matter
+need CUDA.
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -32,30 +32,19 @@ import torch
 
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report, table
+from benchmarks.harness.timing import budget_samples
 from models.attention import BACKENDS, attend
 
 FA2_H100_FWD_BWD_TFLOPS = "215-340"  # FlashAttention-2 on H100 (Dao 2023 / FA3 paper baselines)
 
 
 def timed_ms(fn: Callable[[], Any], device: torch.device, reps: int, seconds: float) -> float:
-    """Median milliseconds of ``fn`` over at least ``reps`` runs (or ``seconds``), after warm-up."""
+    """Median milliseconds of ``fn`` over at least ``reps`` runs (or ``seconds``), after two
+    warm-up runs; on CUDA the clock is read with the device synchronised."""
     fn()
     fn()
-    samples: list[float] = []
-    deadline = time.perf_counter() + seconds
-    while len(samples) < reps or (time.perf_counter() < deadline and len(samples) < 50):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            torch.cuda.synchronize()
-            samples.append(start.elapsed_time(end))
-        else:
-            t0 = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - t0) * 1000)
-    return statistics.median(samples)
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    return statistics.median(budget_samples(fn, seconds, reps, sync=sync)) * 1e3
 
 
 def peak_mib(fn: Callable[[], Any], device: torch.device) -> float | None:
@@ -182,7 +171,7 @@ def markdown(
 ) -> None:
     """The three tables into ``report``."""
     report.add(
-        f"dtype {str(args.dtype).removeprefix('torch.')}; device {device}; medians of CUDA-event "
+        f"dtype {str(args.dtype).removeprefix('torch.')}; device {device}; medians of synchronised "
         f"timings. FlashAttention-2 on H100 reaches about {FA2_H100_FWD_BWD_TFLOPS} TFLOP/s "
         "forward+backward.",
         "## flash, B=1, H=16",
