@@ -39,8 +39,9 @@ FA2_H100_FWD_BWD_TFLOPS = "215-340"  # FlashAttention-2 on H100 (Dao 2023 / FA3 
 
 
 def timed_ms(fn: Callable[[], Any], device: torch.device, reps: int, seconds: float) -> float:
-    """Median milliseconds of ``fn`` over at least ``reps`` runs (or ``seconds``), after two
-    warm-up runs; on CUDA the clock is read with the device synchronised."""
+    """Median milliseconds of ``fn`` over at least ``reps`` runs (more while ``seconds`` last; one
+    run slower than ``seconds`` is the measurement), after two warm-up runs; on CUDA the clock
+    is read with the device synchronised."""
     fn()
     fn()
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None
