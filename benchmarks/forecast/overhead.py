@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     p = cli.parser(
         __doc__,
         cli.threads(1, "the server's torch threads"),
-        cli.names("--clients", CLIENTS, "client libraries, each with its own connection"),
+        cli.names("--clients", CLIENTS, "client libraries, each its own connection", CLIENTS),
         cli.out(RESULTS / "forecast-overhead.md"),
     )
     p.add_argument("--model", default="informer-ettm1-h96-c2048")

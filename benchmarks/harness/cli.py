@@ -53,9 +53,14 @@ def out(default: Path | None, help: str = "the results file to write") -> argpar
     return _option("--out", type=Path, default=default, help=help)
 
 
-def names(flag: str, default: Sequence[str], help: str | None = None) -> argparse.ArgumentParser:
-    """A list of names (``--backends``, ``--models``, ...)."""
-    return _option(flag, nargs="+", default=list(default), help=help)
+def names(
+    flag: str,
+    default: Sequence[str],
+    help: str | None = None,
+    choices: Sequence[str] | None = None,
+) -> argparse.ArgumentParser:
+    """A list of names (``--backends``, ``--models``, ...), from ``choices`` when given."""
+    return _option(flag, nargs="+", default=list(default), help=help, choices=choices)
 
 
 def sizes(flag: str, default: Sequence[int], help: str | None = None) -> argparse.ArgumentParser:
