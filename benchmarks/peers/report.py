@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from benchmarks.harness.load import LoadResult
+from benchmarks.harness.report import table
 from benchmarks.harness.timing import percentile
 
 BASELINE = "litserve"
@@ -135,19 +136,42 @@ def checks(
     return out
 
 
-def _loads(pairs: list[tuple[str, str]]) -> str:
+def loads_cell(pairs: list[tuple[str, str]]) -> str:
     """The 1-minute load average before -> after each round's run."""
     return " / ".join(f"{a.split()[0]}→{b.split()[0]}" for a, b in pairs)
 
 
-def _stops(stops: list[dict[str, Any]]) -> str:
-    out = []
-    for s in stops:
-        text = f"{s['signal']} {s['seconds']:.1f} s"
-        if s["outlived_term"]:
-            text += " (outlived SIGTERM: " + "; ".join(s["outlived_term"]) + ")"
-        out.append(text)
-    return " / ".join(out)
+def stop_cell(stop: dict[str, Any], sep: str = "; ") -> str:
+    """How one server's process tree ended: the last signal, how long, what outlived SIGTERM."""
+    outlived = (
+        f" (outlived SIGTERM: {sep.join(stop['outlived_term'])})" if stop["outlived_term"] else ""
+    )
+    return f"{stop['signal']} {stop['seconds']:.1f} s{outlived}"
+
+
+def vs_baseline(s: Summary, summaries: list[Summary]) -> str:
+    """``s``'s req/s over LitServe's at the same client count ("-" without LitServe)."""
+    base = baseline_of(summaries, s.clients)
+    return _x(_ratio(s.rps, base.rps)) if base else "-"
+
+
+def _errors(s: Summary) -> str:
+    kinds = ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items()))
+    return f"{s.error_count} ({kinds})" if s.errors else str(s.error_count)
+
+
+SERVERS = (
+    "server | configuration | virtualenv: versions | start-up s | cosine to attnserve | "
+    "stopped by, per round"
+)
+RUNS = (
+    "server | clients | req/s per round | req/s (median) | vs LitServe | p50 / p95 / p99 ms | "
+    "p50, p99 vs LitServe | errors | server CPU ms/req | driver CPU ms/req | other load, cores | "
+    "load 1 min before→after"
+)
+IN_PROCESS = (
+    "in-process | batch | texts/s | vs attnserve | CPU ms/text | threads | cosine to attnserve"
+)
 
 
 def markdown(
@@ -158,6 +182,31 @@ def markdown(
 ) -> str:
     """The results page: machine and versions, the server table, the in-process reference
     rows, the targets."""
+    servers = [
+        [name, info["config"],
+         f"{info.get('venv', '-')}: " + ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
+         "/".join(f"{s:.0f}" for s in info["startup_s"]), f"{min(info['cosine']):.6f}",
+         " / ".join(map(stop_cell, info.get("stops", [])))]
+        for name, info in meta["server_info"].items()
+    ]  # fmt: skip
+    runs = []
+    for s in summaries:
+        base = baseline_of(summaries, s.clients)
+        ratios = (
+            (_x(_ratio(s.p50_ms, base.p50_ms)), _x(_ratio(s.p99_ms, base.p99_ms))) if base else ()
+        )
+        runs.append(
+            [s.server, s.clients, " / ".join(f"{r:.1f}" for r in s.rps_rounds), f"{s.rps:.1f}",
+             vs_baseline(s, summaries), f"{s.p50_ms:.1f} / {s.p95_ms:.1f} / {s.p99_ms:.1f}",
+             ", ".join(ratios) or "-", _errors(s), f"{s.server_cpu_ms_per_request:.2f}",
+             f"{s.driver_cpu_ms_per_request:.2f}", f"{s.other_cores:.2f}",
+             loads_cell((loads or {}).get((s.server, s.clients), []))]
+        )  # fmt: skip
+    in_process = [
+        [c["label"], c["batch"], f"{c['texts_per_s']:.1f}", _x(_vs_attnserve(ceilings, c)),
+         f"{c['cpu_ms_per_text']:.2f}", c["threads"], f"{c['cosine']:.6f}"]
+        for c in ceilings
+    ]  # fmt: skip
     lines = [
         "# attnserve beside its peers: one short text per request (CPU)",
         "",
@@ -181,42 +230,10 @@ def markdown(
         "to whatever outlived a grace, then psutil found none of its processes left (the last "
         "column: the signal that ended it and how long it took, per round)",
         "",
-        "| server | configuration | virtualenv: versions | start-up s | cosine to attnserve "
-        "| stopped by, per round |",
-        "|---|---|---|---:|---:|---|",
-    ]
-    for name, info in meta["server_info"].items():
-        packages = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-        startup = "/".join(f"{s:.0f}" for s in info["startup_s"])
-        lines.append(
-            f"| {name} | {info['config']} | {info.get('venv', '-')}: {packages} | {startup} | "
-            f"{min(info['cosine']):.6f} | {_stops(info.get('stops', []))} |"
-        )
-    lines += [
+        table(SERVERS.split(" | "), servers, "lllrr"),
         "",
-        "| server | clients | req/s per round | req/s (median) | vs LitServe | p50 / p95 / p99 ms "
-        "| p50, p99 vs LitServe | errors | server CPU ms/req | driver CPU ms/req "
-        "| other load, cores | load 1 min before→after |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        table(RUNS.split(" | "), runs, "lrlrrrrrrrr"),
     ]
-    for s in summaries:
-        base = baseline_of(summaries, s.clients)
-        rps_x = _x(_ratio(s.rps, base.rps)) if base else "-"
-        lat_x = (
-            f"{_x(_ratio(s.p50_ms, base.p50_ms))}, {_x(_ratio(s.p99_ms, base.p99_ms))}"
-            if base
-            else "-"
-        )
-        errors = str(s.error_count)
-        if s.errors:
-            errors += " (" + ", ".join(f"{k}: {v}" for k, v in sorted(s.errors.items())) + ")"
-        lines.append(
-            f"| {s.server} | {s.clients} | {' / '.join(f'{r:.1f}' for r in s.rps_rounds)} | "
-            f"{s.rps:.1f} | {rps_x} | {s.p50_ms:.1f} / {s.p95_ms:.1f} / {s.p99_ms:.1f} | "
-            f"{lat_x} | {errors} | {s.server_cpu_ms_per_request:.2f} | "
-            f"{s.driver_cpu_ms_per_request:.2f} | {s.other_cores:.2f} | "
-            f"{_loads((loads or {}).get((s.server, s.clients), []))} |"
-        )
     if ceilings:
         lines += [
             "",
@@ -225,16 +242,8 @@ def markdown(
             f"threads, best of {ceilings[0]['repeats']} passes; each in its own process, one "
             "after the other.",
             "",
-            "| in-process | batch | texts/s | vs attnserve | CPU ms/text | threads "
-            "| cosine to attnserve |",
-            "|---|---:|---:|---:|---:|---:|---:|",
+            table(IN_PROCESS.split(" | "), in_process, "lrrrrrr"),
         ]
-        for c in ceilings:
-            lines.append(
-                f"| {c['label']} | {c['batch']} | {c['texts_per_s']:.1f} | "
-                f"{_x(_vs_attnserve(ceilings, c))} | {c['cpu_ms_per_text']:.2f} | "
-                f"{c['threads']} | {c['cosine']:.6f} |"
-            )
         ort = next((c for c in ceilings if c["impl"] == "onnxruntime"), None)
         if ort is not None:
             fused = ", ".join(f"{k} {v}" for k, v in ort["fused"].items())
@@ -251,9 +260,8 @@ def markdown(
             ]
     targets = checks(summaries, ceilings)
     if targets:
-        lines += ["", "| target | measured | met |", "|---|---:|---|"]
-        for what, ratio, met in targets:
-            lines.append(f"| {what} | {_x(ratio)} | {'yes' if met else 'no'} |")
+        rows = [[what, _x(ratio), "yes" if met else "no"] for what, ratio, met in targets]
+        lines += ["", table(["target", "measured", "met"], rows, "lr")]
     return "\n".join(lines) + "\n"
 
 

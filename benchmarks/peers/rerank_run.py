@@ -40,7 +40,7 @@ import psutil
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, call_once
-from benchmarks.harness.report import command, write
+from benchmarks.harness.report import command, table, write
 from benchmarks.peers import report
 from benchmarks.peers.rerank_workload import (
     DOCS,
@@ -176,13 +176,49 @@ def leftovers(folder: Path) -> list[str]:
 # ----------------------------------------------------------------------------- the page
 
 
+SERVERS = (
+    "server | clients | req/s (rounds) | docs/s | × LitServe | p50 ms | p95 ms | p99 ms | "
+    "server CPU ms/req | driver CPU ms/req | other load | errors | load 1-min (rounds)"
+)
+IN_PROCESS = (
+    "implementation | shape | req/s | pairs/s | × CrossEncoder.predict | CPU ms/req | "
+    "max abs score diff"
+)
+CONFIGS = (
+    "server | config | venv | versions | start-up s | "
+    f"max abs score diff ({GUARD} requests) | how it stopped"
+)
+
+
 def _f(x: float, digits: int = 1) -> str:
     return "-" if math.isnan(x) else f"{x:.{digits}f}"
 
 
 def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list[dict[str, Any]],
              loads: dict[tuple[str, int], list[tuple[str, str]]]) -> str:  # fmt: skip
-    lines = [
+    """The results page: the servers, the in-process rows, each server's configuration."""
+    servers = [
+        [s.server, s.clients, f"{s.rps:.1f} ({', '.join(f'{x:.1f}' for x in s.rps_rounds)})",
+         f"{s.rps * DOCS:.0f}", report.vs_baseline(s, summaries), _f(s.p50_ms), _f(s.p95_ms),
+         _f(s.p99_ms), _f(s.server_cpu_ms_per_request), _f(s.driver_cpu_ms_per_request, 2),
+         _f(s.other_cores, 2), ", ".join(f"{k}: {v}" for k, v in s.errors.items()) or "0",
+         report.loads_cell(loads[(s.server, s.clients)])]
+        for s in summaries
+    ]  # fmt: skip
+    ce = {r["shape"]: r for r in inproc if r["impl"] == "cross-encoder"}
+    in_process = [
+        [r["label"], r["shape"], f"{r['req_per_s']:.1f}", f"{r['pairs_per_s']:.0f}",
+         f"{r['req_per_s'] / ce[r['shape']]['req_per_s'] if r['shape'] in ce else math.nan:.2f}x",
+         f"{r['cpu_ms_per_request']:.1f}", r["diff"]]
+        for r in inproc
+    ]  # fmt: skip
+    configs = [
+        [name, info["config"], info["venv"], ", ".join(f"{k} {v}" for k, v in info["versions"].items()),
+         ", ".join(f"{x:.1f}" for x in info["startup_s"]), f"{max(info['diff']):.1e}",
+         "; ".join(f"{s['processes']} proc, {report.stop_cell(s, ', ')}" for s in info["stops"])]
+        for name, info in meta["server_info"].items()
+    ]  # fmt: skip
+    return "\n".join([
         f"# Rerank peers on the CPU: one query, {DOCS} documents per request",
         "",
         "```bash",
@@ -206,62 +242,20 @@ def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list
         "",
         "## Servers",
         "",
-        "| server | clients | req/s (rounds) | docs/s | × LitServe | p50 ms | p95 ms | p99 ms | "
-        "server CPU ms/req | driver CPU ms/req | other load | errors | load 1-min (rounds) |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
-    for s in summaries:
-        base = next((b for b in summaries if b.server == BASELINE and b.clients == s.clients), None)
-        ratio = s.rps / base.rps if base and base.rps else math.nan
-        rounds = ", ".join(f"{x:.1f}" for x in s.rps_rounds)
-        errors = ", ".join(f"{k}: {v}" for k, v in s.errors.items()) or "0"
-        spread = " / ".join(
-            f"{a.split()[0]}→{b.split()[0]}" for a, b in loads[(s.server, s.clients)]
-        )
-        lines.append(
-            f"| {s.server} | {s.clients} | {s.rps:.1f} ({rounds}) | {s.rps * DOCS:.0f} | "
-            f"{'-' if math.isnan(ratio) else f'{ratio:.2f}x'} | {_f(s.p50_ms)} | {_f(s.p95_ms)} | "
-            f"{_f(s.p99_ms)} | {_f(s.server_cpu_ms_per_request)} | "
-            f"{_f(s.driver_cpu_ms_per_request, 2)} | {_f(s.other_cores, 2)} | {errors} | {spread} |"
-        )
-    ce = {r["shape"]: r for r in inproc if r["impl"] == "cross-encoder"}
-    lines += [
+        table(SERVERS.split(" | "), servers, "lrlrrrrrrrr"),
         "",
         f"## In process (no HTTP; tokenization included; {meta['inprocess_requests']} requests, "
-        f"best of "
-        f"{meta['repeats']} passes)",
+        f"best of {meta['repeats']} passes)",
         "",
-        "| implementation | shape | req/s | pairs/s | × CrossEncoder.predict | CPU ms/req | "
-        "max abs score diff |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
-    for r in inproc:
-        reference_row = ce.get(r["shape"])
-        ratio = r["req_per_s"] / reference_row["req_per_s"] if reference_row else math.nan
-        lines.append(
-            f"| {r['label']} | {r['shape']} | {r['req_per_s']:.1f} | {r['pairs_per_s']:.0f} | "
-            f"{ratio:.2f}x | {r['cpu_ms_per_request']:.1f} | {r['diff']} |"
-        )
-    lines += ["", "## Configurations", "", "| server | config | venv | versions | start-up s | "
-              f"max abs score diff ({GUARD} requests) | how it stopped |", "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for name, info in meta["server_info"].items():
-        vers = ", ".join(f"{k} {v}" for k, v in info["versions"].items())
-        start = ", ".join(f"{x:.1f}" for x in info["startup_s"])
-        diff = f"{max(info['diff']):.1e}"
-        stops = "; ".join(
-            f"{s['processes']} proc, {s['signal']} {s['seconds']:.1f} s"
-            + (
-                f" (outlived SIGTERM: {', '.join(s['outlived_term'])})"
-                if s["outlived_term"]
-                else ""
-            )
-            for s in info["stops"]
-        )
-        lines.append(
-            f"| {name} | {info['config']} | {info['venv']} | {vers} | {start} | {diff} | {stops} |"
-        )
-    lines += ["", *meta["notes"], ""]
-    return "\n".join(lines)
+        table(IN_PROCESS.split(" | "), in_process, "llrrrrr"),
+        "",
+        "## Configurations",
+        "",
+        table(CONFIGS.split(" | "), configs),
+        "",
+        *meta["notes"],
+        "",
+    ])  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- main
