@@ -1,4 +1,5 @@
-"""One short text per forward: attnserve before and after a change, beside ONNX Runtime.
+"""One short text per forward: attnserve before and after a change, beside ONNX Runtime, and
+(``--ops``) where this checkout's forward spends its time, per op.
 
     .venv/bin/python -m benchmarks.text.batch_one --before REV [--rounds 3] [--threads 2] [--ops]
 
@@ -17,29 +18,35 @@ row gets (:func:`benchmarks.harness.process.server_env`: same threads, same Open
 The machine is shared, so the contenders alternate within each round, every run records the load
 average around it, and the table gives the median over rounds of each run's best-of-``--repeats``
 texts/s, with CPU milliseconds per text (all threads of the process; steadier than wall time when
-other work takes time slices). ``--smoke``: ``--before HEAD``, one round, one pass, batch 1.
+other work takes time slices). ``--ops`` appends ``torch.profiler``'s self CPU time per text by op
+(with calls per text) over 128 lone texts through :meth:`models.text.SentenceEncoder.embed`, run
+in that same environment, plus the wall time per text outside the profiler. ``--smoke``:
+``--before HEAD``, one round, one pass, batch 1, 4 texts per op.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.process import server_env
-from benchmarks.harness.report import Report
+from benchmarks.harness.report import Report, table
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.service.workloads import short_texts
 
 ROOT = Path(__file__).resolve().parents[2]
 TEXTS = 256  # as the peers' in-process rows
+OPS_TEXTS, OPS_ROWS = 128, 14  # lone texts profiled by --ops, ops listed
 
 
 def unpack(rev: str, into: Path) -> Path:
@@ -71,6 +78,45 @@ def run_one(
     return {**json.loads(out.read_text()), "load": (before, load_average())}
 
 
+def ops_table(texts: int, threads: int) -> str:
+    """The per-op table for ``texts`` lone texts (run in the ``--ops`` child: its environment
+    is set before torch loads)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from models.text import SentenceEncoder
+
+    torch.set_num_threads(threads)
+    encoder = SentenceEncoder.load()
+    ids = encoder.tokenize(short_texts(512)[:texts])
+    for one in ids:  # warm: allocator, primitive caches
+        encoder.embed([one])
+    started = time.perf_counter()
+    for one in ids:
+        encoder.embed([one])
+    wall_ms = (time.perf_counter() - started) * 1000 / len(ids)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for one in ids:
+            encoder.embed([one])
+    events = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in events)
+    mean_tokens = sum(map(len, ids)) / len(ids)
+    head = (
+        f"{len(ids)} lone texts (mean {mean_tokens:.1f} tokens), {torch.get_num_threads()} "
+        f"threads, OMP_WAIT_POLICY {os.environ.get('OMP_WAIT_POLICY', 'unset')}: "
+        f"{wall_ms:.2f} ms per text unprofiled; profiled ops {total / 1000 / len(ids):.2f} ms "
+        "per text (the rest is Python between ops)"
+    )
+    cells = [
+        [f"`{e.key}`", f"{e.self_cpu_time_total / len(ids):.0f}",
+         f"{100 * e.self_cpu_time_total / total:.1f} %", f"{e.count / len(ids):.1f}",
+         f"{e.self_cpu_time_total / e.count:.1f}"]
+        for e in events[:OPS_ROWS]
+    ]  # fmt: skip
+    columns = ["op", "self CPU us per text", "share", "calls per text", "us per call"]
+    return head + "\n\n" + table(columns, cells, "lrrrr")
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = cli.parser(
         __doc__,
@@ -85,9 +131,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--peers-python", type=Path, default=ROOT / ".venv-peers" / "bin" / "python"
     )
-    parser.add_argument(
-        "--ops", action="store_true", help="append the per-op table (benchmarks.text.batch_one_ops)"
-    )
+    parser.add_argument("--ops", action="store_true", help="append the per-op table")
+    parser.add_argument("--ops-child", type=int, metavar="TEXTS", help=argparse.SUPPRESS)
     parser.add_argument(
         "--bfloat16",
         action="store_true",
@@ -95,6 +140,9 @@ def main(argv: list[str] | None = None) -> None:
         "float32 target)",
     )
     args = cli.parse(parser, argv, before="HEAD", rounds=1, repeats=1, batches=[1])
+    if args.ops_child:
+        print(ops_table(args.ops_child, args.threads))
+        return
     if args.before is None:
         parser.error("--before is required")
     report = Report("benchmarks.text.batch_one", argv)
@@ -131,11 +179,12 @@ def main(argv: list[str] | None = None) -> None:
         table_rows(runs, args),
         "rllrrrl",
     )  # fmt: skip
-    if args.ops:  # this checkout's lone-text forward, per op, in the same environment
+    if args.ops:  # this checkout's lone-text forward, per op, in a child with the rows' environment
         ops = subprocess.run(
-            [sys.executable, "-m", "benchmarks.text.batch_one_ops", "--threads", str(args.threads),
-             "--omp-wait-policy", args.omp_wait_policy, *(["--smoke"] if args.smoke else [])],
-            cwd=ROOT, capture_output=True, text=True, check=True,
+            [sys.executable, "-m", "benchmarks.text.batch_one", "--threads", str(args.threads),
+             "--ops-child", str(4 if args.smoke else OPS_TEXTS)],
+            cwd=ROOT, env=server_env(args.threads, args.omp_wait_policy), capture_output=True,
+            text=True, check=True,
         ).stdout  # fmt: skip
         report.add(f"Per op, after (load {load_average()}): " + ops.strip())
     report.write(args.out)
