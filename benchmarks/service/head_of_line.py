@@ -3,30 +3,15 @@
     .venv/bin/python -m benchmarks.service.head_of_line [--slices 0.25 0.1 0.5 0] [--before REF]
         [--threads 1 2] [--repeats 5]
 
-The large request is 64 texts of exactly 256 tokens (stdlib docstrings cut by the tokenizer:
-``truncate``) under attention ``full`` on all-MiniLM-L6-v2: the largest legal ``/encode``.
-Each server is ``attnserve serve`` in a subprocess (max batch 32, the per-request compute
-bound off and a 120 s timeout so the request is legal everywhere), once per ``--threads``
-value (its torch threads; a table each). Per server:
-
-* **large alone**: the large request's client latency with nothing else running;
-* **large with traffic**: the same while another client sends a one-text request every
-  ``--interval-ms`` for as long as it runs (open loop: a slow answer does not delay the next
-  send), with the small requests' own compute (each one's share of its batch's
-  ``x-inference-time-ms``): what the large request must now make room for;
-* **small wait**: the client latency of each one-text request sent meanwhile (p50, p95, max
-  over all rounds).
-
-Large-request times are medians of ``--repeats`` rounds. All servers are started first and
-measured in turn, round by round, so load from elsewhere on the machine falls on each alike.
-
-Servers: each ``--slices`` value (``--batch-slice-s``; 0 turns the slice off) from the code
-at ``--root`` (default: this checkout), and with ``--before`` the code before the change (a
-git ref, exported with ``git archive``, or a folder; run with this interpreter) as the first
-row: there a large request's parts ran back to back in one call on the model's thread.
-
-Writes ``benchmarks/results/head-of-line-cpu.md`` and ``.json`` (``--out`` to change).
-``--smoke``: one round of a 4-text request, the slice on.
+The large request is the largest legal ``/encode``: 64 texts of exactly 256 tokens (truncated)
+under attention ``full`` on all-MiniLM-L6-v2. Per ``attnserve serve`` (max batch 32, no compute
+bound, 120 s timeout; one per ``--slices`` value, 0: slice off, and with ``--before`` a first
+row from the code before the change, a git ref or a folder), the large request's latency alone,
+then beside a one-text request every ``--interval-ms`` (open loop), with the small requests'
+own compute and client latency. Servers are started together and measured in turn, round by
+round (medians of ``--repeats``), a table per ``--threads`` value. Writes
+``benchmarks/results/head-of-line-cpu.{md,json}`` (``--out``). ``--smoke``: one round of a
+4-text request, the slice on.
 """
 
 from __future__ import annotations

@@ -2,42 +2,26 @@
 
     .venv/bin/python -m benchmarks.service.http_load [--clients 32] [--seconds 8] [--backends flash full]
 
-For ``/encode`` (one short text per request, 8-24 words from the stdlib-docstring corpus) and
-``/forecast`` (one ETTh1 test-split window per request) and each attention backend, three numbers:
+For ``/encode`` (one short text per request) and ``/forecast`` (one ETTh1 test window per
+request), per attention backend, each phase alone with the same ``--threads``:
 
-* **server, batched**: ``attnserve serve`` in a subprocess (max batch 32), driven for
-  ``--seconds`` by ``--clients`` closed-loop keep-alive clients (:mod:`benchmarks.harness.load`:
-  each sends its next request when the last is answered); throughput and p50/p95/p99 latency.
-* **in-process**: the same model in this process, batches of 32 (tokenize/prepare included, as
-  the server must), best of ``--repeats`` passes: the ceiling the server is compared with.
-* **server, batching off**: the same server with ``--max-batch-size 1``.
+* **server, batched**: ``attnserve serve`` (max batch 32) under ``--clients`` closed-loop
+  keep-alive clients (:mod:`benchmarks.harness.load`): throughput, p50/p95/p99 latency;
+* **in-process**: the same model in this process at batch 32 (tokenize/prepare included, under
+  the server's ``DeviceRuntime`` inference context on ``--device cuda``), best of ``--repeats``:
+  the ceiling the server is compared with; batch 32 over batch 1 bounds what batching can gain;
+* **server, batching off**: the same server with ``--max-batch-size 1``;
+* with ``--workers N``: N in-process copies at once, one per process (that server's ceiling).
 
-``--device cuda`` runs the server and the in-process models on the GPU, the latter under the
-server's own inference context (``DeviceRuntime``: inference mode, bf16/fp16 autocast where the
-backend allows), so the two stay comparable.
-
-With ``--workers N`` the server runs N processes (``attnserve serve --workers N``), and a fourth
-number joins: N in-process copies of the model running at once, one per process, the machine's
-ceiling for that server.
-
-The last column, the same model in-process at batch 32 over batch 1, bounds what batching can
-gain at all: where the model's cost grows with the rows (compute-bound on CPU), no batcher can
-beat it.
-
-:mod:`.precision_http` measures ``/encode`` per precision through one server instead.
-
-Every phase runs alone (never two at once) with the same ``--threads`` torch threads. The
-clients share the CPU with the server, so on a small machine they cost it throughput; the load
-average before and after is printed, to flag contention from other processes. CPU time per
-row (server process per request vs this process in-process) does not depend on contention: it
-shows what the HTTP path adds to the model's own work. ``--smoke``: flash only, 4 clients, a
-second per phase.
+The clients share the CPU with the server; the load average before and after flags contention,
+and CPU time per row (server vs in-process), which contention does not change, shows what the
+HTTP path adds. :mod:`.precision_http` measures per precision instead. ``--smoke``: flash only,
+4 clients, a second per phase.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 from collections.abc import Callable
@@ -48,35 +32,17 @@ from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
-from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
+from benchmarks.harness.load import LoadResult
 from benchmarks.harness.process import TEXT_MODEL, attnserve
 from benchmarks.harness.report import table as markdown_table
 from benchmarks.harness.report import write_json
 from benchmarks.harness.timing import rows_per_s
-from benchmarks.service.workloads import etth1_windows, short_texts
+from benchmarks.service import common
+from benchmarks.service.common import drive_each
+from benchmarks.service.workloads import Workload, etth1_windows, short_texts, workload
 
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
 BATCH = 32
-
-
-@dataclass
-class Workload:
-    """Request bodies (JSON) for one task and backend, posted to ``path``."""
-
-    path: str
-    bodies: list[bytes]
-
-    def requests(self, port: int) -> list[bytes]:
-        """The request bytes for a server on ``port``."""
-        return [build_request(HOST, port, self.path, body) for body in self.bodies]
-
-
-def workload(path: str, items: list[Any], backend: str, **fields: Any) -> Workload:
-    """One request per item: ``{"inputs": [text]}`` for ``/encode``, ``{"series": [s]}`` for
-    ``/forecast``, with ``attention`` and ``fields``."""
-    key = "inputs" if path == "/encode" else "series"
-    bodies = [{**fields, key: [item], "attention": backend} for item in items]
-    return Workload(path, [json.dumps(body).encode() for body in bodies])
 
 
 # ----------------------------------------------------------------------------- in-process
@@ -95,11 +61,11 @@ class InProcessWork:
     device: str = "cpu"
 
 
-Runner = Callable[[list[Any], str], None]
+Runner = Callable[[str, list[Any]], None]  # run(backend, chunk)
 
 
 def in_process_runners(work: InProcessWork) -> dict[str, tuple[Runner, list[Any]]]:
-    """Per task, a ``run(chunk, backend)`` that does what the server does for those rows
+    """Per task, a ``run(backend, chunk)`` that does what the server does for those rows
     (tokenize or prepare, then the model under the server's inference context: inference
     mode, and bf16/fp16 autocast on CUDA), and the rows to run; models loaded on the device."""
     import torch
@@ -115,7 +81,7 @@ def in_process_runners(work: InProcessWork) -> dict[str, tuple[Runner, list[Any]
     if work.texts:
         encoder = SentenceEncoder.load(device=runtime.device)
 
-        def run_text(chunk: list[Any], backend: str) -> None:
+        def run_text(backend: str, chunk: list[Any]) -> None:
             with runtime.inference(backend):
                 encoder.encode(chunk, backend=backend)
 
@@ -123,18 +89,13 @@ def in_process_runners(work: InProcessWork) -> dict[str, tuple[Runner, list[Any]
     if work.forecast_model:
         forecaster = InformerForecaster.load(work.forecast_model, device=str(runtime.device))
 
-        def run_forecast(chunk: list[Any], backend: str) -> None:
+        def run_forecast(backend: str, chunk: list[Any]) -> None:
             windows = [forecaster.prepare(s["timestamps"], s["values"]) for s in chunk]
             with runtime.inference(backend):
                 forecaster.predict(windows, backend)
 
         runners["forecast"] = (run_forecast, work.series[:128])
     return runners
-
-
-def run_with(run: Runner, backend: str, chunk: list[Any]) -> None:
-    """``run(chunk, backend)``, for :func:`functools.partial` over ``run`` and ``backend``."""
-    run(chunk, backend)
 
 
 def measure_in_process(work: InProcessWork) -> dict[tuple[str, str, int], tuple[float, float]]:
@@ -144,7 +105,7 @@ def measure_in_process(work: InProcessWork) -> dict[tuple[str, str, int], tuple[
         for backend in work.backends:
             for batch in (BATCH, 1):
                 out[(task, backend, batch)] = rows_per_s(
-                    partial(run_with, run, backend), rows, batch, work.repeats
+                    partial(run, backend), rows, batch, work.repeats
                 )
     return out
 
@@ -156,9 +117,7 @@ def _parallel_member(work: InProcessWork, barrier: Any, results: Any) -> None:
     for task, (run, rows) in in_process_runners(work).items():
         for backend in work.backends:
             barrier.wait()  # every process runs the same task and backend at the same time
-            out[(task, backend)] = rows_per_s(
-                partial(run_with, run, backend), rows, BATCH, work.repeats
-            )[0]
+            out[(task, backend)] = rows_per_s(partial(run, backend), rows, BATCH, work.repeats)[0]
     results.put(out)
 
 
@@ -194,26 +153,10 @@ def run_server_phase(
     max_batch_size: int,
     seconds: float,
 ) -> dict[tuple[str, str], LoadResult]:
-    log = Path(args.log_dir) / f"service-bench-{label}.log"
+    """Start the server (``max_batch_size``) and drive each workload for ``seconds``."""
+    log = args.log_dir / f"service-bench-{label}.log"
     server = attnserve(models, args.threads, max_batch_size, log, args.workers, args.device)
-    results = {}
-    try:
-        server.wait_ready()
-        probes = {"server": server.cpu_seconds}
-        for key, work in workloads.items():
-            wire = work.requests(server.port)
-            result = run_load(HOST, server.port, wire, args.clients, seconds, args.warmup, probes)
-            results[key] = result
-            say(
-                f"{label:>9} {key[0]:>8} {key[1]:>10}:",
-                result,
-                f"  batch {statistics.fmean(result.batch_sizes or [0]):4.1f}  cpu server "
-                f"{result.cpu_ms_per_request():5.2f} / client "
-                f"{result.cpu_ms_per_request('driver'):5.2f} ms/req",
-            )
-    finally:
-        server.stop()
-    return results
+    return drive_each(server, workloads, args.clients, seconds, args.warmup, f"{label:>9}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -221,35 +164,22 @@ def main(argv: list[str] | None = None) -> None:
         __doc__,
         cli.threads(1, "torch threads per process (0: default)"),
         cli.repeats(3),
-        cli.seconds(8.0, "measured seconds per run"),
+        common.load_options(8.0),
+        cli.names("--backends", BACKENDS, choices=BACKENDS),
+        cli.names("--tasks", ["encode", "forecast"]),
     )
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
     parser.add_argument("--unbatched-seconds", type=float, default=5.0)
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS)
-    parser.add_argument("--tasks", nargs="+", default=["encode", "forecast"])
     parser.add_argument("--forecast-model", default="informer-etth1-h24")
-    parser.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="server processes; above 1 also measures that many in-process copies at once",
-    )
-    parser.add_argument(
-        "--device",
-        default="cpu",
-        choices=["cpu", "cuda"],
-        help="where the server and the in-process models run (cuda: with the server's autocast)",
-    )
-    parser.add_argument("--log-dir", default="/tmp")
+    parser.add_argument("--workers", type=int, default=1, help="server processes (see above)")
+    parser.add_argument("--device", default="cpu", choices=["cpu", "cuda"], help="(see above)")
     parser.add_argument("--json", type=Path, help="also write the results here")
-    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, unbatched_seconds=1.0, clients=4,
-                     backends=["flash"], repeats=1)  # fmt: skip
+    args = cli.parse(
+        parser, argv, **common.SMOKE, unbatched_seconds=1.0, backends=["flash"], repeats=1
+    )
     if args.workers > 1 and args.device != "cpu":
         parser.error("--workers above 1 runs on CPU only (one process owns a GPU)")
 
-    load_before = load_average()
-    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+    load_before = common.load_before()
     texts = short_texts(512) if "encode" in args.tasks else []
     forecast_model = args.forecast_model if "forecast" in args.tasks else None
     series: list[dict[str, Any]] = []

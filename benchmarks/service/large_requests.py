@@ -2,21 +2,17 @@
 
     .venv/bin/python -m benchmarks.service.large_requests [--old-root /tmp/old] [--repeats 2]
 
-Starts ``attnserve serve`` (one torch thread, default settings: 4 MiB bodies, compute limit
-half the request timeout) with the real all-MiniLM-L6-v2, a MiniLM-sized cross-encoder folder
-(random weights, saved by ``CrossEncoder.save``) and a tiny forecaster, then sends each large
-body of :func:`tests.utils.large_bodies.large_requests` (``/encode`` and ``/v1/rerank`` with
-truncate and windows, ``/predict`` with truncate, ``/forecast`` with base64 columns) while
-probing ``/healthz`` every 10 ms and a one-text ``/encode`` back to back. Prints, per request,
-its own status and latency and the probes' p50/p99/max; with ``--old-root`` (a ``git worktree``
-of an earlier commit) the same against that server, for before/after. Writes
-``benchmarks/results/large-requests-cpu.md``. ``--smoke``: the first request once.
+``attnserve serve`` (one torch thread, default limits) with all-MiniLM-L6-v2, a MiniLM-sized
+cross-encoder (random weights) and a tiny forecaster gets each body of
+:func:`tests.utils.large_bodies.large_requests` while ``/healthz`` and a one-text ``/encode`` are
+probed beside it; with ``--old-root`` (a ``git worktree`` of an earlier commit) the same against
+that code. Writes ``benchmarks/results/large-requests-cpu.md``. ``--smoke``: the first request
+once.
 """
 
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +23,7 @@ from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.process import ROOT, attnserve
 from benchmarks.harness.report import RESULTS, command, write
+from benchmarks.service.common import commit
 from tests.utils.large_bodies import beside, large_requests
 
 ENCODER = "all-MiniLM-L6-v2"
@@ -61,14 +58,6 @@ def measure(
         return rows
     finally:
         server.stop()
-
-
-def commit(root: Path) -> str:
-    """The short commit hash ``root`` has checked out (plus "+ edits" when its tree differs)."""
-    git = ["git", "-C", str(root)]
-    sha = subprocess.run([*git, "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
-    dirty = subprocess.run([*git, "diff", "--quiet", "HEAD"], capture_output=True).returncode
-    return sha.stdout.strip() + (" + uncommitted edits" if dirty else "")
 
 
 def table(rows: list[dict[str, Any]], label: str) -> list[str]:

@@ -5,11 +5,9 @@ latency measured beside them.
         [--parse-processes 0 1]
 
 Per ``--parse-processes`` (0: bodies parsed on the event loop; N: in N helper processes,
-``service.http.body_pool``), starts ``attnserve serve`` with informer-etth1-h24 (one torch thread),
-then, per ``--clients`` level, that many closed-loop clients each send a body just under the
-4 MiB limit (64 series of 360 hourly rows) while one prober calls ``/healthz`` every 10 ms.
-Prints the prober's p50, p99 and worst latency and the forecasts answered: a stalled loop shows
-in ``/healthz``. Both are :func:`benchmarks.harness.load.drive` windows on one event loop.
+``service.http.body_pool``), ``attnserve serve`` with informer-etth1-h24 (one torch thread)
+gets, per ``--clients`` level, bodies just under the 4 MiB limit (64 series of 360 hourly rows)
+from that many closed-loop clients while one prober calls ``/healthz`` every 10 ms.
 """
 
 from __future__ import annotations

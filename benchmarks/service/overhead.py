@@ -2,20 +2,16 @@
 
     .venv/bin/python -m benchmarks.service.overhead [--seconds 10] [--clients 1 32]
 
-Both serve all-MiniLM-L6-v2 through our own encoder with ``flash`` attention, one torch thread,
-one process: attnserve (``attnserve serve``: engine, dynamic batching, metrics) and the plain
-wrapper (:mod:`benchmarks.service.plain_encoder_app`: each request encoded on arrival in FastAPI's
-thread pool). Each is driven in turn, alone, by closed-loop clients sending one short text per
-request (:mod:`benchmarks.harness.load`), at each ``--clients`` level. The table gives
-throughput and client-side p50/p99 per server and attnserve's ratio to the wrapper; the
-reference row is the wrapper.
+Both serve all-MiniLM-L6-v2 through our own encoder (``flash``, one torch thread, one process):
+attnserve (engine, dynamic batching, metrics) and :mod:`benchmarks.service.plain_encoder_app`
+(each request encoded on arrival), each driven alone by closed-loop clients sending one short
+text per request, at each ``--clients`` level. The wrapper is the reference row.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +21,8 @@ from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, LoadResult, run_load
 from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve, free_port
 from benchmarks.harness.report import RESULTS, write, write_json
-from benchmarks.service.http_load import workload
-from benchmarks.service.workloads import short_texts
+from benchmarks.service.common import commit
+from benchmarks.service.workloads import short_texts, workload
 
 
 def plain_server(threads: int, log: Path) -> ServerProcess:
@@ -113,11 +109,7 @@ def main(argv: list[str] | None = None) -> None:
     before = None
     label = ""
     if args.before:
-        label = subprocess.run(
-            ["git", "-C", str(args.before), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
+        label = commit(args.before)
         log = log_dir / "attnserve-before.log"
         old = attnserve(
             [TEXT_MODEL], args.threads, args.max_batch_size, log, root=args.before.resolve()

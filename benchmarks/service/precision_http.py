@@ -1,16 +1,11 @@
 """``/encode`` per precision through HTTP: one server loaded with every precision, each request
-naming its own.
+naming its own, driven at ``--clients`` and at 1 client for ``--rounds`` rounds, the precisions
+alternated within each.
 
     .venv/bin/python -m benchmarks.service.precision_http [--precision float32 bfloat16] \
         [--clients 32] [--threads 2] [--seconds 10] [--rounds 3]
 
-One ``attnserve serve --precisions float32,bfloat16`` (max batch 32, ``--threads`` torch threads,
-OMP_WAIT_POLICY passive), driven by the lean raw-asyncio driver (:mod:`benchmarks.harness.load`)
-at ``--clients`` and at 1 client, ``--rounds`` rounds with the precisions alternated (reversed
-every other round, so drift hits all alike). req/s is the median over rounds, percentiles pool
-them, and each round's ratio to the first precision is listed. The server's process tree is
-ended and checked gone with psutil (:meth:`benchmarks.harness.process.ServerProcess.stop`).
-Writes ``--out``.
+The page it writes (``--out``) says how each figure is taken.
 """
 
 from __future__ import annotations
@@ -30,9 +25,11 @@ from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.load import HOST, LoadResult, call_once, run_load, say
 from benchmarks.harness.process import ROOT, TEXT_MODEL, free_port
-from benchmarks.harness.report import RESULTS, command, write
+from benchmarks.harness.report import RESULTS, command, table, write
 from benchmarks.harness.timing import percentile
 from benchmarks.peers.servers import PEERS, Launch, PeerServer
+from benchmarks.service import common
+from benchmarks.service.common import alternated, per_round, pooled
 from benchmarks.service.workloads import short_texts
 
 
@@ -47,7 +44,7 @@ def precision_rounds(args: argparse.Namespace) -> str:
     python = Path(sys.executable)
     launch = Launch(free_port(), args.threads, ROOT, python, python, python)
     texts = short_texts(args.texts)
-    log = Path(args.log_dir) / "service-bench-precision.log"
+    log = args.log_dir / "service-bench-precision.log"
     server = PeerServer(peer, launch, log)
     requests = {
         p: [server.post("/encode", {"inputs": t, "precision": p}) for t in texts]
@@ -56,8 +53,7 @@ def precision_rounds(args: argparse.Namespace) -> str:
     counts = sorted({args.clients, 1}, reverse=True)
     runs: dict[tuple[str, int], list[LoadResult]] = {}
     checks: dict[str, float] = {}
-    load_before = load_average()
-    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+    load_before = common.load_before()
     try:
         started = time.monotonic()
         reference = peer.embedding(server.wait_answering(texts[0]))
@@ -72,7 +68,7 @@ def precision_rounds(args: argparse.Namespace) -> str:
             checks[p] = dot / math.sqrt(sum(a * a for a in got) * sum(b * b for b in reference))
         for k in range(args.rounds):
             for clients in counts:
-                for p in precisions if k % 2 == 0 else precisions[::-1]:
+                for p in alternated(precisions, k):
                     probes = {"server": server.cpu_seconds}
                     result = run_load(HOST, launch.port, requests[p], clients, args.seconds,
                                       args.warmup, probes)  # fmt: skip
@@ -89,6 +85,33 @@ def precision_rounds(args: argparse.Namespace) -> str:
     load_after = load_average()
 
     first = precisions[0]
+    rows = []
+    for clients in counts:
+        for p in precisions:
+            res = runs[(p, clients)]
+            ratios = [
+                r.throughput / b.throughput
+                for r, b in zip(res, runs[(first, clients)], strict=True)
+            ]
+            cpu = sum(r.cpu_s.get("server", 0.0) for r in res) * 1000
+            q = [percentile(pooled(res), x) for x in (50, 95, 99)]
+            rows.append(
+                [
+                    p,
+                    clients,
+                    f"{statistics.median(r.throughput for r in res):.1f}",
+                    per_round([r.throughput for r in res]),
+                    f"{statistics.median(ratios):.2f}x ({per_round(ratios, '.2f')})",
+                    f"{q[0]:.1f} / {q[1]:.1f} / {q[2]:.1f}",
+                    f"{cpu / max(1, sum(r.requests for r in res)):.2f}",
+                    sum(r.error_count for r in res),
+                    "; ".join(f"{a} -> {b}" for a, b in (r.load for r in res)),
+                ]
+            )
+    columns = (
+        f"precision | clients | req/s (median) | per round | x {first} (per round) | "
+        "p50 / p95 / p99 ms | server CPU ms/req | errors | load average before -> after"
+    ).split(" | ")
     lines = [
         f"# /encode per precision through HTTP ({datetime.now(UTC):%Y-%m-%d %H:%M UTC})",
         "",
@@ -109,31 +132,8 @@ def precision_rounds(args: argparse.Namespace) -> str:
         + ", ".join(f"{p} {c:.5f}" for p, c in checks.items())
         + ".",
         "",
-        f"| precision | clients | req/s (median) | per round | x {first} (per round) | "
-        "p50 / p95 / p99 ms | server CPU ms/req | errors | load average before -> after |",
-        "|---|---:|---:|---|---|---:|---:|---:|---|",
+        table(columns, rows, "lrrllrrrl"),
     ]
-    for clients in counts:
-        for p in precisions:
-            res = runs[(p, clients)]
-            pooled = [x for r in res for x in r.latencies_ms]
-            ratios = [
-                r.throughput / b.throughput
-                for r, b in zip(res, runs[(first, clients)], strict=True)
-            ]
-            cpu = sum(r.cpu_s.get("server", 0.0) for r in res) * 1000
-            q = [percentile(pooled, x) for x in (50, 95, 99)]
-            lines.append(
-                f"| {p} | {clients} | {statistics.median(r.throughput for r in res):.1f} | "
-                + ", ".join(f"{r.throughput:.1f}" for r in res)
-                + f" | {statistics.median(ratios):.2f}x ("
-                + ", ".join(f"{x:.2f}" for x in ratios)
-                + f") | {q[0]:.1f} / {q[1]:.1f} / {q[2]:.1f} | "
-                + f"{cpu / max(1, sum(r.requests for r in res)):.2f} | "
-                + f"{sum(r.error_count for r in res)} | "
-                + "; ".join(f"{r.load[0]} -> {r.load[1]}" for r in res)
-                + " |"
-            )
     return "\n".join(lines) + "\n"
 
 
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = cli.parser(
         __doc__,
         cli.threads(1, "torch threads of the server"),
-        cli.seconds(8.0, "measured seconds per run"),
+        common.load_options(8.0),
         cli.rounds(3),
         cli.out(RESULTS / "precision-http-cpu.md"),
     )
@@ -152,11 +152,8 @@ def main(argv: list[str] | None = None) -> None:
         choices=["float32", "bfloat16", "int8"],
         help="the precisions to load and compare (the first is the reference)",
     )
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--warmup", type=float, default=2.0, help="unmeasured seconds first")
-    parser.add_argument("--log-dir", default="/tmp")
     parser.set_defaults(texts=512)
-    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=4, texts=32)
+    args = cli.parse(parser, argv, **common.SMOKE, rounds=1, texts=32)
     args.argv = sys.argv[1:] if argv is None else argv
     page = precision_rounds(args)
     print()

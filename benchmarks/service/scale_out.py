@@ -3,12 +3,10 @@ supervisor) and Ray Serve with 1 and 2 replicas (``--ray --replicas N``).
 
     .venv/bin/python -m benchmarks.service.scale_out [--clients 32] [--seconds 15]
 
-Each variant serves all-MiniLM-L6-v2 and informer-etth1-h24 with one torch thread per process
-(replica); per workload (``/encode`` one short text per request under ``flash``; ``/forecast``
-one ETTh1 window per request under the model's default) ``--clients`` closed-loop clients run
-for ``--seconds`` after a warm-up. Prints throughput and p50/p99 latency with the ratio to
-``--workers 2``, and writes ``benchmarks/results/scale-out-cpu.{md,json}``. ``--smoke``: one
-process only, a second per workload.
+Each serves all-MiniLM-L6-v2 and informer-etth1-h24, one torch thread per process (replica),
+under ``--clients`` closed-loop clients per workload (``/encode`` under ``flash``, ``/forecast``
+under probsparse); ``--workers 2`` is the reference. Writes
+``benchmarks/results/scale-out-cpu.{md,json}``. ``--smoke``: one process, a second per workload.
 """
 
 from __future__ import annotations
@@ -18,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
-from benchmarks.harness.load import HOST, run_load, say
 from benchmarks.harness.process import TEXT_MODEL, attnserve
 from benchmarks.harness.report import RESULTS, write
-from benchmarks.service.http_load import workload
-from benchmarks.service.workloads import etth1_windows, short_texts
+from benchmarks.service.common import drive_each
+from benchmarks.service.workloads import etth1_windows, short_texts, workload
 
 FORECAST_MODEL = "informer-etth1-h24"
 VARIANTS: dict[str, tuple[int, list[str]]] = {  # name: (workers, extra flags)
@@ -50,26 +47,18 @@ def measure(variant: str, clients: int, seconds: float, log_dir: Path) -> list[d
             "/forecast", etth1_windows(96, 256), "probsparse", model=FORECAST_MODEL
         ),
     }
-    rows = []
-    try:
-        server.wait_ready(timeout=600)
-        for task, work in workloads.items():
-            wire = work.requests(server.port)
-            result = run_load(HOST, server.port, wire, clients, seconds, min(3.0, seconds))
-            say(f"{variant:22s} {task:8s}", result)
-            rows.append(
-                {
-                    "variant": variant,
-                    "task": task,
-                    "requests_per_s": result.throughput,
-                    "p50_ms": result.pct(50),
-                    "p99_ms": result.pct(99),
-                    "errors": result.error_count,
-                }
-            )
-    finally:
-        server.stop()
-    return rows
+    results = drive_each(server, workloads, clients, seconds, min(3.0, seconds), variant, 600)
+    return [
+        {
+            "variant": variant,
+            "task": task,
+            "requests_per_s": result.throughput,
+            "p50_ms": result.pct(50),
+            "p99_ms": result.pct(99),
+            "errors": result.error_count,
+        }
+        for task, result in results.items()
+    ]
 
 
 def table(rows: list[dict[str, Any]], clients: int) -> str:

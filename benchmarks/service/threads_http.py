@@ -2,33 +2,21 @@
 
     sudo .venv/bin/python -m benchmarks.service.threads_http [--seconds 6] [--warmup 2] [--rounds 2]
 
-Issue 37 item 2: ``torch_threads`` 0 follows the CPU quota and affinity mask
-(``service/engine/batching/cpus.py``) and ``attnserve serve`` exports ``OMP_WAIT_POLICY=PASSIVE``
-(setting ``omp_wait_policy``). ``benchmarks/text/threads.py`` measured that in-process; this
-measures it through the server: ``/encode`` (all-MiniLM-L6-v2, one text of 8-24 words per
-request) at ``--clients`` and at 1 client, the lean raw-asyncio driver
-(:mod:`benchmarks.harness.load`), one server at a time, its whole process tree ended and
-checked gone with psutil (:meth:`benchmarks.harness.process.ServerProcess.stop`) before the
-next starts. The server's
-environment has no ``OMP_*`` / ``MKL_NUM_THREADS``: what it runs with is its own defaults plus
-the flags of each case.
+Issue 37 item 2 (``torch_threads`` 0 follows the CPU quota and affinity mask; ``attnserve serve``
+exports ``OMP_WAIT_POLICY=PASSIVE``) through the server, where ``benchmarks/text/threads.py``
+measured it in-process: ``/encode`` at ``--clients`` and at 1 client, one server at a time (its
+tree checked gone before the next), no ``OMP_*`` / ``MKL_NUM_THREADS`` in its environment. Each
+case of :data:`CASES` beside its reference (the ratio is of req/s at ``--clients``):
 
-Cases, each beside its reference (the ratio is of req/s at ``--clients``):
+* ``quiet`` (defaults) and ``quiet-old`` (``--omp-wait-policy default``, libgomp's spinning: the
+  behaviour before the change);
+* ``neighbour`` and ``neighbour-old``: the same beside a process spinning on one core, each
+  against its quiet twin;
+* ``taskset`` (``taskset -c 0``) and ``quota`` (a scratch cgroup with a one-CPU CFS quota: needs
+  root) against the same with ``--torch-threads 1``.
 
-* ``quiet`` (defaults, passive) and ``quiet-old`` (``--omp-wait-policy default``: libgomp's own
-  spinning, the behaviour before the change);
-* ``neighbour`` and ``neighbour-old``: the same with ``python -c 'while True: pass'`` spinning on
-  one core during the load (started once the server answers, ended and checked gone after);
-  each against its quiet twin;
-* ``taskset`` (``taskset -c 0``, defaults) against ``taskset-t1`` (``--torch-threads 1``);
-* ``quota`` (a scratch cgroup with a one-CPU CFS quota, defaults) against ``quota-t1``. The
-  server moves itself into the cgroup before Python starts (``sh -c 'echo $$ > cgroup.procs;
-  exec ...'``), so torch loads inside it. cgroup v2 (``cpu.max "100000 100000"``) where the
-  unified hierarchy has the cpu controller, else v1 (``cpu.cfs_quota_us`` 100000 /
-  ``cpu.cfs_period_us`` 100000); needs root; the cgroup is removed afterwards.
-
-``--rounds`` rounds, the case order reversed every other round. req/s: median over rounds;
-percentiles: rounds pooled. Writes ``--out``. ``--smoke``: the ``quiet`` case, one short round.
+``--rounds`` rounds, the case order reversed every other round. ``--smoke``: the ``quiet`` case,
+one short round.
 """
 
 from __future__ import annotations
@@ -45,11 +33,13 @@ from pathlib import Path
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model
-from benchmarks.harness.load import HOST, LoadResult, run_load
+from benchmarks.harness.load import HOST, LoadResult, run_load, say
 from benchmarks.harness.process import ROOT, TEXT_MODEL, free_port, neighbour
-from benchmarks.harness.report import RESULTS, command, write
+from benchmarks.harness.report import RESULTS, command, table, write
 from benchmarks.harness.timing import percentile
 from benchmarks.peers.servers import PEERS, Launch, PeerServer
+from benchmarks.service import common
+from benchmarks.service.common import alternated, per_round, pooled
 from benchmarks.service.workloads import short_texts
 
 CGROUP = Path("/sys/fs/cgroup")
@@ -155,7 +145,7 @@ def run_case(
     """Start ``case``'s server, drive it at each client count (a neighbour spinning beside it
     if the case says so), stop it and check its tree is gone."""
     launch = Launch(free_port(), 0, ROOT, Path(sys.executable), Path(), Path())
-    log = Path(args.log_dir) / f"threads-http-{case.name}.log"
+    log = args.log_dir / f"threads-http-{case.name}.log"
     server = case_server(case, launch, log, cgroup)
     results: dict[int, LoadResult] = {}
     try:
@@ -203,16 +193,14 @@ def page(
         f"rounds, percentiles pooled. CPU: {cpu_model()}, {os.cpu_count()} logical CPUs, "
         f"otherwise quiet. {extra}",
         "",
-        f"| case | server | threads (start-up log) | req/s c={top} (per round) | p50 / p99 ms "
-        f"c={top} | c=1 p50 ms | reference | ratio | target | met | load avg before -> after |",
-        "|---|---|---|---:|---:|---:|---|---:|---:|---|---|",
     ]
+    rows = []
     for case in CASES:
         if case.name not in runs:
             continue
         rs = runs[case.name]
-        pooled = [x for r in rs for x in r.results[top].latencies_ms]
-        one = [x for r in rs for x in r.results[1].latencies_ms] if 1 in counts else []
+        top_ms = pooled([r.results[top] for r in rs])
+        one = pooled([r.results[1] for r in rs]) if 1 in counts else []
         ratio = rps(case.name) / rps(case.reference) if case.reference in runs else None
         met = "" if case.target is None or ratio is None else (
             "met" if ratio >= case.target else "missed"
@@ -221,32 +209,38 @@ def page(
         server = f"{prefix}defaults {' '.join(case.flags)}".strip() + (
             " + spinning neighbour" if case.neighbour else ""
         )
-        lines.append(
-            f"| {case.name} | `{server}` | {rs[0].intra_op} | {rps(case.name):.1f} ("
-            + ", ".join(f"{r.results[top].throughput:.1f}" for r in rs)
-            + f") | {percentile(pooled, 50):.1f} / {percentile(pooled, 99):.1f} | "
-            + (f"{percentile(one, 50):.1f}" if one else "-")
-            + f" | {case.reference or '-'} | "
-            + (f"{ratio:.2f}x" if ratio is not None else "-")
-            + f" | {'' if case.target is None else f'>= {case.target:g}x'} | {met} | "
-            + "; ".join(r.load for r in rs)
-            + " |"
+        rows.append(
+            [
+                case.name,
+                f"`{server}`",
+                rs[0].intra_op,
+                f"{rps(case.name):.1f} ({per_round([r.results[top].throughput for r in rs])})",
+                f"{percentile(top_ms, 50):.1f} / {percentile(top_ms, 99):.1f}",
+                f"{percentile(one, 50):.1f}" if one else "-",
+                case.reference or "-",
+                f"{ratio:.2f}x" if ratio is not None else "-",
+                "" if case.target is None else f">= {case.target:g}x",
+                met,
+                "; ".join(r.load for r in rs),
+            ]
         )
+    columns = (
+        f"case | server | threads (start-up log) | req/s c={top} (per round) | p50 / p99 ms "
+        f"c={top} | c=1 p50 ms | reference | ratio | target | met | load avg before -> after"
+    ).split(" | ")
+    lines.append(table(columns, rows, "lllrrrlrrll"))
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = cli.parser(
         __doc__,
-        cli.seconds(6.0, "measured seconds per run"),
+        common.load_options(6.0),
         cli.rounds(2),
         cli.out(RESULTS / "threads-http-cpu.md"),
+        cli.names("--cases", [c.name for c in CASES]),
     )
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--warmup", type=float, default=2.0)
-    parser.add_argument("--cases", nargs="+", default=[c.name for c in CASES])
-    parser.add_argument("--log-dir", default="/tmp")
-    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=4, cases=["quiet"])
+    args = cli.parse(parser, argv, **common.SMOKE, rounds=1, cases=["quiet"])
     args.argv = sys.argv[1:] if argv is None else argv
     texts = short_texts(512)
 
@@ -261,17 +255,15 @@ def main(argv: list[str] | None = None) -> None:
     runs: dict[str, list[Run]] = {}
     try:
         for k in range(args.rounds):
-            for case in cases if k % 2 == 0 else cases[::-1]:
+            for case in alternated(cases, k):
                 run = run_case(case, requests, counts, args, cgroup)
-                run.intra_op = intra_op_line(Path(args.log_dir) / f"threads-http-{case.name}.log")
+                run.intra_op = intra_op_line(args.log_dir / f"threads-http-{case.name}.log")
                 runs.setdefault(case.name, []).append(run)
-                r = run.results[counts[0]]
-                print(
-                    f"round {k + 1} {case.name:>13}: {r.throughput:6.1f} req/s  p50 "
-                    f"{r.pct(50):6.1f} p99 {r.pct(99):6.1f} ms  c=1 p50 "
-                    f"{run.results[1].pct(50):5.1f} ms  threads {run.intra_op}  "
+                say(
+                    f"round {k + 1} {case.name:>13}:",
+                    run.results[counts[0]],
+                    f"  c=1 p50 {run.results[1].pct(50):5.1f} ms  threads {run.intra_op}  "
                     f"load {run.load}  stopped {run.stopped}",
-                    flush=True,
                 )
                 time.sleep(1.0)
     finally:

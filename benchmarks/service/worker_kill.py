@@ -4,13 +4,9 @@ the replacement serves again.
     python -m benchmarks.service.worker_kill                 # 20 s before the kill, 100 s after
     python -m benchmarks.service.worker_kill --clients 32 --after 120
 
-Starts ``attnserve serve --workers 2`` with all-MiniLM-L6-v2 only, runs closed-loop clients (one
-keep-alive connection each; httpx reconnects when the server sends ``Connection: close``), kills
-one worker with SIGKILL after ``--before`` seconds and keeps the load on for ``--after`` more.
-Which process answered comes from the ``x-request-id`` prefix. Reports the failed requests against
-the requests that were in flight on the killed worker when it died (each client whose last
-answer came from it had one), how long until the replacement answered its first request, and
-per 10-second window the share of answers from each process. Writes
+``attnserve serve --workers 2`` (all-MiniLM-L6-v2) under closed-loop clients, one keep-alive
+connection each; one worker killed after ``--before`` seconds, the load kept on ``--after`` more.
+The ``x-request-id`` prefix tells which process answered. Writes
 ``benchmarks/results/worker-kill-cpu.{md,json}``. ``--smoke``: 4 clients, 2 s before, 4 s after.
 """
 

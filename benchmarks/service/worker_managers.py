@@ -4,32 +4,18 @@ with uvicorn workers and uvicorn's own ``--workers``, on speed and on the behavi
 
     .venv/bin/python -m benchmarks.service.worker_managers [--rounds 2] [--seconds 10] [--clients 32]
 
-Every manager runs two workers serving all-MiniLM-L6-v2 on CPU with one torch thread each, with
-the same uvicorn settings and header guard (the two standard ones through the adapter
-:mod:`benchmarks.service.worker_managers_app`) and prometheus-client's multiprocess mode (ours makes its
-directory; for the others this script makes a fresh one, as their deployer would have to).
+Every manager runs two workers of all-MiniLM-L6-v2 (CPU, one torch thread each) with the same
+uvicorn settings, header guard (the standard ones through :mod:`.worker_managers_app`) and
+prometheus-client multiprocess mode. In each of ``--rounds`` rounds every manager in turn (the
+order reversed every other round) is started and, once both workers answer, measured:
 
-In each of ``--rounds`` rounds every manager in turn (the order reversed every other round, so
-drift hits all alike) is started, and once both workers answer:
+1. **speed** (:func:`speed`) under ``--clients`` closed-loop keep-alive clients;
+2. first round: **metrics** aggregation (:func:`check_metrics`) and the **header limit**;
+3. **SIGKILL of one worker** under load (:func:`kill_one_worker`);
+4. first round: **SIGTERM** with a burst admitted (:func:`sigterm_drain`); later rounds:
+   **SIGKILL of the manager** (:func:`manager_killed`): do its workers exit?
 
-1. **speed**: ``--clients`` closed-loop keep-alive clients (:mod:`benchmarks.harness.load`), one
-   short text per ``/encode``, ``--warmup`` s then ``--seconds`` s measured; with it how the
-   connections split among the workers, the mean batch, and the 1-minute load average at its
-   start;
-2. first round only: **metrics** (64 requests on fresh connections, then every scrape's
-   ``attnserve_requests_total`` must have grown by 64, whichever worker answers it) and the
-   **header limit** (a request with 20 kB of headers must get our 431);
-3. **SIGKILL** of one worker under the same load (fresh connections every 2 s, so the load can
-   reach a replacement): the requests that failed, the seconds until a process that was not
-   serving before the kill answers a probe on a fresh connection, the throughput after that
-   against before, and whether ``attnserve_requests_in_flight`` is back to 0 once idle (a dead
-   worker's live gauges must stop counting);
-4. first round: **SIGTERM** to the manager with 192 long texts admitted: how many were answered,
-   what new requests and ``/readyz`` (on fresh connections, every 0.25 s until the manager exits)
-   get, exit status and time; later rounds: **SIGKILL of the manager**: do its workers exit on
-   their own (and when)?
-
-Then once per manager a **start-up failure** (an unknown model): exit status and time. Writes
+Then once per manager a **start-up failure** (an unknown model). Writes
 ``benchmarks/results/worker-managers-cpu.{md,json}`` (:mod:`.worker_managers_report`).
 ``--smoke``: attnserve's supervisor alone, two short rounds, 16 texts admitted at SIGTERM.
 """
@@ -48,6 +34,7 @@ import threading
 import time
 from collections import Counter
 from functools import partial
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +46,8 @@ from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, drive, run_load
 from benchmarks.harness.process import cpu_seconds
 from benchmarks.harness.report import RESULTS, write
+from benchmarks.service import common
+from benchmarks.service.common import alternated
 from benchmarks.service.managers import (
     GRACE_S,
     MANAGERS,
@@ -225,13 +214,7 @@ async def kill_one_worker(
 
 def runs(outcomes: list[str]) -> str:
     """``["a", "a", "b"]`` as ``"a x2, then b x1"``."""
-    out: list[list[Any]] = []
-    for o in outcomes:
-        if out and out[-1][0] == o:
-            out[-1][1] += 1
-        else:
-            out.append([o, 1])
-    return ", then ".join(f"{o} x{k}" for o, k in out) or "-"
+    return ", then ".join(f"{o} x{len(list(same))}" for o, same in groupby(outcomes)) or "-"
 
 
 async def sigterm_drain(run: Running, n: int = DRAIN_BURST) -> dict[str, Any]:
@@ -331,7 +314,7 @@ def measure(args: argparse.Namespace, logs: Path) -> dict[str, Any]:
     names = list(args.managers)
     results: dict[str, Any] = {n: {"speed": [], "kills": []} for n in names}
     for rnd in range(args.rounds):
-        for name in names if rnd % 2 == 0 else names[::-1]:
+        for name in alternated(names, rnd):
             manager = MANAGERS[name]
             r = results[name]
             run = Running(manager, logs / f"{name}-{rnd}.log")
@@ -372,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--managers", nargs="+", default=list(MANAGERS), choices=list(MANAGERS))
     p.add_argument("--keep-logs", type=Path, help="a folder for the servers' logs")
     p.set_defaults(burst=DRAIN_BURST)
-    args = cli.parse(p, argv, seconds=1.0, warmup=0.5, clients=4, managers=["ours"], burst=16)
+    args = cli.parse(p, argv, **common.SMOKE, managers=["ours"], burst=16)
     if args.rounds < 2:
         p.error("--rounds must be at least 2")
     host = {"cpu": cpu_model(), "cores": str(os.cpu_count()), "load_start": load_average(),

@@ -8,23 +8,9 @@
         --http benchmarks.service.worker_managers_app:GuardedProtocol ...
 
 Settings come from ``ATTNSERVE_*`` env vars, as for ``attnserve serve``. Each piece stands in for
-something :mod:`service.runtime.server` and :mod:`service.runtime.workers` do themselves:
-
-* :func:`create_app`: the app of one worker. Models load before the worker takes connections
-  (``background_load`` off, as our supervisor sets for its workers): on a shared socket a worker
-  still loading would otherwise answer 503 while its peers could serve.
-* :data:`GuardedProtocol`: uvicorn's HTTP protocol with our header deadline and size limit
-  (:mod:`service.http.transport`); uvicorn's ``--http`` takes it as an import string.
-* :class:`GuardedUvicornWorker`: uvicorn's gunicorn worker (``uvicorn.workers.UvicornWorker``,
-  deprecated there in favour of the ``uvicorn-worker`` package, same class) with that protocol and
-  the uvicorn settings :func:`service.runtime.server.build_server` gives, through the class's
-  ``CONFIG_KWARGS``, the documented way to change them.
-* :func:`child_exit`: the gunicorn hook prometheus-client's multiprocess mode asks for, so a dead
-  worker's live gauges (requests in flight, queue depth, memory) stop counting. uvicorn's
-  ``--workers`` has no such hook.
-
-Neither manager sets ``PROMETHEUS_MULTIPROC_DIR`` or empties it between runs: whoever starts them
-does (the benchmark, here).
+something :mod:`service.runtime.server` and :mod:`service.runtime.workers` do themselves. Neither
+manager sets ``PROMETHEUS_MULTIPROC_DIR`` or empties it between runs: whoever starts them does
+(the benchmark, here).
 """
 
 from __future__ import annotations
@@ -43,6 +29,8 @@ with warnings.catch_warnings():  # "uvicorn.workers is deprecated, use uvicorn-w
 
 _SETTINGS = Settings()
 
+# uvicorn's HTTP protocol with our header deadline and size limit (service.http.transport);
+# uvicorn's ``--http`` takes it as an import string.
 GuardedProtocol = guarded_protocol(
     _SETTINGS.header_timeout_s, _SETTINGS.max_header_bytes, _SETTINGS.http_parser
 )
@@ -62,7 +50,9 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
 
 
 def create_app() -> FastAPI:
-    """One worker's app, from ``ATTNSERVE_*`` settings; loads its models before it listens."""
+    """One worker's app, from ``ATTNSERVE_*`` settings. Its models load before it takes
+    connections (``background_load`` off, as our supervisor sets for its workers): on a shared
+    socket a worker still loading would otherwise answer 503 while its peers could serve."""
     from service.app import create_app as build  # torch: in the worker only
     from service.observability.logs import configure_logging
 
@@ -72,13 +62,17 @@ def create_app() -> FastAPI:
 
 
 class GuardedUvicornWorker(UvicornWorker):
-    """uvicorn's gunicorn worker with our transport guard and uvicorn settings."""
+    """uvicorn's gunicorn worker (deprecated there for the ``uvicorn-worker`` package, same
+    class) with our transport guard and the uvicorn settings of ``build_server``, through
+    ``CONFIG_KWARGS``, the documented way to change them."""
 
     CONFIG_KWARGS: ClassVar[dict[str, Any]] = {"loop": "auto", **uvicorn_options(_SETTINGS)}
 
 
 def child_exit(server: Any, worker: Any) -> None:
-    """gunicorn hook: a worker has exited; drop its live gauges from every scrape."""
+    """gunicorn hook (prometheus-client's multiprocess mode asks for it): a worker has exited;
+    drop its live gauges (requests in flight, queue depth, memory) from every scrape. uvicorn's
+    ``--workers`` has no such hook."""
     from prometheus_client import multiprocess
 
     multiprocess.mark_process_dead(worker.pid)
