@@ -35,6 +35,7 @@ import json
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -45,19 +46,16 @@ from benchmarks.harness.timing import rows_per_s
 Encode = Callable[[list[str]], Any]
 
 
-def _attnserve(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]]:
+def _attnserve(
+    folder: str | None, threads: int, precision: str | None = None
+) -> tuple[Encode, dict[str, Any]]:
     from models.text import SentenceEncoder
 
     encoder = SentenceEncoder.load() if folder is None else SentenceEncoder.from_folder(folder)
-    return (lambda texts: encoder.encode(texts).numpy()), {}
-
-
-def _attnserve_bfloat16(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]]:
-    from models.text import SentenceEncoder
-
-    encoder = SentenceEncoder.load() if folder is None else SentenceEncoder.from_folder(folder)
-    twin = encoder.with_precision("bfloat16")
-    return (lambda texts: twin.encode(texts).numpy()), {"precision": "bfloat16"}
+    if precision is None:
+        return (lambda texts: encoder.encode(texts).numpy()), {}
+    twin = encoder.with_precision(precision)
+    return (lambda texts: twin.encode(texts).numpy()), {"precision": precision}
 
 
 def _sentence_transformers(folder: str | None, threads: int) -> tuple[Encode, dict[str, Any]]:
@@ -81,9 +79,10 @@ def _onnxruntime(folder: str | None, threads: int) -> tuple[Encode, dict[str, An
     return encoder.encode, {**info, "spinning": encoder.spinning}
 
 
-IMPLEMENTATIONS = {
+Implementation = Callable[[str | None, int], tuple[Encode, dict[str, Any]]]
+IMPLEMENTATIONS: dict[str, Implementation] = {
     "attnserve": _attnserve,
-    "attnserve-bfloat16": _attnserve_bfloat16,
+    "attnserve-bfloat16": partial(_attnserve, precision="bfloat16"),
     "sentence-transformers": _sentence_transformers,
     "onnxruntime": _onnxruntime,
 }

@@ -51,10 +51,8 @@ from benchmarks.peers.rerank_workload import (
     rerank_requests,
 )
 from benchmarks.peers.servers import (
-    Launch,
     Peer,
     PeerServer,
-    Turn,
     attnserve_serve,
     in_process,
     infinity_v2,
@@ -62,7 +60,7 @@ from benchmarks.peers.servers import (
     peer_options,
     peers_app,
     run_meta,
-    take_turn,
+    run_rounds,
 )
 
 BATCH = 32  # pairs per forward pass, every server
@@ -310,16 +308,9 @@ def main(argv: list[str] | None = None) -> None:
             {**row, "impl": result["impl"], "label": label, "diff": diff} for row in result["rows"]
         ]
 
-    turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
     diffs: dict[str, list[float]] = {}
     check = scored_alike(requests, reference, args.tolerance, diffs)
-    for k in range(args.rounds):
-        print(f"round {k + 1} of {args.rounds} ...", flush=True)
-        for name in args.servers:
-            launch = Launch.on_free_port(args, folder)
-            log = args.log_dir / f"rerank-{name}-r{k + 1}.log"
-            server = PeerServer(PEERS[name], launch, log, args.omp_wait_policy)
-            turns[name].append(take_turn(server, requests[0], requests, args, f"r{k + 1}", check))
+    turns = run_rounds(args, PEERS, folder, requests[0], requests, check, "rerank")
 
     left = leftovers(folder)
     print(f"processes holding the model folder after the run: {left or 'none'}", flush=True)

@@ -39,20 +39,17 @@ from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
-from benchmarks.harness.load import LoadResult
 from benchmarks.harness.report import command, write
 from benchmarks.peers import report
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.peers.servers import (
     PEERS,
-    Launch,
     PeerServer,
-    Turn,
     in_process,
     interpreters,
     peer_options,
     run_meta,
-    take_turn,
+    run_rounds,
 )
 from benchmarks.service.workloads import short_texts
 
@@ -142,8 +139,6 @@ def main(argv: list[str] | None = None) -> None:
     print(f"in-process reference rows (batches {args.batches}) ...", flush=True)
     ceilings, reference = measure_ceilings(texts, args, folder)
 
-    rounds: dict[tuple[str, int], list[LoadResult]] = {}
-    turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
     similarity: dict[str, list[float]] = {name: [] for name in args.servers}
 
     def same_model(server: PeerServer, answer: Any) -> None:
@@ -152,16 +147,12 @@ def main(argv: list[str] | None = None) -> None:
             raise SystemExit(f"{server.name} answers a different embedding "
                              f"(cosine {similarity[server.name][-1]:.6f})")  # fmt: skip
 
-    for k in range(args.rounds):
-        print(f"round {k + 1} of {args.rounds} ...", flush=True)
-        for name in args.servers:
-            tag = f"peers-r{k + 1}"
-            launch = Launch.on_free_port(args, folder)
-            log = args.log_dir / f"{name}-{tag}.log"
-            server = PeerServer(PEERS[name], launch, log, args.omp_wait_policy)
-            turns[name].append(take_turn(server, texts[0], texts, args, tag, same_model))
-            for clients, result in turns[name][-1].results.items():
-                rounds.setdefault((name, clients), []).append(result)
+    turns = run_rounds(args, PEERS, folder, texts[0], texts, same_model, "peers")
+    rounds = {
+        (name, clients): [t.results[clients] for t in turns[name]]
+        for name in args.servers
+        for clients in args.clients
+    }
     loads = {key: [r.load for r in results] for key, results in rounds.items()}
     meta = run_meta(args, run_command, load_before, PEERS, pythons, turns, texts=args.texts)
     for name in args.servers:

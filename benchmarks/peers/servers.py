@@ -268,6 +268,22 @@ def take_turn(
     return turn
 
 
+def run_rounds(
+    args: argparse.Namespace, peers: Mapping[str, Peer], folder: Path, first: Any,
+    items: list[Any], check: Callable[[PeerServer, Any], None], tag: str,
+) -> dict[str, list[Turn]]:  # fmt: skip
+    """``--rounds`` rounds of :func:`take_turn`, the servers in ``--servers`` order within each
+    (drift over the run hits all alike); logs ``<name>-<tag>-r<round>.log`` in ``--log-dir``."""
+    turns: dict[str, list[Turn]] = {name: [] for name in args.servers}
+    for k in range(1, args.rounds + 1):
+        print(f"round {k} of {args.rounds} ...", flush=True)
+        for name in args.servers:
+            launch, log = Launch.on_free_port(args, folder), args.log_dir / f"{name}-{tag}-r{k}.log"
+            server = PeerServer(peers[name], launch, log, args.omp_wait_policy)
+            turns[name].append(take_turn(server, first, items, args, f"{tag}-r{k}", check))
+    return turns
+
+
 def peer_options(clients: list[int], seconds: float, warmup: float, names: list[str],
                  name: str) -> argparse.ArgumentParser:  # fmt: skip
     """What every peer run takes: load, rounds, threads, servers, interpreters, where to write."""
