@@ -4,26 +4,21 @@
     .venv/bin/python -m benchmarks.text.long_document_speed --lengths 8192 --precisions float32 bfloat16 \
         --backends flash probsparse performer nystrom --floor --no-reference
 
-The model has gte-modernbert-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
-layer every third, ±64-token windows elsewhere, 8,192 positions) with **random weights** (speed
-does not depend on them; cosines are to this model's own exact embedding), built with
-transformers' ``ModernBertModel`` and served from its folder (the all-MiniLM-L6-v2 tokenizer:
-nothing is downloaded). Per backend and length the table gives the median latency of ``POST
-/encode`` (one text, in-process HTTP), the estimated peak activation memory
-(:meth:`SentenceEncoder.memory_estimate`, held to the measured peak by
-``tests/unit/test_model_memory.py``), the cosine to ``flash`` and the speed-up over ``flash``. The
-reference row is transformers' own ``ModernBertModel`` (SDPA, mean pooling) on the same weights,
-called directly. ``full`` stops at ``--full-max`` tokens (its ``[12, n, n]`` score matrices).
+The model has gte-modernbert-base's shape (:data:`SHAPE`: a global layer every third, ±64-token
+windows elsewhere) with **random weights** (speed does not depend on them; cosines are to this
+model's own exact embedding) and the all-MiniLM-L6-v2 tokenizer: nothing is downloaded. Per
+backend and length: the median latency of ``POST /encode`` (one text, in-process HTTP), the
+estimated peak activation memory (:meth:`SentenceEncoder.memory_estimate`, held to the measured
+peak by ``tests/unit/test_model_memory.py``), the cosine to ``flash`` and the speed-up over
+``flash``. The reference row is transformers' own ``ModernBertModel`` (SDPA, mean pooling) on the
+same weights, called directly. ``full`` stops at ``--full-max`` tokens (its ``[12, n, n]`` scores).
 
-``--precisions``: one server loads the model in each (``Settings.precisions``) and every backend
-runs in each (the request's ``precision``): one row per backend x precision, speed-ups and
-cosines against ``flash`` in the first precision listed. ``--floor`` adds, per precision, the
-same request with every global attention layer replaced by a stub that returns its values
-unchanged (the attention-free floor, as :mod:`benchmarks.forecast.forward_floor` measures it for
-Informer): what no backend can go below. The local (sliding-window) layers still run there, as
-they do under every backend. The cells run in rounds (each row once per round, ``--repeats``
-rounds), so a slow spell of a shared machine hits every row alike. ``--smoke``: one layer, 64
-tokens, ``flash`` with the floor.
+``--precisions``: one server loads each (``Settings.precisions``), every backend runs in each
+(the request's ``precision``), compared with ``flash`` in the first. ``--floor`` adds, per
+precision, the same request with every global attention layer a stub returning its values (the
+attention-free floor, as :mod:`benchmarks.forecast.forward_floor` measures it for Informer; the
+local layers still run). Rows run in rounds (``--repeats``), so a slow spell of a shared machine
+hits them alike. ``--smoke``: one layer, 64 tokens, ``flash`` with the floor.
 """
 
 from __future__ import annotations
@@ -134,11 +129,10 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
     with TestClient(create_app(settings)) as client:
         served = client.app.state.attnserve.registry.find(folder.name)  # type: ignore[attr-defined]
         encoders = served.models
-        name = folder.name
         warm = text_of(WARM_TOKENS, encoders[precisions[0]].tokenizer.count)
 
         def post(backend: str, precision: str, text: str) -> tuple[float, dict[str, Any]]:
-            body = {"model": name, "inputs": [text], "attention": backend}
+            body = {"model": folder.name, "inputs": [text], "attention": backend}
             if precisions != ["float32"]:
                 body["precision"] = precision
             start = time.perf_counter()
@@ -196,20 +190,15 @@ def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> di
     return out
 
 
-def cosine(a: list[float], b: list[float]) -> float:
-    """The cosine of two vectors."""
-    return float(F.cosine_similarity(torch.tensor(a), torch.tensor(b), dim=0))
-
-
 def _cell(cell: dict | None, ref: dict, memory: bool = True) -> str:
     """One length's cell: p50 s / estimated peak MiB / cosine / speed-up against ``ref``."""
     if cell is None:
         return "skipped (n² memory)"
     mib = f"{cell['memory_bytes'] / 2**20:.0f}" if memory else "-"
-    return (
-        f"{cell['seconds']:.2f} / {mib} / {cosine(cell['vector'], ref['vector']):.4f} / "
-        f"{ref['seconds'] / cell['seconds']:.2f}x"
+    cos = float(
+        F.cosine_similarity(torch.tensor(cell["vector"]), torch.tensor(ref["vector"]), dim=0)
     )
+    return f"{cell['seconds']:.2f} / {mib} / {cos:.4f} / {ref['seconds'] / cell['seconds']:.2f}x"
 
 
 def table(result: dict) -> str:

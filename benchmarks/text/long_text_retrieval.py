@@ -29,10 +29,6 @@ from models.text.packaged import PACKAGED, packaged_folder
 MIN_QUERY_WORDS = 6
 
 
-def _first_sentence(doc: str) -> str:
-    return re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0]
-
-
 def build(
     encoder: SentenceEncoder, limit_docs: int
 ) -> tuple[list[str], list[tuple[str, int, str]]]:
@@ -49,7 +45,7 @@ def build(
         offsets = encoder.tokenizer.count([" ".join(docs[:i]) or "." for i in range(len(docs))])
         early = late = None
         for doc, offset in zip(docs, offsets, strict=True):
-            sentence = _first_sentence(doc)
+            sentence = re.split(r"(?<=[.!?])\s", doc, maxsplit=1)[0]
             if len(sentence.split()) < MIN_QUERY_WORDS:
                 continue
             if early is None and offset < limit // 2:
@@ -74,6 +70,7 @@ def scores(query_vectors: torch.Tensor, doc_vectors: torch.Tensor, targets: list
 
 
 def summarise(ranks: list[int]) -> dict[str, float]:
+    """Recall@1 and mean reciprocal rank of ``ranks``."""
     return {
         "recall@1": sum(r == 1 for r in ranks) / len(ranks),
         "mrr": sum(1.0 / r for r in ranks) / len(ranks),

@@ -1,18 +1,16 @@
 """Precision against speed and quality, in-process: all-MiniLM-L6-v2 in float32, bfloat16 and
-int8 (with different layers kept in float), and the shipped Informers in bfloat16.
+int8 (with different layers kept in float), and the shipped Informers in bfloat16 and int8.
 
     .venv/bin/python -m benchmarks.text.precision [--rounds 5] [--threads 2] [--write]
 
-Text: real texts from the stdlib-docstring corpus (``models.text.corpus``, cut at 256 tokens),
-embedded at batch 32 and at batch 1 with ``flash``. Each configuration is timed once per round,
-the configurations in rotation within every round (A, B, C, A, B, C, ...), because other
-processes share this CPU: each then meets the same background load. The table gives the median
-and the best round in texts/s and the speed-up over float32 by both. Quality: min and mean cosine
-of each text's embedding to float32's, over every text timed.
+Text: stdlib docstrings (``models.text.corpus``, cut at 256 tokens) embedded with ``flash`` at
+batch 32 and at batch 1, each configuration timed once per round in rotation (A, B, C, A, B, C,
+...), since other processes share this CPU: the median and the best round in texts/s, and the
+speed-up over float32 by both. Quality: min and mean cosine of each text's embedding to float32's.
 
-Forecasters: test MSE (scaled units, as ``attnserve evaluate``) of the float32, bfloat16 and
-int8 (plain dynamic, no calibration) network on the checkpoint's test windows (every ``--stride``-th for the context-2,048 ETTm1
-models), with the checkpoint's default backend.
+Forecasters: test MSE (scaled units, as ``attnserve evaluate``) of the float32, bfloat16 and int8
+(plain dynamic, no calibration) network on the checkpoint's test windows (every ``--stride``-th
+for the context-2,048 ETTm1 models), with the checkpoint's default backend.
 
 ``--write`` also writes ``benchmarks/results/precision-cpu.md``. ``--smoke``: 8 texts, one round,
 the ETTh1 horizon-24 Informer on 64 windows.

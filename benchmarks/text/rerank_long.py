@@ -2,26 +2,24 @@
 
     .venv/bin/python -m benchmarks.text.rerank_long [--rounds 2] [--quality-layers 6]
 
-The reranker has ModernBERT-base's shape (22 layers, hidden 768, 12 heads, GeGLU 1152, a global
-layer every third, 128-token local windows elsewhere, 8,192 positions) with **random weights**:
-transformers' ``ModernBertForSequenceClassification`` with one label, saved with
-``save_pretrained`` beside the all-MiniLM-L6-v2 tokenizer (nothing is downloaded) and loaded as a
+The reranker has ModernBERT-base's shape (:data:`benchmarks.text.long_document_speed.SHAPE`) with
+**random weights**: transformers' ``ModernBertForSequenceClassification`` with one label, saved
+beside the all-MiniLM-L6-v2 tokenizer (nothing is downloaded) and loaded as a
 :class:`~models.text.classifier.TextClassifier`.
 
 Speed: one ``(query, document)`` pair of 8,192 tokens (shipped docstrings,
 :func:`models.text.classifier_quality.fit_pair`), one :meth:`TextClassifier.logits` call per
 backend, each backend once per round in alternating order (forward, then backward), so a slow
-spell of a shared machine hits every row alike. The table gives the median milliseconds per pair
-and the speed-up over ``flash``. ``full`` is skipped past ``--full-max`` tokens (its ``[12, n, n]``
-score matrices).
+spell of a shared machine hits every row alike: median milliseconds per pair and the speed-up over
+``flash``. ``full`` is skipped past ``--full-max`` tokens (its ``[12, n, n]`` score matrices).
 
 Quality: :func:`models.text.classifier_quality.measure` on pairs in a few long bands (257-512,
 1,025-2,048, 4,097-8,192 tokens by default), every backend's Kendall tau-b and NDCG@10 against
-``flash`` (exact, the reference past 512 tokens). It runs on ``--quality-layers`` layers (global
-attention on every third, as at full depth) to stay within minutes on a small CPU. With random
-weights these figures are agreement with exact attention on this architecture's shape, not
-retrieval quality: no trained reranker ships with the repository. ``--smoke``: one layer, a
-300-token pair, ``flash`` and ``performer``, one quality band of 4 pairs.
+``flash`` (exact, the reference past 512 tokens), on ``--quality-layers`` layers (global attention
+on every third, as at full depth) to stay within minutes on a small CPU. With random weights these
+figures are agreement with exact attention on this shape, not retrieval quality: no trained
+reranker ships with the repository. ``--smoke``: one layer, a 300-token pair, ``flash`` and
+``performer``, one quality band of 4 pairs.
 """
 
 from __future__ import annotations
@@ -101,11 +99,9 @@ def quality_table(result: dict[str, Any]) -> str:
     bands = list(next(iter(rows.values()))["by_tokens"])
 
     def pair(figures: dict[str, float] | None) -> str:
-        return (
-            "-"
-            if figures is None
-            else f"{figures['kendall_tau']:.4f} / {figures['ndcg_at_10']:.4f}"
-        )
+        if figures is None:
+            return "-"
+        return f"{figures['kendall_tau']:.4f} / {figures['ndcg_at_10']:.4f}"
 
     cells = [
         [

@@ -34,6 +34,7 @@ from models.text.weights import model_dir
 
 MAX_TOKENS = 256
 BATCH_SIZE = 32
+REFERENCE = "sentence-transformers CrossEncoder.predict"
 
 
 def build_cross_encoder(folder: Path, seed: int = 0) -> Path:
@@ -83,25 +84,15 @@ def main(argv: list[str] | None = None) -> None:
             rows = model.tokenize(work, truncate=True)
             return model.scores(model.logits(rows, backend, max_batch_size=BATCH_SIZE))[:, 0]
 
+        ours_runs = {f"attnserve {b} float32": (ours, b) for b in args.backends}
+        ours_runs["attnserve flash bfloat16"] = (bf16, "flash")
         runs: dict[str, Callable[[], object]] = {
-            "sentence-transformers CrossEncoder.predict": lambda: reference.predict(
-                work, batch_size=BATCH_SIZE
-            )
+            REFERENCE: functools.partial(reference.predict, work, batch_size=BATCH_SIZE)
         }
-        for backend in args.backends:
-            runs[f"attnserve {backend} float32"] = functools.partial(run_ours, ours, backend)
-        runs["attnserve flash bfloat16"] = lambda: run_ours(bf16, "flash")
+        runs.update({name: functools.partial(run_ours, *run) for name, run in ours_runs.items()})
         times = {n: (min(t.wall), min(t.cpu)) for n, t in alternating(runs, args.repeats).items()}
-        parity = {
-            name: float(
-                (run_ours(bf16 if "bfloat16" in name else ours, name.split()[1]) - expected)
-                .abs()
-                .max()
-            )
-            for name in runs
-            if name.startswith("attnserve")
-        }
-    base_wall = times["sentence-transformers CrossEncoder.predict"][0]
+        parity = {n: float((run_ours(*run) - expected).abs().max()) for n, run in ours_runs.items()}
+    base_wall = times[REFERENCE][0]
     report.table(
         ["contender", "pairs/s (wall)", "× CrossEncoder", "CPU s", "max abs score diff"],
         [

@@ -4,25 +4,26 @@ spinning neighbour, and inside a one-CPU cgroup quota (issue 37, item 2).
     python -m benchmarks.text.threads                 # 3 rounds, writes benchmarks/results/threads-cpu.md
     python -m benchmarks.text.threads --rounds 1 --seconds 2 --no-quota
 
-In-process, no HTTP: all-MiniLM-L6-v2 (``SentenceEncoder.load()``, flash, float32) encodes 20-word
-texts from the stdlib-docstring corpus at batch 32 (texts/s) and one at a time (texts/s and the
-median milliseconds per text). Every configuration runs in a fresh process, since the OpenMP
-runtime reads ``OMP_WAIT_POLICY`` / ``GOMP_SPINCOUNT`` once, when torch loads.
+In-process, no HTTP: all-MiniLM-L6-v2 (flash, float32) encodes 20-word texts of the
+stdlib-docstring corpus at batch 32 (texts/s) and one at a time (texts/s, median ms per text).
+Every configuration runs in a fresh process: the OpenMP runtime reads ``OMP_WAIT_POLICY`` /
+``GOMP_SPINCOUNT`` once, when torch loads.
 
-- threads ``auto``: what the server now picks for ``torch_threads`` 0
+- threads ``auto``: what the server picks for ``torch_threads`` 0
   (:func:`service.engine.batching.cpus.torch_threads_default`: torch's count capped by the CPU quota);
-  ``torch``: torch's own default (what the server used before; it ignores the quota); ``1``.
+  ``torch``: torch's own default (the server's before; it ignores the quota); ``1``.
 - wait policy: ``unset`` (libgomp's default: spin 300,000 times, then sleep), ``ACTIVE``,
   ``PASSIVE``, and ``GOMP_SPINCOUNT=10000`` (a short spin, then sleep).
-- place: ``quiet``; ``neighbour``: beside one ``python -c 'while True: pass'`` process (not
-  pinned), started before the measuring process and killed (and checked gone) after it;
-  ``quota 1 CPU``: inside a cgroup v1 ``cpu`` group with ``cfs_quota_us = cfs_period_us`` (what
-  ``docker run --cpus 1`` sets), made for the run and removed after it (needs root and a writable
-  v1 cpu controller; skipped otherwise, or with ``--no-quota``).
+- place: ``quiet``; ``neighbour``: beside one spinning Python process (not pinned), started before
+  the measuring process and killed (and checked gone) after it; ``quota 1 CPU``: inside a cgroup
+  v1 ``cpu`` group with ``cfs_quota_us = cfs_period_us`` (``docker run --cpus 1``), made for the
+  run and removed after it (needs root and a writable v1 cpu controller; skipped otherwise, or
+  with ``--no-quota``). ``benchmarks/service/threads_http.py`` makes its own quota group (v2 or
+  v1) for servers: the two differ in what they wrap, so each keeps its helper.
 
-Configurations alternate within each round (the start rotates per round) so that a slow spell of
-a shared machine hits them alike; the table gives the median over rounds and the range.
-``--smoke``: the first two configurations, one round of 0.2 s, no quota.
+Configurations alternate within each round (the start rotates per round); the table gives the
+median over rounds and the range. ``--smoke``: the first two configurations, one round of 0.2 s,
+no quota.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ POLICIES: dict[str, dict[str, str]] = {
     "PASSIVE": {"OMP_WAIT_POLICY": "PASSIVE"},
     "spin 10k": {"GOMP_SPINCOUNT": "10000"},
 }
+OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")  # cleared for each child
 
 
 @dataclass(frozen=True)
@@ -76,9 +78,6 @@ def configs(quota: bool) -> list[Config]:
         out += [Config("quota", "auto", p) for p in ("unset", "PASSIVE")]
         out.append(Config("quota", "1", "unset"))
     return out
-
-
-# ------------------------------------------------------------------------ the measuring process
 
 
 def measure(threads: str, seconds: float) -> dict[str, float]:
@@ -119,9 +118,6 @@ def measure(threads: str, seconds: float) -> dict[str, float]:
     }
 
 
-# ------------------------------------------------------------------------ the driver
-
-
 def make_quota_group() -> bool:
     """Make the one-CPU cgroup; False (and why, on stderr) where this host does not allow it."""
     try:
@@ -142,8 +138,7 @@ def remove_quota_group() -> None:
 
 def run_one(config: Config, seconds: float) -> dict[str, float]:
     """One configuration measured in a fresh process (beside the neighbour, in the quota)."""
-    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
-    env.pop("OMP_NUM_THREADS", None)
+    env = {k: v for k, v in os.environ.items() if k not in OMP_VARIABLES}
     env.update(POLICIES[config.policy])
     cmd = [sys.executable, "-m", "benchmarks.text.threads", "--child", config.threads, "--seconds"]
     cmd.append(str(seconds))
