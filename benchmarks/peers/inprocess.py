@@ -1,5 +1,5 @@
 """The in-process reference rows: an encoder on batches of texts, or a cross-encoder scoring
-rerank requests; no server, no HTTP.
+rerank requests; no server, no HTTP, tokenization included (a server must do it too).
 
     .venv/bin/python -m benchmarks.peers.inprocess attnserve --texts T.json --out R.json
     .venv-peers/bin/python -m benchmarks.peers.inprocess sentence-transformers --folder DIR ...
@@ -8,24 +8,16 @@ rerank requests; no server, no HTTP.
         --requests R.json --out O.json
     .venv/bin/python -m benchmarks.peers.inprocess attnserve-rerank --folder DIR ...
 
-``attnserve`` is attnserve's own encoder (:class:`models.text.SentenceEncoder`, its default
-attention backend, as the server runs it); ``sentence-transformers`` is
-``SentenceTransformer(folder).encode``, the model inside LitServe and the naive server, run with
-their interpreter so the versions match theirs; ``onnxruntime`` is the same weights exported and
-optimized for ONNX Runtime, float32 (:mod:`.onnx_reference`). Tokenization is included in all
-three, as a server must do it. For each of ``--batches``, texts per second is the best of
-``--repeats`` passes over the texts in chunks of that size.
+Encoders: attnserve's :class:`models.text.SentenceEncoder` (its default attention, as the server
+runs it), ``SentenceTransformer(folder).encode`` (the model inside LitServe and the naive server,
+run with their interpreter so the versions match) and ONNX Runtime (:mod:`.onnx_reference`);
+texts per second at each of ``--batches``, best of ``--repeats`` passes, plus the embeddings of
+the first ``--guard`` texts, so the runner can check every implementation computes the same model.
 
-The output also holds the embeddings of the first ``--guard`` texts, so the runner can check that
-every implementation computes the same model.
-
-Reranking: ``cross-encoder`` is sentence-transformers' ``CrossEncoder.predict`` (the model inside
-the LitServe app; its scores are the reference every server is checked against);
-``attnserve-rerank`` is attnserve's ``TextClassifier`` with its default backend, as the server
-runs it. Tokenization is included. Two shapes: ``per request`` (each request's pairs one forward
-pass) and ``batch 32`` (all requests' pairs in forward passes of 32). Requests per second is the
-best of ``--repeats`` passes after a warm-up pass. The output also holds every request's scores,
-in request order.
+Rerankers: ``CrossEncoder.predict`` (inside the LitServe app; the reference scores) and
+attnserve's ``TextClassifier``; requests per second ``per request`` (each request's pairs one
+forward pass) and ``batch 32``, best of ``--repeats`` passes after a warm-up, plus every
+request's scores in request order.
 """
 
 from __future__ import annotations

@@ -3,23 +3,15 @@
     .venv/bin/python -m benchmarks.peers.rerank_run [--seconds 12] [--rounds 2] [--clients 1 8]
         [--threads 2] [--servers attnserve infinity litserve litserve-1]
 
-The /encode peer harness (:mod:`.run`, :mod:`.servers`, :mod:`benchmarks.harness`) on a rerank workload:
-each request is one query and 16 documents (:mod:`.rerank_workload`), every server loads the same
-``CrossEncoder.save`` folder by path.
-
-1. In-process rows, each in its own process: sentence-transformers' ``CrossEncoder.predict``
-   (peers' interpreter) and attnserve's ``TextClassifier`` (:mod:`.inprocess`), per
-   request and in passes of 32 pairs. ``CrossEncoder.predict``'s scores are the reference:
-   attnserve's in-process scores must be within ``--tolerance`` of them.
-2. ``--rounds`` rounds; in each, every server in turn: start it, wait for a right answer, check
-   its scores of the first :data:`GUARD` requests against the reference (within
-   ``--tolerance``, in request order, after sorting by index), drive it at each ``--clients``
-   count, stop it and check with psutil that none of its process tree is left
-   (:meth:`benchmarks.harness.process.ServerProcess.stop`) before the next starts.
-3. Writes ``<out-dir>/<name>.md`` and ``.json``.
-
-``--smoke``: one short round at 2 clients; attnserve alone when the peer virtualenvs are missing
-(its scores are then checked against its own in-process ones).
+The peer run of :mod:`.run` on a rerank workload: one query and 16 documents per request
+(:mod:`.rerank_workload`), every server loading the same ``CrossEncoder.save`` folder by path.
+In-process rows first, each in its own process (:mod:`.inprocess`): sentence-transformers'
+``CrossEncoder.predict``, whose scores are the reference, and attnserve's ``TextClassifier``,
+per request and in passes of 32 pairs. Then ``--rounds`` rounds of every server in turn; each
+must score the first :data:`GUARD` requests within ``--tolerance`` of the reference before it is
+timed. Writes ``<out-dir>/<name>.md`` and ``.json``. ``--smoke``: one short round at 2 clients;
+attnserve alone when the peer virtualenvs are missing (checked against its own in-process
+scores).
 """
 
 from __future__ import annotations

@@ -4,26 +4,14 @@
     .venv/bin/python -m benchmarks.peers.run [--seconds 10] [--rounds 2] [--clients 1 32]
         [--threads 2] [--servers attnserve litserve infinity naive] [--batches 32 1]
 
-1. Builds the sentence-transformers folder every peer loads (:mod:`.model_folder`).
-2. In-process reference rows, one process after the other, at each of ``--batches``:
-   attnserve's encoder, sentence-transformers' ``encode`` and ONNX Runtime on the same weights,
-   exported and optimized (:mod:`.inprocess`, :mod:`.onnx_reference`); their embeddings must
-   agree with attnserve's (cosine at least 0.9999) or the run stops.
-3. ``--rounds`` rounds; in each, every server in turn (in ``--servers`` order, so drift over the
-   run hits all alike): start it on a free port, wait until it answers a real request (whose
-   embedding must match attnserve's, cosine at least 0.9999), then for each ``--clients`` count
-   ``--warmup`` s of load and ``--seconds`` s measured (:mod:`benchmarks.harness.load`), then
-   stop it: SIGTERM, SIGKILL for what outlives a grace, and psutil must find none of its
-   processes left before the next server starts (:meth:`benchmarks.harness.process.ServerProcess.stop`;
-   how each ended is recorded).
-4. Writes ``<out-dir>/<name>.md`` and ``.json`` (:mod:`.report`).
-
-attnserve runs from this interpreter's environment (the project's ``.venv``); LitServe, the
-naive server and the reference rows other than attnserve's from ``--peers-python``
-(``.venv-peers``: the newest releases); infinity-emb from ``--infinity-python``
-(``.venv-peers-infinity``: its own pins, numpy<2, transformers<5). No peer runs at versions
-pinned for another. ``--smoke``: one short round at 2 clients, attnserve alone when the peer
-virtualenvs are missing.
+First the in-process reference rows at each of ``--batches`` (attnserve's encoder,
+sentence-transformers' ``encode``, ONNX Runtime's optimized graph: :mod:`.inprocess`), then
+``--rounds`` rounds of every server in turn (:func:`.servers.run_rounds`) at each ``--clients``
+count. Every embedding, in process or served, must agree with attnserve's (cosine at least
+0.9999) or the run stops. Writes ``<out-dir>/<name>.md`` and ``.json`` (:mod:`.report`).
+What is measured, and which virtualenv runs which peer (``--peers-python``,
+``--infinity-python``): ``benchmarks/peers/README.md``. ``--smoke``: one short round at 2
+clients, attnserve alone when the peer virtualenvs are missing.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
-from benchmarks.harness.host import cpu_model, load_average
+from benchmarks.harness.host import cores, cpu_model, load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
 from benchmarks.harness.process import (
     ROOT,
@@ -355,7 +355,7 @@ def run_meta(
         "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "cpu_model": cpu_model(),
         "logical_cpus": os.cpu_count(),
-        "usable_cpus": len(os.sched_getaffinity(0)),
+        "usable_cpus": cores(),
         "threads": args.threads,
         "omp_wait_policy": args.omp_wait_policy,
         "seconds": args.seconds,
