@@ -36,19 +36,17 @@ from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, table, write_json
 from benchmarks.harness.timing import budget_samples
 
-IMPLEMENTATIONS = [
-    "full",
-    "flash",
-    "probsparse",
-    "performer",
-    "nystrom",
-    "peer:performer-pytorch",
-    "peer:nystrom-attention",
-    "peer:informer2020",
-]
 FEATURES = 266  # int(64·ln 64): our performer default, given to the peer too
 LANDMARKS = 64
 FACTOR = 5  # ProbSparse c: our default and the reference code's
+APPROXIMATE = ("performer", "nystrom", "probsparse")
+# Each approximation's peer: the same algorithm from its reference package (or code).
+PEERS = {
+    "performer": "peer:performer-pytorch",
+    "nystrom": "peer:nystrom-attention",
+    "probsparse": "peer:informer2020",
+}
+IMPLEMENTATIONS = ["full", "flash", "probsparse", "performer", "nystrom", *PEERS.values()]
 
 
 def informer2020_probsparse(q, k, v, factor: int = FACTOR):
@@ -241,41 +239,31 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
         f"probsparse factor={FACTOR}",
         "",
         table(["implementation", "L", "median ms", "peak MiB", "rel. error"], cells, "lrrrr"),
+        "",
+        "Ratios (from this run):",
     ]
     by = {(r["impl"], r["L"]): r for r in rows if "median_ms" in r}
-    lines += ["", "Ratios (from this run):"]
-    for length in args.lengths:
-        full = by.get(("full", length))
-        for impl in ("flash", "performer", "nystrom", "probsparse"):
-            r = by.get((impl, length))
-            if full and r:
-                lines.append(
-                    f"- L={length}: {impl} is {full['median_ms'] / r['median_ms']:.1f}x faster than "
-                    f"full, with {r['peak_mib'] / max(full['peak_mib'], 1e-9):.3f}x its peak memory"
-                )
-    for length in args.lengths:
-        flash = by.get(("flash", length))
-        for impl in ("performer", "nystrom", "probsparse"):
-            r = by.get((impl, length))
-            if flash and r:
-                lines.append(
-                    f"- L={length}: {impl} is {flash['median_ms'] / r['median_ms']:.1f}x faster "
-                    "than flash"
-                )
-    for impl in ("flash", "performer", "nystrom", "probsparse"):
+    for ref, impls in (("full", ("flash", *APPROXIMATE)), ("flash", APPROXIMATE)):
+        for length in args.lengths:
+            for impl in impls:
+                r, base = by.get((impl, length)), by.get((ref, length))
+                if r and base:
+                    memory = r["peak_mib"] / max(base["peak_mib"], 1e-9)
+                    also = f", with {memory:.3f}x its peak memory" if ref == "full" else ""
+                    lines.append(
+                        f"- L={length}: {impl} is {base['median_ms'] / r['median_ms']:.1f}x faster "
+                        f"than {ref}{also}"
+                    )
+    for impl in ("flash", *APPROXIMATE):
         a, b = by.get((impl, 8192)), by.get((impl, 32768))
         if a and b:
             lines.append(
                 f"- {impl}: peak memory x{b['peak_mib'] / max(a['peak_mib'], 1e-9):.1f} "
                 "from L=8192 to 32768 (linear would be x4)"
             )
-    for ours, peer in (
-        ("performer", "peer:performer-pytorch"),
-        ("nystrom", "peer:nystrom-attention"),
-        ("probsparse", "peer:informer2020"),
-    ):
+    for ours in APPROXIMATE:
         for length in args.lengths:
-            a, b = by.get((ours, length)), by.get((peer, length))
+            a, b = by.get((ours, length)), by.get((PEERS[ours], length))
             if a and b:
                 lines.append(
                     f"- L={length}: {ours} {b['median_ms'] / a['median_ms']:.2f}x the peer's speed, "

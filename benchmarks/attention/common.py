@@ -1,6 +1,6 @@
 """What the attention benchmarks share: one measurement per fresh process (so its peak memory is
 its own), the resident-memory reading, the guard that keeps ``full`` attention within a memory
-budget, the latency/memory-against-length plot, and the attention-free floor (every attention
+budget, a random Informer input, the latency/memory-against-length plot, and the attention-free floor (every attention
 layer stubbed out) that the forecast and text benchmarks measure against."""
 
 from __future__ import annotations
@@ -36,6 +36,16 @@ def full_fits(length: int, heads: int, budget_gib: float) -> bool:
     """Whether ``full`` attention's scores and softmax output ([heads, L, L] twice, float32) fit
     in ``budget_gib``."""
     return 2 * heads * length**2 * 4 / 2**30 <= budget_gib
+
+
+def informer_inputs(c: Any, batch: int) -> tuple[torch.Tensor, ...]:
+    """A random input of ``batch`` rows for an Informer of config ``c`` (speed and memory do not
+    depend on the values): encoder steps and marks, decoder steps (the last ``label_len``
+    encoder steps, then zeros) and marks."""
+    x = torch.randn(batch, c.seq_len, c.enc_in)
+    marks = torch.rand(batch, c.seq_len, c.time_features) - 0.5
+    x_dec = torch.cat([x[:, -c.label_len :], torch.zeros(batch, c.pred_len, c.enc_in)], dim=1)
+    return x, marks, x_dec, torch.rand(batch, c.dec_len, c.time_features) - 0.5
 
 
 def in_subprocess(module: str, argv: Sequence[str], timeout: float) -> dict[str, Any]:

@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-from benchmarks.attention.common import full_fits, in_subprocess, length_plot, peak_rss_mib, rss_mib
+from benchmarks.attention.common import (
+    full_fits,
+    in_subprocess,
+    informer_inputs,
+    length_plot,
+    peak_rss_mib,
+    rss_mib,
+)
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.report import table as md_table
@@ -38,13 +45,7 @@ def _build(length: int):
 
     torch.manual_seed(0)
     model = Informer(preset("small", seq_len=length)).eval()
-    source = "random init (small preset)"
-    c = model.config
-    x = torch.randn(1, length, c.enc_in)
-    xm = torch.rand(1, length, c.time_features) - 0.5
-    xd = torch.cat([x[:, -c.label_len :], torch.zeros(1, c.pred_len, c.enc_in)], dim=1)
-    xdm = torch.rand(1, c.dec_len, c.time_features) - 0.5
-    return model, (x, xm, xd, xdm), source
+    return model, informer_inputs(model.config, 1), "random init (small preset)"
 
 
 def worker(backend: str, length: int, repeats: int) -> dict[str, Any]:

@@ -19,7 +19,7 @@ import json
 
 import torch
 
-from benchmarks.attention.common import in_subprocess
+from benchmarks.attention.common import in_subprocess, informer_inputs
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report
 
@@ -53,11 +53,7 @@ def worker(backend: str, batch: int, checkpoint: str | None, smoke: bool) -> Non
     torch.set_num_threads(1)
     model, source = _model(checkpoint, smoke)
     c = model.config
-    x = torch.randn(batch, c.seq_len, c.enc_in)
-    marks = torch.rand(batch, c.seq_len, c.time_features) - 0.5
-    x_dec = torch.cat([x[:, -c.label_len :], torch.zeros(batch, c.pred_len, c.enc_in)], dim=1)
-    dec_marks = torch.rand(batch, c.dec_len, c.time_features) - 0.5
-    inputs = (x, marks, x_dec, dec_marks)
+    inputs = informer_inputs(c, batch)
     with torch.inference_mode():
         model(*(t[:1] for t in inputs), backend=backend)  # warm-up, as the server does
         base = reset_rss_peak()

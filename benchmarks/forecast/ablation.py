@@ -60,35 +60,13 @@ def run(horizon: int, context: int, variants: list[str], epochs: int, runs: Path
         out = runs / f"h{horizon}-c{context}-{name}"
         if not (out / "model.safetensors").is_file():
             resume = ["--resume"] if (out / STATE_FILE).is_file() else []
-            train(
-                [
-                    "--data",
-                    "data/ETT/ETTh1.csv",
-                    "--split-preset",
-                    "ett-hour",
-                    "--context",
-                    str(context),
-                    "--horizon",
-                    str(horizon),
-                    "--preset",
-                    "patch",
-                    "--backend",
-                    "flash",
-                    "--epochs",
-                    str(epochs),
-                    "--patience",
-                    "2",
-                    "--lr",
-                    "5e-4",
-                    "--seed",
-                    "2021",
-                    "--out",
-                    str(out),
-                    "--no-evaluate",
-                    *extra,
-                    *resume,
-                ]
+            # The recipe every variant shares; ``extra`` changes its one lever.
+            recipe = (
+                f"--data data/ETT/ETTh1.csv --split-preset ett-hour --context {context} "
+                f"--horizon {horizon} --preset patch --backend flash --epochs {epochs} "
+                "--patience 2 --lr 5e-4 --seed 2021"
             )
+            train([*recipe.split(), "--out", str(out), "--no-evaluate", *extra, *resume])
         q = evaluate_checkpoint(out, ["flash"])
         meta = json.loads((out / "config.json").read_text())
         rows.append(

@@ -53,6 +53,14 @@ def series(stamps: list[str], values: Any, channels: list[str], form: str) -> di
     return {**when, "columns": columns}
 
 
+def request_body(
+    stamps: list[str], values: Any, channels: list[str], form: str, **fields: Any
+) -> bytes:
+    """A ``/forecast`` body: the other ``fields`` (model, attention, ...), then one history as
+    the series in ``form``."""
+    return json.dumps({**fields, "series": [series(stamps, values, channels, form)]}).encode()
+
+
 class KeepAlive:
     """One keep-alive connection, as lean as a client gets (``http.client``), or ``httpx``'s
     (``kind`` "httpx", which costs the client more time per request)."""

@@ -123,16 +123,8 @@ def floor_table(results: dict[str, dict[str, float]]) -> str:
         floor, flash, full = ms[FLOOR], ms["flash"], ms["full"]
         for name, value in ms.items():
             attention = "—" if name == FLOOR else f"{value - floor:.1f}"
-            cells.append(
-                [
-                    model,
-                    name,
-                    f"{value:.1f}",
-                    attention,
-                    f"{flash / value:.2f}x",
-                    f"{full / value:.1f}x",
-                ]
-            )
+            ratios = [f"{flash / value:.2f}x", f"{full / value:.1f}x"]
+            cells.append([model, name, f"{value:.1f}", attention, *ratios])
     columns = ["model", "forward", "ms", "attention ms (above the floor)", "× flash", "× full"]
     return table(columns, cells, "llrrrr")
 

@@ -3,39 +3,30 @@
     python -m benchmarks.forecast.overhead                      # 2,048 x 7, ETTm1, probsparse
     python -m benchmarks.forecast.overhead --before /tmp/attn-before   # and an older checkout
 
-One ``attnserve serve`` process (only ``--model``, ``--threads`` torch threads) per checkout,
-and per server and client library one keep-alive connection sending one window per request,
-one request at a time: ``http.client``, the leanest client, so the figure is the server's and
-the transport's, and ``httpx.Client``, which adds that library's own time per request
-(``--clients`` picks). Per payload format
-the same ETTm1 test-split windows travel as
+One ``attnserve serve`` process (only ``--model``, ``--threads`` torch threads) per checkout;
+per server and client library (``--clients``: ``http.client``, the leanest, so the figure is the
+server's and the transport's, and ``httpx.Client``, which adds its own time) one keep-alive
+connection sending one ETTm1 test-split window per request, one at a time, in each payload of
+:data:`FORMATS`. Per request: the round trip (sent to the last byte read, the body not decoded)
+and the server's ``x-inference-time-ms`` (the batch's model call) and ``x-queue-time-ms``; the
+overhead is the round trip minus the inference time (HTTP, parsing, validation, the
+forecaster's checks and calendar features, hand-offs, the response). p50/p95 over
+``--requests`` per payload and server after ``--warmup``, in turns of ``--block`` (every
+payload on every server each turn), so a busy spell of a shared host lands on all alike.
 
-* ``rows + timestamps``: the README's row format (``timestamps`` + ``values``, one list per step);
-* ``columns + start``: one list of numbers per channel and the first timestamp;
-* ``base64 columns + start``: each channel's little-endian float32 bytes as base64.
-
-Per request: the client's round trip (request sent to the response's last byte read; the body is
-not decoded) and the server's own ``x-inference-time-ms`` (the batch's model call: windows
-stacked, the forward pass, the forecast in original units) and ``x-queue-time-ms``. The overhead
-is the round trip minus the inference time: HTTP, parsing, validation, the forecaster's checks
-and calendar features, hand-offs and the response. p50/p95 over ``--requests`` requests per
-payload and server after ``--warmup``, sent in turns of ``--block`` (every payload on every
-server each turn), so a busy spell of a shared host lands on all of them alike.
-
-``--before PATH`` (repeatable) also starts the server of another checkout (e.g. ``git archive <commit> |
-tar -x -C PATH``) beside this one, measured the same way in the same turns. Writes
-``benchmarks/results/forecast-overhead.md``. ``--smoke``: 4 requests per payload, one client.
+``--before PATH`` (repeatable) also serves another checkout (``git archive <commit> | tar -x -C
+PATH``), measured in the same turns. Writes ``benchmarks/results/forecast-overhead.md``.
+``--smoke``: 4 requests per payload, one client.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.forecast.common import KeepAlive, series, test_windows
+from benchmarks.forecast.common import KeepAlive, request_body, test_windows
 from benchmarks.harness import cli
 from benchmarks.harness.process import ROOT, ServerProcess, attnserve
 from benchmarks.harness.report import RESULTS, Report
@@ -138,13 +129,7 @@ def main(argv: list[str] | None = None) -> None:
     channels, histories = test_windows(shipped_dirs()[args.model], 16)
     bodies = {
         label: [
-            json.dumps(
-                {
-                    "model": args.model,
-                    "attention": args.attention,
-                    "series": [series(*h, channels, form)],
-                }
-            ).encode()
+            request_body(*h, channels, form, model=args.model, attention=args.attention)
             for h in histories
         ]
         for label, form in FORMATS.items()

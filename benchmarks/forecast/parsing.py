@@ -17,14 +17,13 @@ under ``flash`` (median of repeats, the same thread count). Writes
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from typing import Any
 
 import torch
 from pydantic_core import from_json
 
-from benchmarks.forecast.common import series
+from benchmarks.forecast.common import request_body
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.timing import median_ms
@@ -48,9 +47,7 @@ def payloads(rows: int, channels: list[str], model: str) -> dict[str, bytes]:
     table = load_series_csv(data_dir() / "ETT" / "ETTm1.csv", "date", channels)
     values, stamps = table.values[-rows:], format_timestamps(table.stamps[-rows:])
     return {
-        label: json.dumps(
-            {"model": model, "series": [series(stamps, values, channels, form)]}
-        ).encode()
+        label: request_body(stamps, values, channels, form, model=model)
         for label, form in PAYLOADS.items()
     }
 
@@ -93,19 +90,8 @@ def main(argv: list[str] | None = None) -> None:
         f"{forecaster.name}: {rows} x {len(forecaster.channels)} history, "
         f"{args.threads} thread(s), median of {args.repeats}"
     )
-    report.table(
-        [
-            "payload",
-            "bytes",
-            "JSON ms",
-            "schema ms",
-            "prepare ms",
-            "total ms",
-            "share of a flash forward",
-        ],
-        cells,
-        "lrrrrrr",
-    )
+    columns = ["payload", "bytes", "JSON ms", "schema ms", "prepare ms", "total ms"]
+    report.table([*columns, "share of a flash forward"], cells, "lrrrrrr")
     report.add(
         f"`columns` costs {totals['columns'] / totals['rows']:.2f}x what `rows` costs "
         f"({totals['rows'] / totals['columns']:.1f}x cheaper); `columns as base64` "

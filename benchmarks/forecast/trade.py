@@ -5,44 +5,24 @@ request costs (latency, throughput, memory) beside what it is worth (test MSE).
     python -m benchmarks.forecast.trade --models informer-ettm1-h96-c2048 --seconds 20
     python -m benchmarks.forecast.trade --payload columns  # histories as JSON numbers
 
-Per model, one ``attnserve serve`` process (only that model, ``--torch-threads`` threads, batches
-of up to 32) and per backend the phases below, ``--seconds`` each in total, split into
-``--rounds`` rounds that visit every backend in turn (round-robin: a slow spell of a shared
-machine then hits every backend alike instead of whichever ran during it):
+Per model, one ``attnserve serve`` process (only that model, batches of up to 32); per backend,
+phases of ``--seconds`` each in total, split into ``--rounds`` round-robin rounds (a slow spell
+of a shared machine hits every backend alike): p50 at 1 keep-alive ``http.client`` client
+(consecutive ETTm1 test-split windows, ``--payload``: base64 float32 columns or JSON numbers)
+and each request's latency minus the server's ``x-inference-time-ms``; one window's
+:meth:`~models.informer.InformerForecaster.predict` in this process while the server idles (the
+speed-up over ``flash`` before any HTTP); requests/s at 8 clients; the server's peak resident
+memory above its level at the phase's start (sampled every 10 ms); test MSE from the
+checkpoint's ``quality.json`` beside the linear baseline's. The page states how each is taken.
 
-* **p50 at 1 client**: one closed-loop client with a keep-alive connection (``http.client``,
-  so the figure is the server's and the transport's, not a client library's) sending one window
-  per request (consecutive ETTm1 test-split windows; ``--payload base64``, the default: columns
-  as base64 float32, the API's most compact form; ``columns``: columns as JSON numbers) for
-  ``--seconds``; median client latency, and the median of each request's latency minus the
-  server's ``x-inference-time-ms`` (what the request cost over its inference).
-* **in-process**: the same model loaded in this process, one window per
-  :meth:`~models.informer.InformerForecaster.predict` call (what ``x-inference-time-ms`` times
-  in the server), ``--threads`` torch threads, median over the rounds while the server is
-  idle: the speed-up over ``flash`` the attention choice is worth before any HTTP. The table
-  sets each backend's speed-up through HTTP beside it.
-* **throughput at 8 clients**: eight such clients at once; answered requests per second.
-* **peak memory**: the server's resident memory sampled every 10 ms during both phases, minus
-  its resident memory when the phase started (allocations freed between batches return to the
-  OS, so the peak of one backend does not hide another's).
-* **test MSE** (scaled units) from the checkpoint's ``quality.json`` (``attnserve evaluate``; a
-  backend scored on every k-th window says so), and the linear baseline's as the reference row.
+Each option variant scored in ``quality.json`` (``attnserve evaluate --variants``) gets a row,
+sent with its ``attention_options`` (``--no-variants``: none); ``auto`` (in ``--backends`` by
+default) gets one at ``max_quality_loss`` ``--auto-budget``, set against the fastest fixed
+backend within that budget and against ``flash``. ``--before PATH`` also serves the same
+weights from another checkout (``git archive <commit> | tar -x -C PATH``), timed at 1 client in
+the same rounds: a before/after table. The load average is recorded at every round's start.
 
-Each option variant scored in ``quality.json`` (``attnserve evaluate --variants``, e.g.
-``performer(num_features=8)``) gets a row too, sent as that backend with those
-``attention_options`` (``--no-variants``: backends at their defaults only).
-
-``auto`` in ``--backends`` (there by default) adds a row for ``attention: "auto"`` with
-``max_quality_loss`` ``--auto-budget`` (0.1): the backend it resolved to, its MSE, and below the
-table its speed against the fastest fixed backend within the same budget and against ``flash``.
-
-``--before PATH`` also serves the same model from another checkout (e.g. ``git archive <commit> |
-tar -x -C PATH``) and times it at 1 client in the same rounds, right after this checkout's
-phase of each backend: a before/after table with each side's ratio to its own ``flash``.
-The load average is recorded at every round's start.
-
-Writes ``benchmarks/results/forecast-trade.{md,json,png}`` (``--out`` to change): the table and
-latency against MSE (the plot when matplotlib is installed; tables and plot:
+Writes ``benchmarks/results/forecast-trade.{md,json,png}`` (``--out``; tables and plot:
 :mod:`benchmarks.forecast.trade_report`). ``--smoke``: one model, flash and auto, 1 s phases.
 """
 
