@@ -1,14 +1,15 @@
 """Estimated vs measured peak activation memory of a long-context Informer forward pass.
 
-    python -m benchmarks.attention.memory                         # preset long, L 2048, horizon 96, random init
+    python -m benchmarks.attention.memory       # preset long, L 2048, horizon 96, random init
     python -m benchmarks.attention.memory --checkpoint DIR --backends full flash --batches 1 32
 
 For each (backend, batch), in a fresh subprocess on one thread: the estimate the batcher uses
-(:mod:`models.informer.memory` over the layer plan), the torch allocator's peak during one forward
-pass (:mod:`models.profiling`: what the estimate models), and the resident-set high-water mark
-above the RSS before the pass, after a one-row warm-up (what
-``attnserve_batch_activation_memory_measured_bytes`` reads on CPU). Memory does not depend on the weights, so random init matches a trained checkpoint of
-the same config. Writes ``benchmarks/results/memory-cpu.{md,json}``. ``--smoke``: the ``short`` preset (context 96),
+(:mod:`models.informer.memory` over the layer plan), the torch allocator's peak during one
+forward pass (:mod:`models.profiling`: what the estimate models), and the resident-set
+high-water mark above the RSS before the pass, after a one-row warm-up (what
+``attnserve_batch_activation_memory_measured_bytes`` reads on CPU). Memory does not depend on
+the weights: random init matches a trained checkpoint of the same config. Writes
+``benchmarks/results/memory-cpu.{md,json}``. ``--smoke``: the ``small`` preset (context 96),
 flash at batch 1.
 """
 

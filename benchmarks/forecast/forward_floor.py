@@ -5,19 +5,15 @@ below), for the shipped context-2,048 models.
     python -m benchmarks.forecast.forward_floor
     python -m benchmarks.forecast.forward_floor --models informer-ettm1-h96-c2048 --repeats 40
 
-One window (batch 1, the shipped weights, a random input: the cost does not depend on the
-values), 1 torch thread by default, inference mode, in-process (no HTTP). The backends and the
-stub run alternately, so a slow spell of a shared machine hits them all alike; each figure is
-the median of ``--repeats``. The stub returns the values unchanged (``[b, h, L, d]``), so every
-other layer sees tensors of the shapes it always sees. ``× flash`` and ``× full`` are what a
-backend would gain per forward if attention were all it did differently, and the floor row says
-what the attention-free rest costs. Writes ``benchmarks/results/forward-floor-cpu.md``.
+One window (batch 1, the shipped weights, a random input), 1 torch thread by default, inference
+mode, in-process; the backends and the stub alternate (a slow spell of a shared machine hits all
+alike), each figure the median of ``--repeats``. The stub keeps every tensor's shape (see
+:func:`benchmarks.attention.common.attention_replaced`). ``× flash`` and ``× full`` are what a
+backend would gain per forward if attention were all it did differently. ``--parts`` adds each
+block's median milliseconds (embeddings, encoder layers with their attention and feed-forward,
+distilling layers, the decoder's parts, linear path, projection; forward hooks) and the rest
+(RevIN, casts, concatenations). Writes ``benchmarks/results/forward-floor-cpu.md``.
 ``--smoke``: the ETTh1 horizon-24 model, 1 repeat.
-
-``--parts`` adds where each forward's time goes: the median milliseconds of each block (the
-embeddings, every encoder layer with its attention block and feed-forward, the distilling
-layers, the decoder's self-attention, cross-attention and feed-forward, the linear path, the
-output projection), timed with forward hooks, and the rest (RevIN, casts, concatenations).
 """
 
 from __future__ import annotations

@@ -33,6 +33,7 @@ import threading
 import time
 from functools import partial
 from pathlib import Path
+from statistics import fmean
 from typing import Any
 
 import httpx
@@ -203,8 +204,9 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
             ran = label if reason is None else reason.split(";", 1)[0]
             # In process: what ran (auto: the variant it chose), at the request's options.
             ran_run = runs.get(ran, run)
-            call = (ran_run["attention"], dict(ran_run["options"]))
-            prepared[label] = (bodies, ran, reason, call)
+            backend = ran_run["attention"]
+            predict = partial(forecaster.predict, [window], backend, dict(ran_run["options"]))
+            prepared[label] = (bodies, ran, reason, backend, predict)
         ones: dict[str, list[LoadResult]] = {label: [] for label in labels}
         eights: dict[str, list[LoadResult]] = {label: [] for label in labels}
         olds: dict[str, list[LoadResult]] = {label: [] for label in labels}
@@ -215,16 +217,10 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
         for round_ in range(args.rounds):
             loads.append(f"{directory.name} round {round_ + 1}: {load_average()}")
             for label in labels:
-                bodies, _ran, _reason, (backend, options) = prepared[label]
+                bodies, _ran, _reason, _backend, predict = prepared[label]
                 warm = 2.0 if round_ == 0 else 0.5
-                local[label] += [
-                    s * 1e3
-                    for s in samples(
-                        partial(forecaster.predict, [window], backend, options),
-                        IN_PROCESS_REPEATS,
-                        warmup=int(round_ == 0),
-                    )
-                ]
+                timed = samples(predict, IN_PROCESS_REPEATS, warmup=int(round_ == 0))
+                local[label] += [s * 1e3 for s in timed]
                 requests = [build_request(HOST, server.port, "/forecast", b) for b in bodies]
                 with PeakRss(server.proc.pid) as mem:
                     one_run, over = one_client(server.url, bodies, share, warm)
@@ -235,7 +231,7 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                 if old is not None:
                     olds[label].append(one_client(old.url, bodies, share, warm)[0])
         for label in labels:
-            _bodies, ran, reason, (backend, _options) = prepared[label]
+            _bodies, ran, reason, backend, _predict = prepared[label]
             one, eight = combined(ones[label]), combined(eights[label])
             q = runs.get(ran, {}).get("figures") or {}
             rows.append(
@@ -252,11 +248,7 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                     "overhead_p50_ms": trade_report.median(overheads[label]),
                     "in_process_ms": trade_report.median(local[label]),
                     "requests_per_s_8_clients": eight.throughput,
-                    "mean_batch_8_clients": (
-                        sum(eight.batch_sizes) / len(eight.batch_sizes)
-                        if eight.batch_sizes
-                        else float("nan")
-                    ),
+                    "mean_batch_8_clients": fmean(eight.batch_sizes or [float("nan")]),
                     "peak_extra_mib": peaks[label],
                     "errors": one.error_count + eight.error_count,
                     "test_mse": q.get("mse"),
