@@ -39,12 +39,11 @@ from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
-from benchmarks.harness.process import server_env
+from benchmarks.harness.process import ROOT, server_env
 from benchmarks.harness.report import Report, table
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.service.workloads import short_texts
 
-ROOT = Path(__file__).resolve().parents[2]
 TEXTS = 256  # as the peers' in-process rows
 OPS_TEXTS, OPS_ROWS = 128, 14  # lone texts profiled by --ops, ops listed
 

@@ -35,7 +35,7 @@ import statistics
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from pathlib import Path
 
 from benchmarks.harness import cli
@@ -43,6 +43,7 @@ from benchmarks.harness.process import neighbour
 from benchmarks.harness.report import RESULTS, Report
 
 QUOTA_GROUP = Path("/sys/fs/cgroup/cpu/attnserve-bench-threads")
+QUOTA = "quota 1 CPU"  # the place label of the rows run inside QUOTA_GROUP
 POLICIES: dict[str, dict[str, str]] = {
     "unset": {},
     "ACTIVE": {"OMP_WAIT_POLICY": "ACTIVE"},
@@ -54,17 +55,12 @@ OMP_VARIABLES = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OMP_NUM_THREADS")  # clea
 
 @dataclass(frozen=True)
 class Config:
-    """One measured configuration: where, how many threads, which wait policy."""
+    """One measured configuration (the table's first three cells): where, how many threads,
+    which wait policy."""
 
-    place: str  # quiet | neighbour | quota
+    place: str  # quiet | neighbour | QUOTA
     threads: str  # auto | torch | 1
     policy: str  # a key of POLICIES
-
-    @property
-    def label(self) -> tuple[str, str, str]:
-        """The table's first three cells."""
-        place = {"quota": "quota 1 CPU"}.get(self.place, self.place)
-        return place, self.threads, self.policy
 
 
 def configs(quota: bool) -> list[Config]:
@@ -74,9 +70,9 @@ def configs(quota: bool) -> list[Config]:
         out += [Config(place, "auto", p) for p in POLICIES]
         out.append(Config(place, "1", "unset"))
     if quota:
-        out += [Config("quota", "torch", p) for p in ("unset", "PASSIVE")]
-        out += [Config("quota", "auto", p) for p in ("unset", "PASSIVE")]
-        out.append(Config("quota", "1", "unset"))
+        out += [Config(QUOTA, "torch", p) for p in ("unset", "PASSIVE")]
+        out += [Config(QUOTA, "auto", p) for p in ("unset", "PASSIVE")]
+        out.append(Config(QUOTA, "1", "unset"))
     return out
 
 
@@ -142,7 +138,7 @@ def run_one(config: Config, seconds: float) -> dict[str, float]:
     env.update(POLICIES[config.policy])
     cmd = [sys.executable, "-m", "benchmarks.text.threads", "--child", config.threads, "--seconds"]
     cmd.append(str(seconds))
-    if config.place == "quota":
+    if config.place == QUOTA:
         # Join the group before the interpreter starts, so torch never runs outside it.
         joined = " ".join(cmd)
         cmd = ["sh", "-c", f"echo $$ > {QUOTA_GROUP}/cgroup.procs && exec {joined}"]
@@ -182,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
             shift = round_ * len(order) // max(1, args.rounds)
             for config in order[shift:] + order[:shift]:
                 runs[config].append(run_one(config, args.seconds))
-                print(f"round {round_ + 1} {config.label}: {runs[config][-1]}", flush=True)
+                print(f"round {round_ + 1} {astuple(config)}: {runs[config][-1]}", flush=True)
     finally:
         if quota:
             remove_quota_group()
@@ -196,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         ["place", "threads", "wait policy", "threads used", "batch 32 texts/s", "batch 1 texts/s",
          "batch 1 p50 ms"],
         [
-            [*config.label, ",".join(str(n) for n in sorted({int(r["threads"]) for r in rs})),
+            [*astuple(config), ",".join(str(n) for n in sorted({int(r["threads"]) for r in rs})),
              _fmt([r["b32"] for r in rs]), _fmt([r["b1"] for r in rs]),
              _fmt([r["b1_p50_ms"] for r in rs], 2)]
             for config, rs in runs.items()
