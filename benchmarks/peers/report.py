@@ -83,6 +83,13 @@ def summarize(server: str, clients: int, rounds: list[LoadResult]) -> Summary:
     )
 
 
+def summaries(
+    rounds: dict[tuple[str, int], list[LoadResult]], servers: list[str], clients: list[int]
+) -> list[Summary]:
+    """One summary per run, every server at the first client count, then at the next, ..."""
+    return [summarize(name, c, rounds[(name, c)]) for c in clients for name in servers]
+
+
 def _ratio(a: float, b: float) -> float:
     return a / b if b and not math.isnan(a) and not math.isnan(b) else float("nan")
 

@@ -21,7 +21,6 @@ import math
 import os
 import statistics
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -32,7 +31,7 @@ import psutil
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, call_once
-from benchmarks.harness.report import command, table, write
+from benchmarks.harness.report import command, table, write, write_json
 from benchmarks.peers import report
 from benchmarks.peers.rerank_workload import (
     DOCS,
@@ -46,6 +45,7 @@ from benchmarks.peers.servers import (
     Peer,
     PeerServer,
     attnserve_serve,
+    by_run,
     in_process,
     infinity_v2,
     interpreters,
@@ -273,17 +273,14 @@ def main(argv: list[str] | None = None) -> None:
     folder = rerank_folder()
     requests = rerank_requests(folder)
     inproc: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory() as tmp:
-        requests_file = Path(tmp) / "requests.json"
-        timed = requests[: args.inprocess_requests]
-        requests_file.write_text(json.dumps([[r.query, r.documents] for r in timed]))
-        options = ["--folder", str(folder), "--requests", str(requests_file)]
-        ours = in_process("attnserve-rerank", Path(sys.executable), args, *options)
-        ref = ours
-        if args.peers_python.is_file():
-            ref = in_process("cross-encoder", args.peers_python, args, *options)
-        else:
-            print("smoke: no peers interpreter; attnserve's own scores are the reference")
+    timed = [[r.query, r.documents] for r in requests[: args.inprocess_requests]]
+    options, inputs = ["--folder", str(folder)], ("--requests", timed)
+    ours = in_process("attnserve-rerank", Path(sys.executable), args, *options, inputs=inputs)
+    ref = ours
+    if args.peers_python.is_file():
+        ref = in_process("cross-encoder", args.peers_python, args, *options, inputs=inputs)
+    else:
+        print("smoke: no peers interpreter; attnserve's own scores are the reference")
     reference: list[list[float]] = ref["scores"]
     ours_diff = worst_diff(ours["scores"], reference)
     print(f"  in-process CrossEncoder {ref['rows']}\n"
@@ -309,12 +306,9 @@ def main(argv: list[str] | None = None) -> None:
     if left:
         raise SystemExit(f"server processes outlived the run: {left}")
 
-    summaries = [
-        report.summarize(name, clients, [t.results[clients] for t in turns[name]])
-        for clients in args.clients
-        for name in args.servers
-    ]
-    loads = {(n, c): [t.loads[c] for t in turns[n]] for n in args.servers for c in args.clients}
+    rounds = by_run(turns, args.clients)
+    loads = {key: [r.load for r in results] for key, results in rounds.items()}
+    summaries = report.summaries(rounds, args.servers, args.clients)
     meta = run_meta(
         args, run_command, load_before, PEERS, pythons, turns,
         inprocess_requests=args.inprocess_requests,
@@ -342,7 +336,7 @@ def main(argv: list[str] | None = None) -> None:
             if s.rps_rounds and statistics.median(s.rps_rounds)
         },
     }
-    write(args.out_dir / f"{args.name}.json", json.dumps(record, indent=2) + "\n")
+    write_json(args.out_dir / f"{args.name}.json", record)
     print()
     print(page)
 

@@ -17,22 +17,21 @@ clients, attnserve alone when the peer virtualenvs are missing.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
-from benchmarks.harness.report import command, write
+from benchmarks.harness.report import command, write, write_json
 from benchmarks.peers import report
 from benchmarks.peers.model_folder import peer_folder
 from benchmarks.peers.servers import (
     PEERS,
     PeerServer,
+    by_run,
     in_process,
     interpreters,
     peer_options,
@@ -68,26 +67,23 @@ def measure_ceilings(
         SystemExit: another implementation's embeddings from ``folder`` differ from attnserve's.
     """
     results = []
-    with tempfile.TemporaryDirectory() as tmp:
-        texts_file = Path(tmp) / "texts.json"
-        texts_file.write_text(json.dumps(texts[:256]))
-        options = ["--texts", str(texts_file), "--batches", *map(str, args.batches)]
-        ours = in_process("attnserve", Path(sys.executable), args, *options)
-        results.append(({**ours, "cosine": 1.0}, "attnserve SentenceEncoder.encode (flash)"))
-        print(f"  in-process attnserve: {ours['rows']}", flush=True)
-        if args.peers_python.is_file():
-            for impl, label in REFERENCES:
-                other = in_process(impl, args.peers_python, args, *options, "--folder", str(folder))
-                worst = min(
-                    cosine(a, b) for a, b in zip(ours["guard"], other["guard"], strict=True)
+    options = ["--batches", *map(str, args.batches)]
+    inputs = ("--texts", texts[:256])
+    ours = in_process("attnserve", Path(sys.executable), args, *options, inputs=inputs)
+    results.append(({**ours, "cosine": 1.0}, "attnserve SentenceEncoder.encode (flash)"))
+    print(f"  in-process attnserve: {ours['rows']}", flush=True)
+    if args.peers_python.is_file():
+        for impl, label in REFERENCES:
+            other = in_process(impl, args.peers_python, args, *options, "--folder", str(folder),
+                               inputs=inputs)  # fmt: skip
+            worst = min(cosine(a, b) for a, b in zip(ours["guard"], other["guard"], strict=True))
+            print(f"  in-process {impl}: {other['rows']}; cosine >= {worst:.6f}", flush=True)
+            if worst < MIN_COSINE:
+                raise SystemExit(
+                    f"{impl} from {folder} and attnserve disagree (cosine {worst:.6f} < "
+                    f"{MIN_COSINE}): it would not be the same model"
                 )
-                print(f"  in-process {impl}: {other['rows']}; cosine >= {worst:.6f}", flush=True)
-                if worst < MIN_COSINE:
-                    raise SystemExit(
-                        f"{impl} from {folder} and attnserve disagree (cosine {worst:.6f} < "
-                        f"{MIN_COSINE}): it would not be the same model"
-                    )
-                results.append(({**other, "cosine": worst}, label))
+            results.append(({**other, "cosine": worst}, label))
     rows = []
     for batch in args.batches:  # batch-major: each batch's rows side by side
         for result, label in results:
@@ -136,24 +132,16 @@ def main(argv: list[str] | None = None) -> None:
                              f"(cosine {similarity[server.name][-1]:.6f})")  # fmt: skip
 
     turns = run_rounds(args, PEERS, folder, texts[0], texts, same_model, "peers")
-    rounds = {
-        (name, clients): [t.results[clients] for t in turns[name]]
-        for name in args.servers
-        for clients in args.clients
-    }
+    rounds = by_run(turns, args.clients)
     loads = {key: [r.load for r in results] for key, results in rounds.items()}
     meta = run_meta(args, run_command, load_before, PEERS, pythons, turns, texts=args.texts)
     for name in args.servers:
         meta["server_info"][name]["cosine"] = similarity[name]
-    summaries = [
-        report.summarize(name, clients, rounds[(name, clients)])
-        for clients in args.clients
-        for name in args.servers
-    ]
+    summaries = report.summaries(rounds, args.servers, args.clients)
     page = report.markdown(meta, summaries, ceilings, loads)
     write(args.out_dir / f"{args.name}.md", page)
     record = report.record(meta, summaries, ceilings, rounds, loads)
-    write(args.out_dir / f"{args.name}.json", json.dumps(record, indent=2) + "\n")
+    write_json(args.out_dir / f"{args.name}.json", record)
     print()
     print(page)
 

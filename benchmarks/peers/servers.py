@@ -228,10 +228,6 @@ class Turn:
     results: dict[int, LoadResult] = field(default_factory=dict)
     stopped: Stopped | None = None
 
-    @property
-    def loads(self) -> dict[int, tuple[str, str]]:
-        return {clients: r.load for clients, r in self.results.items()}
-
 
 def take_turn(
     server: PeerServer,
@@ -329,18 +325,30 @@ def interpreters(args: argparse.Namespace, peers: Mapping[str, Peer]) -> dict[st
     return pythons
 
 
-def in_process(impl: str, python: Path, args: argparse.Namespace, *options: str) -> dict[str, Any]:
+def in_process(
+    impl: str, python: Path, args: argparse.Namespace, *options: str, inputs: tuple[str, Any]
+) -> dict[str, Any]:
     """One in-process measurement (``python -m benchmarks.peers.inprocess impl ...``) in its own
-    process with the servers' environment; the JSON it writes."""
+    process with the servers' environment, given ``inputs`` (an option and the JSON data it
+    names: ``("--texts", texts)``); the JSON it writes."""
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / "result.json"
+        out, data = Path(tmp) / "result.json", Path(tmp) / "inputs.json"
+        data.write_text(json.dumps(inputs[1]))
         command = [
             str(python), "-m", "benchmarks.peers.inprocess", impl, "--out", str(out),
             "--threads", str(args.threads), "--repeats", str(args.repeats), *options,
+            inputs[0], str(data),
         ]  # fmt: skip
         env = server_env(args.threads, args.omp_wait_policy)
         subprocess.run(command, cwd=ROOT, env=env, check=True)
         return dict(json.loads(out.read_text()))
+
+
+def by_run(
+    turns: Mapping[str, list[Turn]], clients: list[int]
+) -> dict[tuple[str, int], list[LoadResult]]:
+    """Each run's results (a server at a client count), one per round."""
+    return {(name, c): [t.results[c] for t in turns[name]] for name in turns for c in clients}
 
 
 def run_meta(
