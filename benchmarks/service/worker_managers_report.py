@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.peers.servers import versions as installed
 from benchmarks.service.managers import GRACE_S, MANAGERS, TITLES
 
 ORPHAN_WAIT_S = 30.0
@@ -150,10 +151,6 @@ def report(args: argparse.Namespace, results: dict[str, Any], host: dict[str, st
 
 
 def versions() -> str:
-    out = []
-    for package in ("gunicorn", "uvicorn", "prometheus-client", "torch"):
-        try:
-            out.append(f"{package} {importlib.metadata.version(package)}")
-        except importlib.metadata.PackageNotFoundError:
-            out.append(f"{package} -")
-    return ", ".join(out)
+    """The managers' and torch's versions in this environment ("-" where missing)."""
+    packages = ("gunicorn", "uvicorn", "prometheus-client", "torch")
+    return ", ".join(f"{p} {v}" for p, v in installed(Path(sys.executable), packages).items())
