@@ -28,7 +28,7 @@ from models.names import TEXT_MODEL
 from service.engine.batching.cost import CostModel, measure_backend
 from service.engine.batching.device import DeviceRuntime, select_device
 from service.engine.registry import load_servables
-from service.engine.servables.base import Call, ServedModel, TextCall
+from service.engine.servables.base import Call, ServedModel
 from service.settings import Settings
 
 TEXT_GRID = [(1, 32), (8, 128), (32, 128), (16, 256), (64, 256)]
@@ -49,10 +49,7 @@ def calls(model: ServedModel) -> list[Call]:
         out.append(default)
         for extra in OPTIONS.get(backend, []):
             options = tuple(sorted({**default.options_dict, **extra}.items()))
-            if isinstance(default, TextCall):
-                out.append(TextCall(backend, options))
-            else:
-                out.append(Call(backend, options))
+            out.append(type(default)(backend, options))  # a Call, or a TextCall at its defaults
     return out
 
 
