@@ -38,22 +38,15 @@ BACKENDS = ["full", "flash", "probsparse", "performer", "nystrom"]
 LENGTHS = [96, 192, 384, 768, 1536, 3072, 6144, 8192]
 
 
-def _build(length: int):
-    """The ``small`` preset at random init and a batch-1 input at L."""
-    from models.informer.config import preset
-    from models.informer.model import Informer
-
-    torch.manual_seed(0)
-    model = Informer(preset("small", seq_len=length)).eval()
-    return model, informer_inputs(model.config, 1), "random init (small preset)"
-
-
 def worker(backend: str, length: int, repeats: int) -> dict[str, Any]:
     """Runs in the subprocess: one (backend, L) measured."""
-    from models.informer.model import attention_plan
+    from models.informer.config import preset
+    from models.informer.model import Informer, attention_plan
 
     torch.set_num_threads(1)
-    model, inputs, source = _build(length)
+    torch.manual_seed(0)
+    model = Informer(preset("small", seq_len=length)).eval()  # random init, batch 1
+    inputs = informer_inputs(model.config, 1)
     with torch.inference_mode():
         base = rss_mib()
         t0 = time.perf_counter()
@@ -70,7 +63,7 @@ def worker(backend: str, length: int, repeats: int) -> dict[str, Any]:
         "L": length,
         "median_ms": ms,
         "peak_mib": peak,
-        "weights": source,
+        "weights": "random init (small preset)",
         "layers": {k: v.backend for k, v in plan.items()},
     }
 
