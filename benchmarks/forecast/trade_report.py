@@ -47,11 +47,12 @@ def gains(group: dict[str, Row]) -> dict[str, tuple[float, float]]:
     }
 
 
-def cheapest_summary(rows: list[Row], default: dict[str, str], within: float = 0.10) -> str:
+def cheapest_summary(
+    rows: list[Row], default: dict[str, str], within: float = 0.10
+) -> Iterator[str]:
     """Per model: the fastest approximate backend whose test MSE is within ``within`` of the
     default backend's (compared through the linear baseline on each one's own windows), against
     ``flash`` and ``full``."""
-    lines = []
     for model, group in by_model(rows):
         ref, flash, full = group.get(default[model]), group.get("flash"), group.get("full")
         if ref is None or flash is None or full is None or not ref["test_mse"]:
@@ -66,7 +67,7 @@ def cheapest_summary(rows: list[Row], default: dict[str, str], within: float = 0
         if not ok:
             continue
         best = min(ok, key=lambda r: r["p50_ms_1_client"])
-        lines.append(
+        yield (
             f"- {model}: the fastest approximate backend with test MSE within {within:.0%} of "
             f"the default's is **{best['backend']}**, p50 {best['p50_ms_1_client']:.0f} ms: "
             f"{flash['p50_ms_1_client'] / best['p50_ms_1_client']:.2f}x faster than flash "
@@ -74,13 +75,11 @@ def cheapest_summary(rows: list[Row], default: dict[str, str], within: float = 0
             f"{full['p50_ms_1_client'] / best['p50_ms_1_client']:.1f}x faster than full "
             f"({full['p50_ms_1_client']:.0f} ms)."
         )
-    return "\n".join(lines)
 
 
-def auto_summary(rows: list[Row]) -> str:
+def auto_summary(rows: list[Row]) -> Iterator[str]:
     """Per model: ``auto`` against the fastest fixed backend whose measured loss is within the
     same budget, and against ``flash``."""
-    lines = []
     for r in rows:
         if r["backend"] != "auto":
             continue
@@ -90,7 +89,7 @@ def auto_summary(rows: list[Row]) -> str:
         flash = next((g for g in group if g["backend"] == "flash"), None)
         if best is None or flash is None:
             continue
-        lines.append(
+        yield (
             f"- {r['model']}: `auto` (max_quality_loss {r['budget']:g}) ran **{r['ran']}** "
             f"(`x-attention-choice: {r['choice']}`); p50 {r['p50_ms_1_client']:.0f} ms vs the "
             f"fastest fixed backend within the budget ({best['backend']}) "
@@ -99,7 +98,6 @@ def auto_summary(rows: list[Row]) -> str:
             f"its throughput at 8 clients; {flash['p50_ms_1_client'] / r['p50_ms_1_client']:.2f}x "
             "faster than flash."
         )
-    return "\n".join(lines)
 
 
 def _cells(model: str, r: Row, group: dict[str, Row], default: str) -> list[str]:
@@ -157,10 +155,9 @@ def before_after(rows: list[Row]) -> str:
     return table([*columns, "after × flash"], cells, "llrrrr")
 
 
-def gain_summary(rows: list[Row]) -> str:
+def gain_summary(rows: list[Row]) -> Iterator[str]:
     """Per model: how much of each approximate backend's in-process speed-up over ``flash``
     survives HTTP (the bar: :data:`KEEP_GAIN`)."""
-    lines = []
     for model, group in by_model(rows):
         speed = gains(group)
         kept = {
@@ -172,7 +169,7 @@ def gain_summary(rows: list[Row]) -> str:
             continue
         short = [b for b, k in kept.items() if k < KEEP_GAIN]
         worst = min(kept, key=lambda b: kept[b])
-        lines.append(
+        yield (
             f"- {model}: the approximate backends keep {min(kept.values()):.0%}-"
             f"{max(kept.values()):.0%} of their in-process speed-up over flash through HTTP "
             f"(least: {worst}, {speed[worst][0]:.2f}x vs {speed[worst][1]:.2f}x); "
@@ -182,7 +179,6 @@ def gain_summary(rows: list[Row]) -> str:
                 else f"every one within {1 - KEEP_GAIN:.0%} of its in-process gain."
             )
         )
-    return "\n".join(lines)
 
 
 def plot(rows: list[Row], path: Any) -> None:
@@ -234,11 +230,7 @@ def write(
         "the server's resident memory above its level at the start of the backend's phases "
         "(the largest over the rounds). Test MSE from each checkpoint's quality.json.",
         main_table(rows, default),
-        "\n".join(
-            s
-            for s in (gain_summary(rows), cheapest_summary(rows, default), auto_summary(rows))
-            if s
-        ),
+        "\n".join([*gain_summary(rows), *cheapest_summary(rows, default), *auto_summary(rows)]),
     )
     comparison = before_after(rows)
     if comparison:
