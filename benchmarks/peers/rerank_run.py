@@ -51,7 +51,6 @@ from benchmarks.peers.servers import (
     interpreters,
     peer_options,
     peers_app,
-    run_meta,
     run_rounds,
 )
 
@@ -309,7 +308,7 @@ def main(argv: list[str] | None = None) -> None:
     rounds = by_run(turns, args.clients)
     loads = {key: [r.load for r in results] for key, results in rounds.items()}
     summaries = report.summaries(rounds, args.servers, args.clients)
-    meta = run_meta(
+    meta = report.run_meta(
         args, run_command, load_before, PEERS, pythons, turns,
         inprocess_requests=args.inprocess_requests,
         notes=[

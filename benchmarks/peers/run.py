@@ -35,7 +35,6 @@ from benchmarks.peers.servers import (
     in_process,
     interpreters,
     peer_options,
-    run_meta,
     run_rounds,
 )
 from benchmarks.service.workloads import short_texts
@@ -134,7 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     turns = run_rounds(args, PEERS, folder, texts[0], texts, same_model, "peers")
     rounds = by_run(turns, args.clients)
     loads = {key: [r.load for r in results] for key, results in rounds.items()}
-    meta = run_meta(args, run_command, load_before, PEERS, pythons, turns, texts=args.texts)
+    meta = report.run_meta(args, run_command, load_before, PEERS, pythons, turns, texts=args.texts)
     for name in args.servers:
         meta["server_info"][name]["cosine"] = similarity[name]
     summaries = report.summaries(rounds, args.servers, args.clients)

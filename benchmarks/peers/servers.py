@@ -12,19 +12,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import cli
-from benchmarks.harness.host import cores, cpu_model, load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, run_load, say
 from benchmarks.harness.process import (
     ROOT,
@@ -349,57 +346,3 @@ def by_run(
 ) -> dict[tuple[str, int], list[LoadResult]]:
     """Each run's results (a server at a client count), one per round."""
     return {(name, c): [t.results[c] for t in turns[name]] for name in turns for c in clients}
-
-
-def run_meta(
-    args: argparse.Namespace, command: str, load_before: str, peers: Mapping[str, Peer],
-    pythons: Mapping[str, Path], turns: Mapping[str, list[Turn]], **extra: Any,
-) -> dict[str, Any]:  # fmt: skip
-    """What every peer run records: the command, the machine, the load, the run's shape
-    (``extra`` added), and per server its configuration, interpreter, versions, start-up times
-    and how its process tree ended each round."""
-    return {
-        "command": command,
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpu_model": cpu_model(),
-        "logical_cpus": os.cpu_count(),
-        "usable_cpus": cores(),
-        "threads": args.threads,
-        "omp_wait_policy": args.omp_wait_policy,
-        "seconds": args.seconds,
-        "warmup_s": args.warmup,
-        "rounds": args.rounds,
-        "repeats": args.repeats,
-        "clients": args.clients,
-        "servers": args.servers,
-        "load_before": load_before,
-        "load_after": load_average(),
-        **extra,
-        "server_info": {
-            name: {
-                "config": peers[name].config,
-                "torch_threads": args.threads,
-                "venv": pythons[peers[name].interpreter].parent.parent.name,
-                "versions": versions(pythons[peers[name].interpreter], peers[name].packages),
-                "startup_s": [t.startup_s for t in turns[name]],
-                "stops": [asdict(t.stopped) for t in turns[name] if t.stopped],
-            }
-            for name in args.servers
-        },
-    }
-
-
-def versions(python: Path, packages: tuple[str, ...]) -> dict[str, str]:
-    """Installed versions of ``packages`` in ``python``'s environment ("-" if missing)."""
-    script = (
-        "import importlib.metadata as m, json, sys\n"
-        "out = {}\n"
-        "for p in sys.argv[1:]:\n"
-        "    try: out[p] = m.version(p)\n"
-        "    except m.PackageNotFoundError: out[p] = '-'\n"
-        "print(json.dumps(out))\n"
-    )
-    done = subprocess.run(
-        [str(python), "-c", script, *packages], capture_output=True, text=True, check=True
-    )
-    return dict(json.loads(done.stdout))
