@@ -1,7 +1,8 @@
 """What the attention benchmarks share: one measurement per fresh process (so its peak memory is
 its own), the resident-memory reading, the guard that keeps ``full`` attention within a memory
-budget, a random Informer input, the latency/memory-against-length plot, and the attention-free floor (every attention
-layer stubbed out) that the forecast and text benchmarks measure against."""
+budget, a random Informer input, the latency/memory-against-length plot, and the
+attention-free floor (every attention layer stubbed out) that the forecast and text benchmarks
+measure against."""
 
 from __future__ import annotations
 

@@ -130,8 +130,20 @@ def main(argv: list[str] | None = None) -> None:
         rows += measure(model, runtime, args)
     ratios = [r["estimated_s"] / r["measured_s"] for r in rows if r["measured_s"]]
     report.add("Rates calibrated as the worker does at start-up.")
-    columns = ["model", "backend", "options", "rows", "length", "estimated ms", "measured ms"]
-    report.table([*columns, "est/meas"], map(_cells, rows), "lllrrrrr")
+    report.table(
+        [
+            "model",
+            "backend",
+            "options",
+            "rows",
+            "length",
+            "estimated ms",
+            "measured ms",
+            "est/meas",
+        ],
+        map(_cells, rows),
+        "lllrrrrr",
+    )
     report.add(
         f"est/measured over {len(ratios)} runs: median {statistics.median(ratios):.2f}, "
         f"min {min(ratios):.2f}, max {max(ratios):.2f}"

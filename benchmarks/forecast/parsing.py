@@ -90,8 +90,19 @@ def main(argv: list[str] | None = None) -> None:
         f"{forecaster.name}: {rows} x {len(forecaster.channels)} history, "
         f"{args.threads} thread(s), median of {args.repeats}"
     )
-    columns = ["payload", "bytes", "JSON ms", "schema ms", "prepare ms", "total ms"]
-    report.table([*columns, "share of a flash forward"], cells, "lrrrrrr")
+    report.table(
+        [
+            "payload",
+            "bytes",
+            "JSON ms",
+            "schema ms",
+            "prepare ms",
+            "total ms",
+            "share of a flash forward",
+        ],
+        cells,
+        "lrrrrrr",
+    )
     report.add(
         f"`columns` costs {totals['columns'] / totals['rows']:.2f}x what `rows` costs "
         f"({totals['rows'] / totals['columns']:.1f}x cheaper); `columns as base64` "

@@ -151,8 +151,15 @@ def before_after(rows: list[Row]) -> str:
                 [model, r["backend"], f"{b:.1f}", f"{flash['before_p50_ms_1_client'] / b:.2f}x",
                  f"{a:.1f}", f"{flash['p50_ms_1_client'] / a:.2f}x"]
             )  # fmt: skip
-    columns = ["model", "backend", "before p50 ms", "before × flash", "after p50 ms"]
-    return table([*columns, "after × flash"], cells, "llrrrr")
+    columns = [
+        "model",
+        "backend",
+        "before p50 ms",
+        "before × flash",
+        "after p50 ms",
+        "after × flash",
+    ]
+    return table(columns, cells, "llrrrr")
 
 
 def gain_summary(rows: list[Row]) -> Iterator[str]:
