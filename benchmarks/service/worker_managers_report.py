@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.peers.servers import versions as installed
+from benchmarks.peers.report import versions as installed
 from benchmarks.service.managers import GRACE_S, MANAGERS, TITLES
 
 ORPHAN_WAIT_S = 30.0
