@@ -32,6 +32,7 @@ from tests.utils.tiny_forecasters import (
     patchtst_reference,
     reference_model,
     seq2seq_config,
+    seq2seq_series,
 )
 
 EXACT = 1e-4  # relative error bound of full / flash against the class's forward (fp32)
@@ -70,27 +71,6 @@ def _ok(response: Any) -> list[dict[str, Any]]:
 
 def _relative(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
-
-
-def _seq2seq_series(folder: Path, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """A request series for a tiny encoder-decoder and the same inputs as the class takes them."""
-    config = json.loads((folder / "config.json").read_text())
-    rows = config["context_length"] + max(config["lags_sequence"])
-    horizon, width = config["prediction_length"], config["num_time_features"]
-    values = history(rows, config["input_size"], seed)
-    feats = np.random.default_rng(seed + 100).uniform(-0.5, 0.5, size=(rows + horizon, width))
-    series = {
-        "values": values.tolist(),
-        "time_features": feats.tolist(),
-        "static_categorical": [seed % 4],
-    }
-    inputs = {
-        "past_values": values[:, 0] if config["input_size"] == 1 else values,
-        "past_time_features": feats[:rows],
-        "future_time_features": feats[rows:],
-        "static_categorical_features": np.asarray([seed % 4]),
-    }
-    return series, inputs
 
 
 # ------------------------------------------------------------------ exactness
@@ -141,7 +121,7 @@ def test_encoder_decoder_samples_match_the_class_generate(
 ) -> None:
     folder = folders[kind]
     model = reference_model(folder)
-    built = [_seq2seq_series(folder, seed) for seed in range(3)]
+    built = [seq2seq_series(folder, seed) for seed in range(3)]
     body = dict(attention=backend, quantiles=QUANTILES, seed=11)
     got = _ok(_forecast(client, folder.name, [s for s, _ in built], **body))
     for i, (_, inputs) in enumerate(built):
@@ -375,7 +355,7 @@ def test_a_probsparse_informer_defaults_to_our_probsparse_at_its_factor(tmp_path
     assert servable.default_call("probsparse").options_dict["factor"] == 3
     assert card["backends"]["probsparse"]["layers"]["encoder.0.self"] == "probsparse"
     exact = reference_model(build(seq2seq_config("informer", input_size=2), tmp_path / "same"))
-    series, inputs = _seq2seq_series(folder, seed=2)
+    series, inputs = seq2seq_series(folder, seed=2)
     window = servable.windows([series], seed=4)
     got = servable.run(window, servable.default_call("flash"))[0]
     assert (
@@ -392,7 +372,7 @@ def test_a_body_parsed_in_the_helper_process_gives_the_same_answer(
 
     servables = load_servables(_settings(folders["tst"]), "cpu")
     app = make_app(servables, body_parse_processes=1, body_parse_min_bytes=256)
-    series = [_seq2seq_series(folders["tst"], seed)[0] for seed in range(2)]
+    series = [seq2seq_series(folders["tst"], seed)[0] for seed in range(2)]
     body = dict(quantiles=QUANTILES, seed=3, attention="flash")
     with TestClient(app) as offloaded:
         got = _ok(_forecast(offloaded, "tiny-tst", series, **body))

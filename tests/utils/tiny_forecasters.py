@@ -107,6 +107,27 @@ def history(rows: int, channels: int, seed: int) -> np.ndarray:
     return 10.0 + np.cumsum(rng.normal(size=(rows, channels)), axis=0)
 
 
+def seq2seq_series(folder: Path, seed: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A request series for a tiny encoder-decoder and the same inputs as the class takes them."""
+    config = json.loads((folder / "config.json").read_text())
+    rows = config["context_length"] + max(config["lags_sequence"])
+    horizon, width = config["prediction_length"], config["num_time_features"]
+    values = history(rows, config["input_size"], seed)
+    feats = np.random.default_rng(seed + 100).uniform(-0.5, 0.5, size=(rows + horizon, width))
+    series = {
+        "values": values.tolist(),
+        "time_features": feats.tolist(),
+        "static_categorical": [seed % 4],
+    }
+    inputs = {
+        "past_values": values[:, 0] if config["input_size"] == 1 else values,
+        "past_time_features": feats[:rows],
+        "future_time_features": feats[rows:],
+        "static_categorical_features": np.asarray([seed % 4]),
+    }
+    return series, inputs
+
+
 @torch.no_grad()
 def patchtst_reference(folder: Path, values: np.ndarray) -> np.ndarray:
     """The class's forecast ``[b, H, c]``: the point head's output, or a distribution head's mean."""
