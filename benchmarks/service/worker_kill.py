@@ -17,7 +17,6 @@ import asyncio
 import json
 import os
 import signal
-import sys
 import tempfile
 import time
 from collections import Counter
@@ -27,8 +26,7 @@ from typing import Any
 import httpx
 
 from benchmarks.harness import cli
-from benchmarks.harness.load import HOST
-from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, free_port
+from benchmarks.harness.process import TEXT_MODEL, ServerProcess, attnserve
 from benchmarks.harness.report import RESULTS, write
 
 TEXTS = ["worker replacement under keep-alive load", "a second, somewhat longer sentence here"]
@@ -99,23 +97,6 @@ async def run(args: argparse.Namespace, server: ServerProcess) -> dict[str, Any]
     }
 
 
-def supervised(log: Path, max_connection_age_s: float) -> ServerProcess:
-    """``attnserve serve --workers 2`` (its other settings the defaults) on a free port."""
-    port = free_port()
-    env = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "ATTNSERVE_HOST": HOST,
-        "ATTNSERVE_PORT": str(port),
-        "ATTNSERVE_DEVICE": "cpu",
-        "ATTNSERVE_WORKERS": "2",
-        "ATTNSERVE_MODELS": TEXT_MODEL,
-        "ATTNSERVE_LOG_LEVEL": "warning",
-        "ATTNSERVE_MAX_CONNECTION_AGE_S": str(max_connection_age_s),
-    }
-    return ServerProcess([sys.executable, "-m", "service", "serve"], log, port, env)
-
-
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__)
     p.add_argument("--clients", type=int, default=32)
@@ -124,7 +105,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-connection-age-s", type=float, default=60.0)
     args = cli.parse(p, argv, clients=4, before=2.0, after=4.0)
     log_path = Path(tempfile.gettempdir()) / "worker-kill-server.log"
-    server = supervised(log_path, args.max_connection_age_s)
+    # Two workers, the other settings the defaults (a max queue of 1,024 is never reached here).
+    age = ["--max-connection-age-s", str(args.max_connection_age_s)]
+    server = attnserve([TEXT_MODEL], 0, 32, log_path, workers=2, extra=age)
     try:
         server.wait_ready()
         time.sleep(5)  # the second worker finishes its warm-up
