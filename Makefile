@@ -132,7 +132,7 @@ bench-peers: install peers-venv
 
 # /v1/rerank beside infinity-emb's /rerank and a LitServe CrossEncoder app (benchmarks/peers/README.md)
 bench-rerank-peers: install peers-venv
-	$(BIN)/python -m benchmarks.peers.rerank_run --peers-python $(PEERS_BIN)/python --infinity-python $(INFINITY_BIN)/python $(or $(ARGS),--seconds 12 --warmup 4 --rounds 2)
+	$(BIN)/python -m benchmarks.peers.run --task rerank --peers-python $(PEERS_BIN)/python --infinity-python $(INFINITY_BIN)/python $(or $(ARGS),--seconds 12 --warmup 4 --rounds 2)
 
 # make loadtest ARGS="--host http://127.0.0.1:8000 --users 8 --rps 8 --duration 60s"
 loadtest: install-load

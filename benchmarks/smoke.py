@@ -9,7 +9,7 @@ the scripts start themselves run as part of those. Under ``--smoke`` a script wr
 to a scratch folder (:func:`benchmarks.harness.report.smoke_mode`).
 
 Scripts that need packages outside the dev extra run their own-server part only: the peer runs
-(:mod:`benchmarks.peers.run`, :mod:`benchmarks.peers.rerank_run`) drop LitServe, infinity-emb,
+(:mod:`benchmarks.peers.run`, both ``--task`` values) drop LitServe, infinity-emb,
 the naive app and the sentence-transformers / ONNX Runtime reference rows when the peer
 virtualenvs (``make peers-venv``) are missing, and measure attnserve alone.
 """
@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("attention", "text", "forecast", "service", "peers")
+# Scripts whose options select different measurements: one smoke run per option set.
+VARIANTS = {"benchmarks.peers.run": [[], ["--task", "rerank"]]}
 
 
 def scripts(groups: list[str]) -> list[str]:
@@ -45,6 +47,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per script")
     args = p.parse_args(argv)
     modules = [m for m in scripts(args.groups) if not args.only or m.rsplit(".", 1)[1] in args.only]
+    modules = [" ".join([m, *extra]) for m in modules for extra in VARIANTS.get(m, [[]])]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     failed = []
     for module in modules:
@@ -52,7 +55,10 @@ def main(argv: list[str] | None = None) -> None:
         print(f"--- {module} --smoke", flush=True)
         try:
             done = subprocess.run(
-                [sys.executable, "-m", module, "--smoke"], cwd=ROOT, env=env, timeout=args.timeout
+                [sys.executable, "-m", *module.split(), "--smoke"],
+                cwd=ROOT,
+                env=env,
+                timeout=args.timeout,
             )
             ok = done.returncode == 0
         except subprocess.TimeoutExpired:

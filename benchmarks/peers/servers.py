@@ -277,16 +277,16 @@ def run_rounds(
     return turns
 
 
-def peer_options(clients: list[int], seconds: float, warmup: float, names: list[str],
-                 name: str) -> argparse.ArgumentParser:  # fmt: skip
-    """What every peer run takes: load, rounds, threads, servers, interpreters, where to write."""
+def peer_options(names: list[str]) -> argparse.ArgumentParser:
+    """What every peer run takes: load, rounds, threads, servers, interpreters, where to write
+    (the defaults of ``--clients``, ``--seconds``, ``--warmup`` and ``--name`` are the task's)."""
     p = argparse.ArgumentParser(
         add_help=False, parents=[cli.threads(2, "torch threads per server")]
     )
-    p.add_argument("--seconds", type=float, default=seconds, help="measured seconds per run")
-    p.add_argument("--warmup", type=float, default=warmup, help="unmeasured seconds first")
+    p.add_argument("--seconds", type=float, help="measured seconds per run")
+    p.add_argument("--warmup", type=float, help="unmeasured seconds first")
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--clients", type=int, nargs="+", default=clients)
+    p.add_argument("--clients", type=int, nargs="+")
     p.add_argument("--servers", nargs="+", default=names, choices=names)
     p.add_argument(
         "--omp-wait-policy",
@@ -302,7 +302,7 @@ def peer_options(clients: list[int], seconds: float, warmup: float, names: list[
                    default=ROOT / ".venv-peers-infinity" / "bin" / "python",
                    help="infinity-emb's interpreter (make peers-venv)")  # fmt: skip
     p.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
-    p.add_argument("--name", default=name, help="results file name, no suffix")
+    p.add_argument("--name", help="results file name, no suffix")
     p.add_argument("--log-dir", type=Path, default=Path(tempfile.gettempdir()))
     return p
 

@@ -1,24 +1,20 @@
-"""attnserve's ``/v1/rerank`` beside infinity-emb's ``/rerank`` and a LitServe ``CrossEncoder`` app.
+"""The rerank task of :mod:`.run`: attnserve's ``/v1/rerank`` beside infinity-emb's ``/rerank``
+and a LitServe ``CrossEncoder`` app, and its page.
 
-    .venv/bin/python -m benchmarks.peers.rerank_run [--seconds 12] [--rounds 2] [--clients 1 8]
-        [--threads 2] [--servers attnserve infinity litserve litserve-1]
-
-The peer run of :mod:`.run` on a rerank workload: one query and 16 documents per request
-(:mod:`.rerank_workload`), every server loading the same ``CrossEncoder.save`` folder by path.
-In-process rows first, each in its own process (:mod:`.inprocess`): sentence-transformers'
-``CrossEncoder.predict``, whose scores are the reference, and attnserve's ``TextClassifier``,
-per request and in passes of 32 pairs. Then ``--rounds`` rounds of every server in turn; each
+One query and 16 documents per request (:mod:`.rerank_workload`), every server loading the same
+``CrossEncoder.save`` folder by path. In-process rows first, each in its own process
+(:mod:`.inprocess`): sentence-transformers' ``CrossEncoder.predict``, whose scores are the
+reference, and attnserve's ``TextClassifier``, per request and in passes of 32 pairs. Each server
 must score the first :data:`GUARD` requests within ``--tolerance`` of the reference before it is
-timed. Writes ``<out-dir>/<name>.md`` and ``.json``. ``--smoke``: one short round at 2 clients;
-attnserve alone when the peer virtualenvs are missing (checked against its own in-process
-scores).
+timed. Without the peers' interpreter (``--smoke``) attnserve is checked against its own
+in-process scores.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
-import os
 import statistics
 import sys
 from collections.abc import Callable
@@ -26,12 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from benchmarks.harness import cli
-from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, call_once
-from benchmarks.harness.report import command, table, write, write_json
+from benchmarks.harness.report import table
 from benchmarks.peers import report
 from benchmarks.peers.rerank_workload import (
     DOCS,
@@ -45,18 +37,13 @@ from benchmarks.peers.servers import (
     Peer,
     PeerServer,
     attnserve_serve,
-    by_run,
     in_process,
     infinity_v2,
-    interpreters,
-    peer_options,
     peers_app,
-    run_rounds,
 )
 
 BATCH = 32  # pairs per forward pass, every server
 GUARD = 8  # requests whose scores each server must get right before it is timed
-BASELINE = "litserve"
 NOTES = (
     "Notes. infinity-emb returns the model's raw logits through a sigmoid of its own "
     "(`raw_scores: false`), whatever activation the folder saved; this folder saves Sigmoid, so "
@@ -136,30 +123,20 @@ def worst_diff(a: list[list[float]], b: list[list[float]]) -> float:
 
 
 def scored_alike(
-    requests: list[RerankRequest], reference: list[list[float]], tolerance: float,
-    diffs: dict[str, list[float]],
-) -> Callable[[PeerServer, Any], None]:  # fmt: skip
+    requests: list[RerankRequest], reference: list[list[float]], tolerance: float
+) -> Callable[[PeerServer, Any], float]:
     """The check of a server's turn: its scores of the first :data:`GUARD` requests within
-    ``tolerance`` of ``reference`` (each worst difference kept in ``diffs``)."""
+    ``tolerance`` of ``reference``; their worst difference."""
 
-    def check(server: PeerServer, answer: Any) -> None:
-        got = [scores(server, r) for r in requests[:GUARD]]
-        diffs.setdefault(server.name, []).append(worst_diff(got, reference[:GUARD]))
-        if not diffs[server.name][-1] <= tolerance:
-            raise SystemExit(f"{server.name}'s scores differ from CrossEncoder.predict's by "
-                             f"{diffs[server.name][-1]:.2e}")  # fmt: skip
+    def check(server: PeerServer, answer: Any) -> float:
+        worst = worst_diff([scores(server, r) for r in requests[:GUARD]], reference[:GUARD])
+        if not worst <= tolerance:
+            raise SystemExit(
+                f"{server.name}'s scores differ from CrossEncoder.predict's by {worst:.2e}"
+            )
+        return worst
 
     return check
-
-
-def leftovers(folder: Path) -> list[str]:
-    """Processes whose command line names the model folder (every server's does)."""
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
-        cmdline = " ".join(proc.info["cmdline"] or [])
-        if str(folder) in cmdline and proc.pid != os.getpid():
-            found.append(f"{proc.pid}: {cmdline[:100]}")
-    return found
 
 
 # ----------------------------------------------------------------------------- the page
@@ -247,31 +224,31 @@ def markdown(meta: dict[str, Any], summaries: list[report.Summary], inproc: list
     ])  # fmt: skip
 
 
-# ----------------------------------------------------------------------------- main
+# ----------------------------------------------------------------------------- the task
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = cli.parser(__doc__, peer_options([1, 8], 12.0, 4.0, list(PEERS), "peers-rerank-cpu"))
-    parser.add_argument(
-        "--inprocess-requests", type=int, default=16, help="requests the in-process rows time"
-    )
-    parser.add_argument("--tolerance", type=float, default=1e-3, help="max |score diff| allowed")
-    args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, rounds=1, clients=[2], repeats=1,
-                     inprocess_requests=GUARD)  # fmt: skip
-    if args.inprocess_requests < GUARD:  # the served scores are checked against these
-        parser.error(
-            f"--inprocess-requests must be at least {GUARD} (the requests every server "
-            "must score like CrossEncoder.predict before it is timed)"
+def _at_least_guard(value: str) -> int:
+    count = int(value)
+    if count < GUARD:  # the served scores are checked against these
+        raise argparse.ArgumentTypeError(
+            f"must be at least {GUARD} (the requests every server must score like "
+            "CrossEncoder.predict before it is timed)"
         )
-    pythons = interpreters(args, PEERS)
-    run_command = command("benchmarks.peers.rerank_run", argv)
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    return count
 
-    load_before = load_average()
-    print(f"load average before: {load_before} ({os.cpu_count()} CPUs)", flush=True)
+
+def options(parser: argparse.ArgumentParser) -> None:
+    """``--inprocess-requests`` and ``--tolerance``."""
+    parser.add_argument("--inprocess-requests", type=_at_least_guard, default=16,
+                        help="requests the in-process rows time")  # fmt: skip
+    parser.add_argument("--tolerance", type=float, default=1e-3, help="max |score diff| allowed")
+
+
+def prepare(args: argparse.Namespace) -> report.Workload:
+    """The requests, the in-process rows (``CrossEncoder.predict``'s scores the reference, or
+    attnserve's own without the peers' interpreter), and the check of a server's scores."""
     folder = rerank_folder()
     requests = rerank_requests(folder)
-    inproc: list[dict[str, Any]] = []
     timed = [[r.query, r.documents] for r in requests[: args.inprocess_requests]]
     options, inputs = ["--folder", str(folder)], ("--requests", timed)
     ours = in_process("attnserve-rerank", Path(sys.executable), args, *options, inputs=inputs)
@@ -288,41 +265,32 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(
             f"attnserve's TextClassifier differs from CrossEncoder.predict by {ours_diff:.2e}"
         )
-    for result, label, diff in (
-        (ref, "sentence-transformers CrossEncoder.predict", "reference"),
-        (ours, "attnserve TextClassifier (flash)", f"{ours_diff:.1e}"),
-    ):
-        inproc += [
-            {**row, "impl": result["impl"], "label": label, "diff": diff} for row in result["rows"]
-        ]
+    inproc = [
+        {**row, "impl": result["impl"], "label": label, "diff": diff}
+        for result, label, diff in (
+            (ref, "sentence-transformers CrossEncoder.predict", "reference"),
+            (ours, "attnserve TextClassifier (flash)", f"{ours_diff:.1e}"),
+        )
+        for row in result["rows"]
+    ]
+    notes = [
+        f"After the run no process on this machine held `{folder.name}` in its command line "
+        "(psutil scan), besides each server's own check when it stopped.",
+        "",
+        NOTES,
+    ]
+    meta = {"inprocess_requests": args.inprocess_requests, "notes": notes}
+    return report.Workload(
+        folder, requests, inproc, scored_alike(requests, reference, args.tolerance), meta
+    )
 
-    diffs: dict[str, list[float]] = {}
-    check = scored_alike(requests, reference, args.tolerance, diffs)
-    turns = run_rounds(args, PEERS, folder, requests[0], requests, check, "rerank")
 
-    left = leftovers(folder)
-    print(f"processes holding the model folder after the run: {left or 'none'}", flush=True)
-    if left:
-        raise SystemExit(f"server processes outlived the run: {left}")
-
-    rounds = by_run(turns, args.clients)
-    loads = {key: [r.load for r in results] for key, results in rounds.items()}
-    summaries = report.summaries(rounds, args.servers, args.clients)
-    meta = report.run_meta(
-        args, run_command, load_before, PEERS, pythons, turns,
-        inprocess_requests=args.inprocess_requests,
-        notes=[
-            f"After the run no process on this machine held `{folder.name}` in its command line "
-            "(psutil scan), besides each server's own check when it stopped.",
-            "",
-            NOTES,
-        ],
-    )  # fmt: skip
-    for name in args.servers:
-        meta["server_info"][name]["diff"] = diffs[name]
-    page = markdown(meta, summaries, inproc, loads)
-    write(args.out_dir / f"{args.name}.md", page)
-    record = {
+def record(
+    meta: dict[str, Any], summaries: list[report.Summary], inproc: list[dict[str, Any]],
+    rounds: report.Rounds, loads: report.Loads,
+) -> dict[str, Any]:  # fmt: skip
+    """The page's data as JSON, with each run's req/s per round and their spread."""
+    return {
         **meta,
         "inprocess": inproc,
         "loads": {f"{n} x{c}": v for (n, c), v in loads.items()},
@@ -335,10 +303,10 @@ def main(argv: list[str] | None = None) -> None:
             if s.rps_rounds and statistics.median(s.rps_rounds)
         },
     }
-    write_json(args.out_dir / f"{args.name}.json", record)
-    print()
-    print(page)
 
 
-if __name__ == "__main__":
-    main()
+TASK = report.Task(
+    PEERS, "rerank",
+    {"clients": [1, 8], "seconds": 12.0, "warmup": 4.0, "name": "peers-rerank-cpu"},
+    {"inprocess_requests": GUARD}, options, prepare, "diff", markdown, record,
+)  # fmt: skip
