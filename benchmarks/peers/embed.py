@@ -147,7 +147,7 @@ def markdown(
     meta: dict[str, Any],
     summaries: list[report.Summary],
     ceilings: list[dict[str, Any]],
-    loads: report.Loads | None = None,
+    loads: report.Loads,
 ) -> str:
     """The page: machine and versions, the servers, the in-process rows, the targets."""
     servers = [
@@ -173,7 +173,7 @@ def markdown(
              report.vs_baseline(s, summaries), f"{s.p50_ms:.1f} / {s.p95_ms:.1f} / {s.p99_ms:.1f}",
              ", ".join(ratios) or "-", _errors(s), f"{s.server_cpu_ms_per_request:.2f}",
              f"{s.driver_cpu_ms_per_request:.2f}", f"{s.other_cores:.2f}",
-             report.loads_cell((loads or {}).get((s.server, s.clients), []))]
+             report.loads_cell(loads[(s.server, s.clients)])]
         )  # fmt: skip
     in_process = [
         [c["label"], c["batch"], f"{c['texts_per_s']:.1f}", x_cell(_vs_attnserve(ceilings, c)),
@@ -243,7 +243,7 @@ def record(
     summaries: list[report.Summary],
     ceilings: list[dict[str, Any]],
     rounds: report.Rounds,
-    loads: report.Loads | None = None,
+    loads: report.Loads,
 ) -> dict[str, Any]:
     """Everything in the page, plus each round's own percentiles, as JSON-ready data."""
     rows = []
@@ -278,10 +278,7 @@ def record(
                         "load_before_after": list(load),
                     }
                     for r, load in zip(
-                        rounds[(s.server, s.clients)],
-                        (loads or {}).get((s.server, s.clients))
-                        or [("", "")] * len(rounds[(s.server, s.clients)]),
-                        strict=True,
+                        rounds[(s.server, s.clients)], loads[(s.server, s.clients)], strict=True
                     )
                 ],
             }

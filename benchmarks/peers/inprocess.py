@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import json
 import tempfile
-import time
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness.timing import rows_per_s
+from benchmarks.harness.timing import alternating, rows_per_s
 
 Encode = Callable[[list[str]], Any]
 
@@ -119,13 +118,8 @@ def rerank(args: argparse.Namespace) -> dict[str, Any]:
     }
     rows = []
     for shape, run in shapes.items():
-        run()  # warm-up
-        best_wall = best_cpu = float("inf")
-        for _ in range(args.repeats):
-            wall, cpu = time.perf_counter(), time.process_time()
-            run()
-            best_wall = min(best_wall, time.perf_counter() - wall)
-            best_cpu = min(best_cpu, time.process_time() - cpu)
+        timed = alternating({shape: run}, args.repeats)[shape]  # a warm-up, then --repeats passes
+        best_wall, best_cpu = min(timed.wall), min(timed.cpu)
         rows.append({
             "shape": shape,
             "req_per_s": len(requests) / best_wall,
