@@ -1,8 +1,14 @@
 """The rerank task of :mod:`.run`: attnserve's ``/v1/rerank`` beside infinity-emb's ``/rerank``
 and a LitServe ``CrossEncoder`` app, and its page.
 
-One query and 16 documents per request (:mod:`.rerank_workload`), every server loading the same
-``CrossEncoder.save`` folder by path. In-process rows first, each in its own process
+One query and :data:`DOCS` documents per request: documents are the shipped standard-library
+docstrings of 40-120 words, queries the first lines of shorter docstrings, and only documents
+whose pair with the longest query fits the folder's 256 tokens are used, so no server truncates
+and none has to agree with another on how. The model is
+:func:`benchmarks.text.rerank_speed.build_cross_encoder`'s (all-MiniLM-L6-v2's encoder under a
+seeded one-logit head, saved by ``CrossEncoder.save``: ms-marco-MiniLM-L-6-v2's shape, no
+download), built once into ``<attnserve cache>/peers/minilm-cross-encoder`` like
+:mod:`.model_folder`; every server loads that folder by path. In-process rows first, each in its own process
 (:mod:`.inprocess`): sentence-transformers' ``CrossEncoder.predict``, whose scores are the
 reference, and attnserve's ``TextClassifier``, per request and in passes of 32 pairs. Each server
 must score the first :data:`GUARD` requests within ``--tolerance`` of the reference before it is
@@ -18,21 +24,14 @@ import math
 import statistics
 import sys
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks.harness.load import HOST, call_once
 from benchmarks.harness.report import table
 from benchmarks.peers import report
-from benchmarks.peers.rerank_workload import (
-    DOCS,
-    NAME,
-    REQUESTS,
-    RerankRequest,
-    rerank_folder,
-    rerank_requests,
-)
+from benchmarks.peers.model_folder import peers_root
 from benchmarks.peers.servers import (
     Peer,
     PeerServer,
@@ -41,9 +40,56 @@ from benchmarks.peers.servers import (
     infinity_v2,
     peers_app,
 )
+from models.text.packaged import build_folder
 
+# ----------------------------------------------------------------------------- the workload
+
+NAME = "minilm-cross-encoder"
+DOCS = 16  # documents per request
+REQUESTS = 64  # distinct requests the clients cycle through
+SEED = 0
+MAX_TOKENS = 256
 BATCH = 32  # pairs per forward pass, every server
 GUARD = 8  # requests whose scores each server must get right before it is timed
+
+
+@dataclass(frozen=True)
+class RerankRequest:
+    query: str
+    documents: list[str]
+
+
+def rerank_folder(root: Path | None = None) -> Path:
+    """The cross-encoder folder every server loads (built on first use; project venv only)."""
+    from benchmarks.text.rerank_speed import build_cross_encoder
+
+    return build_folder(
+        (root or peers_root()) / NAME,
+        f"build_cross_encoder seed {SEED}",
+        lambda tree: build_cross_encoder(tree, SEED),
+    )
+
+
+def rerank_requests(folder: Path, count: int = REQUESTS, docs: int = DOCS) -> list[RerankRequest]:
+    """``count`` requests of one query and ``docs`` documents each, deterministic."""
+    from transformers import AutoTokenizer
+
+    from models.text.corpus import stdlib_docstrings
+
+    texts = stdlib_docstrings()
+    queries = [t.splitlines()[0][:120] for t in texts if 4 <= len(t.split()) < 20]
+    tokenizer = AutoTokenizer.from_pretrained(str(folder))
+    longest_query = max(len(tokenizer(q)["input_ids"]) for q in queries[:count])
+    budget = MAX_TOKENS - longest_query  # the document's share of the pair's tokens
+    documents = [
+        t for t in texts if 40 <= len(t.split()) <= 120 and len(tokenizer(t)["input_ids"]) <= budget
+    ]
+    return [
+        RerankRequest(queries[k], [documents[(k * docs + j) % len(documents)] for j in range(docs)])
+        for k in range(count)
+    ]
+
+
 NOTES = (
     "Notes. infinity-emb returns the model's raw logits through a sigmoid of its own "
     "(`raw_scores: false`), whatever activation the folder saved; this folder saves Sigmoid, so "
