@@ -26,7 +26,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 GROUPS = ("attention", "text", "forecast", "service", "peers")
 # Scripts whose options select different measurements: one smoke run per option set.
-VARIANTS = {"benchmarks.peers.run": [[], ["--task", "rerank"]]}
+VARIANTS = {
+    "benchmarks.peers.run": [[], ["--task", "rerank"]],
+    "benchmarks.attention.informer_long": [[], ["--memory"]],
+}
 
 
 def scripts(groups: list[str]) -> list[str]:
