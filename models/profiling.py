@@ -1,5 +1,5 @@
 """Measuring the peak memory a piece of torch code allocates (CPU), to check the estimates of
-:mod:`models.attention.memory` and friends in tests and benchmarks.
+:func:`models.attention.attention_bytes` and friends in tests and benchmarks.
 
 ``tracemalloc`` does not see torch's allocations, and the resident set moves with the C
 allocator's caching, so this reads the torch profiler's allocator events

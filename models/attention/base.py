@@ -4,9 +4,14 @@ Dimension legend used across ``models/attention``:
     b  batch        h  heads        i  query position (Lq)
     j  key position (Lk)            d  head dimension   m  features / landmarks / samples
 
-A backend is a pure function ``kernel(q, k, v, key_padding_mask, causal, **options)`` plus a
-:class:`Backend` record that says what it supports, so a caller can ask *before* running whether an
-input is acceptable (xformers' ``not_supported_reasons`` does the same).
+A backend is one file ``models/attention/<name>.py``: a pure function
+``kernel(q, k, v, key_padding_mask, causal, **options)`` and a module-level
+``BACKEND = Backend(name="<name>", order=<int>, ...)`` record that says what it supports, so a
+caller can ask *before* running whether an input is acceptable (xformers'
+``not_supported_reasons`` does the same), and what a call costs in bytes and arithmetic
+(:mod:`models.attention.pricing`). The registry and :data:`models.names.BACKEND_NAMES` find the
+files themselves: ``name`` and ``order`` must be literals there (``models/names.py`` reads them
+without importing torch), and ``name`` is the file's name.
 
 Conventions every backend follows:
     * ``key_padding_mask``: bool ``[b, Lk]``, True marks a real key, False a padded one.
@@ -25,6 +30,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from models.attention.pricing import AttentionCall
 
 
 class AttentionError(ValueError):
@@ -126,17 +133,30 @@ class Capabilities:
 
 
 Kernel = Callable[..., Tensor]
+# Peak bytes beyond q, k, v, and flop-equivalents, of one call with resolved options
+# (the conventions are in models/attention/pricing.py).
+MemoryModel = Callable[[AttentionCall, Mapping[str, Any]], int]
+WorkModel = Callable[[AttentionCall, Mapping[str, Any]], float]
 
 
 @dataclass(frozen=True)
 class Backend:
-    """A named attention backend: its kernel, what it supports and which options it takes."""
+    """A named attention backend: its kernel, what it supports, which options it takes and what
+    a call costs.
+
+    ``order`` places the backend in every listing (``BACKENDS``, tables, quality files): the
+    backends are listed by ascending ``order``, which must be unique. ``memory`` and ``work``
+    receive options already resolved by :meth:`resolve_options`.
+    """
 
     name: str
+    order: int
     exact: bool
     summary: str
     citation: str
     kernel: Kernel
+    memory: MemoryModel
+    work: WorkModel
     capabilities: Capabilities = field(default_factory=Capabilities)
     options: Mapping[str, Option] = field(default_factory=dict)
     # Extra device/dtype/option rules a capability table cannot express (e.g. SDPA fused

@@ -32,6 +32,7 @@ from models.attention.base import (
     InputSpec,
     visible_keys,
 )
+from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, AttentionCall
 
 # CUDA: flash (fp16/bf16, no mask) first, then memory-efficient (any float, takes a mask).
 CUDA_KERNELS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
@@ -154,12 +155,44 @@ def _fused_kernel_rules(spec: InputSpec, options: Mapping[str, Any]) -> list[str
     return reasons
 
 
+def flash_bytes(call: AttentionCall, options: Mapping[str, Any] | None = None) -> int:
+    """Peak bytes: the output and a float32 logsumexp per query row, and on CPU each thread's
+    score tile (up to ``256 x 512`` float32; on CUDA tiles live on chip): linear in length. A
+    padded call adds the broadcast mask (``[b, 1, 1, Lk]``, converted to the kernel's additive
+    form) and the ``torch.where`` that zeroes queries seeing no key; a padded *causal* call
+    builds the ``[b, 1, Lq, Lk]`` mask (boolean, then additive): the only quadratic case.
+    """
+    e = call.itemsize
+    tiles = 0
+    if call.device_type == "cpu":
+        # ATen's CPU flash kernel: query blocks of 256 / 64 / 32 rows by length, key blocks of 512.
+        q_split = 256 if call.lq >= 768 else 64 if call.lq >= 192 else 32
+        tile = min(call.lq, q_split) * (min(call.lk, 512) + call.d)
+        tiles = torch.get_num_threads() * tile * FLOAT32
+    total = call.queries * e + call.heads * call.lq * FLOAT32 + tiles
+    if call.padded:
+        total += call.queries * e + call.b * call.lk * (1 + e)
+        if call.causal:
+            total += call.b * call.lq * call.lk * (1 + e)
+    return total
+
+
+def flash_work(call: AttentionCall, options: Mapping[str, Any] | None = None) -> float:
+    """Flop-equivalents: ``full``'s two products, but the softmax stays in tiles (one pass) and
+    a causal call skips the blocks above the diagonal (about half)."""
+    s = call.scores / (2 if call.causal and call.lq == call.lk else 1)
+    return HEAD_MATMUL * 2 * s * call.d + ELEMENTWISE * s
+
+
 BACKEND = Backend(
     name="flash",
+    order=2,
     exact=True,
     summary="Exact attention via fused scaled_dot_product_attention kernels; memory linear in L.",
     citation="Dao et al., FlashAttention, NeurIPS 2022",
     kernel=flash_attention,
+    memory=flash_bytes,
+    work=flash_work,
     capabilities=Capabilities(max_head_dim=256, score_bias=True),
     options={
         "padding": ChoiceOption(

@@ -7,11 +7,14 @@ Memory is O(b·h·Lq·Lk): this is the backend that stops fitting first.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from models.attention.base import Backend, Capabilities, visible_keys
+from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, AttentionCall
 
 
 def full_attention(
@@ -37,11 +40,42 @@ def full_attention(
     return torch.einsum("bhij,bhjd->bhid", weights, v)
 
 
+def full_bytes(call: AttentionCall, options: Mapping[str, Any] | None = None) -> int:
+    """Peak bytes: ``einsum`` writes the scores; ``* 1/√d`` makes a second score matrix while
+    the first is alive; softmax a third *if* a mask is applied first (``masked_fill`` copies,
+    and the ``scores`` variable stays alive until the kernel returns). Then ``weights @ v``.
+
+    Unmasked peak: 2 score matrices; masked (causal or padding): 3, plus the causal boolean
+    ``[Lq, Lk]`` mask (``[b, 1, Lq, Lk]`` when padding is combined with it). Quadratic in
+    length: the backend that stops fitting first.
+    """
+    e = call.itemsize
+    soft = max(e, FLOAT32)  # autocast runs softmax (and what follows) in float32
+    # masked: masked scores, softmax, softmax * any-visible; else: scores (scaled), softmax
+    scores = call.scores * (e + soft + (soft if call.causal or call.padded else 0))
+    if e < FLOAT32:
+        scores += call.scores * e  # autocast casts the float32 weights back for ``@ v``
+    mask = (call.b if call.padded else 1) * call.lq * call.lk if call.causal else 0
+    return scores + mask + call.queries * e  # + output
+
+
+def full_work(call: AttentionCall, options: Mapping[str, Any] | None = None) -> float:
+    """Flop-equivalents: ``q·kᵀ`` and ``weights·v`` over every pair (a causal mask still
+    computes all of them), plus the scale, softmax (max, exp-sum, divide) and, when masked, the
+    fill."""
+    s = call.scores
+    passes = 4 + (1 if call.causal or call.padded else 0)
+    return HEAD_MATMUL * 2 * s * call.d + ELEMENTWISE * passes * s
+
+
 BACKEND = Backend(
     name="full",
+    order=1,
     exact=True,
     summary="Exact softmax attention with the Lq x Lk score matrix materialised; the reference.",
     citation="Vaswani et al., Attention Is All You Need, NeurIPS 2017",
     kernel=full_attention,
+    memory=full_bytes,
+    work=full_work,
     capabilities=Capabilities(score_bias=True),
 )

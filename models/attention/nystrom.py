@@ -20,12 +20,22 @@ There is no causal variant: segment means mix future tokens into every landmark.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption, working_precision
-from models.attention.full import full_attention
+from models.attention.base import Backend, Capabilities, IntOption, Kernel, working_precision
+from models.attention.full import full_attention, full_bytes, full_work
+from models.attention.pricing import (
+    ELEMENTWISE,
+    HEAD_MATMUL,
+    INDEX,
+    MATMUL,
+    AttentionCall,
+    in_float32,
+)
 
 
 def segment_means(x: Tensor, real: Tensor | None, num_segments: int) -> tuple[Tensor, Tensor]:
@@ -53,16 +63,18 @@ def segment_means(x: Tensor, real: Tensor | None, num_segments: int) -> tuple[Te
     return means, sizes > 0
 
 
-def iterative_pinv(a: Tensor, iterations: int) -> Tensor:
+def iterative_pinv(a: Tensor, iterations: int, initial: Tensor | None = None) -> Tensor:
     """Moore–Penrose pseudo-inverse of ``[..., m, m]`` by the Razavi et al. iteration, in fp32+.
 
-    Z₀ = Aᵀ / (‖A‖₁‖A‖∞), then Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))). Zero rows/columns of A
-    (empty landmarks) stay zero in Z.
+    Z₀ = ``initial``, by default Aᵀ / (‖A‖₁‖A‖∞), then Z ← ¼ Z (13I − AZ (15I − AZ (7I − AZ))).
+    Zero rows/columns of A (empty landmarks) stay zero in Z.
     """
     eye = torch.eye(a.shape[-1], dtype=a.dtype, device=a.device)
-    col = a.abs().sum(dim=-2).amax(dim=-1)
-    row = a.abs().sum(dim=-1).amax(dim=-1)
-    z = a.transpose(-1, -2) / (col * row).clamp_min(torch.finfo(a.dtype).tiny)[..., None, None]
+    z = initial
+    if z is None:
+        col = a.abs().sum(dim=-2).amax(dim=-1)
+        row = a.abs().sum(dim=-1).amax(dim=-1)
+        z = a.transpose(-1, -2) / (col * row).clamp_min(torch.finfo(a.dtype).tiny)[..., None, None]
     for _ in range(iterations):
         az = a @ z
         z = 0.25 * z @ (13 * eye - az @ (15 * eye - az @ (7 * eye - az)))
@@ -102,13 +114,16 @@ def _nystrom(
     return kernel_1 @ (iterative_pinv(kernel_2, iterations) @ (kernel_3 @ v))
 
 
-def _exact_short_rows(q: Tensor, k: Tensor, v: Tensor, key_real: Tensor, m: int) -> Tensor:
-    """Exact attention for rows with at most ``m`` real keys, in O(Lq·m): gather those keys."""
+def exact_short_rows(
+    q: Tensor, k: Tensor, v: Tensor, key_real: Tensor, m: int, exact: Kernel = full_attention
+) -> Tensor:
+    """Exact attention (``exact``, softmax by default) for rows with at most ``m`` real keys,
+    in O(Lq·m): gather those keys."""
     order = torch.argsort((~key_real).to(torch.uint8), dim=-1, stable=True)[:, :m]  # [b, m]
     b, h, _, d = k.shape
     index = order[:, None, :, None].expand(b, h, order.shape[-1], d)
     k_small, v_small = torch.gather(k, 2, index), torch.gather(v, 2, index)
-    return full_attention(q, k_small, v_small, torch.gather(key_real, 1, order))
+    return exact(q, k_small, v_small, torch.gather(key_real, 1, order))
 
 
 def nystrom_attention(
@@ -137,16 +152,73 @@ def nystrom_attention(
     query_real = key_real if lq == lk else None
     short = key_real.sum(dim=-1) <= m  # [b]
     if bool(short.all()):
-        return _exact_short_rows(q, k, v, key_real, m).to(out_dtype)
+        return exact_short_rows(q, k, v, key_real, m).to(out_dtype)
     out = _nystrom(q, k, v, key_real, query_real, m, pinv_iterations)
     if bool(short.any()):
-        exact = _exact_short_rows(q, k, v, key_real, m)
+        exact = exact_short_rows(q, k, v, key_real, m)
         out = torch.where(short[:, None, None, None], exact, out)
     return out.to(out_dtype)
 
 
+def nystrom_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
+    """Peak bytes (``m`` landmarks; ``full``'s when ``Lk <= m``): linear in length.
+
+    Alive throughout: the scaled queries ``[b, h, Lq, d]``. Landmarks: segment means through a
+    ``[b, m+1, L]`` assignment matrix and a contiguous copy of the input (a plain reshape when
+    ``L`` is a multiple of ``m`` and nothing is padded). Kernels: ``softmax(q·k̃ᵀ)``
+    ``[b, h, Lq, m]``, ``softmax(q̃·k̃ᵀ)`` ``[b, h, m, m]``, ``softmax(q̃·kᵀ)`` ``[b, h, m, Lk]``,
+    each briefly twice (product, softmax; three times with a mask), then the pseudo-inverse's
+    ``m x m`` temporaries. A padded call may also run exact attention on rows with at most ``m``
+    real keys (``[b, h, Lq, m]`` scores, up to three copies) and merges the two results.
+    """
+    m = options["num_landmarks"]
+    if call.lk <= m:
+        return full_bytes(call, {})
+    work, cast = in_float32(call)
+    lq, lk, d, bh = call.lq, call.lk, call.d, call.heads
+    copies = 3 if call.padded else 2  # transient copies of a kernel: product, (mask,) softmax
+
+    def segment(n: int) -> int:
+        if not call.padded and n % m == 0:
+            return bh * m * d
+        return call.b * (m + 1) * n + bh * n * d + bh * m * d  # assignment, contiguous x, means
+
+    landmarks = 2 * bh * m * d
+    phases = [
+        segment(lq),
+        bh * m * d + segment(lk),
+        landmarks + bh * (copies * lq * m + 2 * m * m),
+        landmarks + bh * (lq * m + m * m + copies * m * lk),
+        bh * (lq * m + m * lk + 8 * m * m),  # iterative pseudo-inverse
+        bh * (lq * m + m * lk + 2 * m * d + lq * d),  # products, output
+    ]
+    if call.padded:  # rows with at most m real keys: exact attention on m keys, torch.where
+        phases += [call.queries + bh * lq * m * 3, 2 * call.queries]
+    total = call.queries + max(phases)
+    return cast + total * work + call.b * lk * INDEX * 3
+
+
+def nystrom_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
+    """Flop-equivalents (``full``'s when ``Lk <= m``): segment means of q and k, three softmax
+    kernels ``[Lq, m]``, ``[m, m]``, ``[m, Lk]``, the iterative pseudo-inverse (four ``m x m``
+    products per iteration) and the products right to left."""
+    m = options["num_landmarks"]
+    if call.lk <= m:
+        return full_work(call, {})
+    iterations = options["pinv_iterations"]
+    lq, lk, d = call.lq, call.lk, call.d
+    means = ELEMENTWISE * (lq + lk) * d
+    kernels = HEAD_MATMUL * (lq * m + m * m + m * lk) * d + ELEMENTWISE * 3 * (
+        lq * m + m * m + m * lk
+    )
+    pinv = MATMUL * iterations * 5 * m**3  # square m x m products: dense-layer speed
+    products = HEAD_MATMUL * (m * lk * d + m * m * d + lq * m * d)
+    return call.heads * (means + kernels + pinv + products)
+
+
 BACKEND = Backend(
     name="nystrom",
+    order=5,
     exact=False,
     summary=(
         "Nyströmformer: softmax approximated through m segment-mean landmarks and an iterative "
@@ -154,6 +226,8 @@ BACKEND = Backend(
     ),
     citation="Xiong et al., Nyströmformer, AAAI 2021",
     kernel=nystrom_attention,
+    memory=nystrom_bytes,
+    work=nystrom_work,
     capabilities=Capabilities(causal=False, causal_cross_attention=False),
     options={
         "num_landmarks": IntOption(

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from torch import Tensor
 
 from models.attention.base import Backend, Capabilities, IntOption, working_precision
+from models.attention.pricing import ELEMENTWISE, HEAD_MATMUL, AttentionCall, in_float32
 
 FEATURE_SEED = 0xFA7
 # Prefix-sum chunk of causal mode. The in-chunk product is quadratic in the chunk, so smaller
@@ -163,8 +166,53 @@ def performer_attention(
     return out.to(out_dtype)
 
 
+def performer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
+    """Peak bytes (``m`` features used as ``m/2`` antithetic pairs ``p``): linear in length.
+
+    Feature phase: the projections ``q·ωᵀ`` ``[b, h, Lq, p]`` and ``k·ωᵀ`` (alive until the
+    feature maps return) and the maps φ(q) ``[b, h, Lq, m]``, φ(k) ``[b, h, Lk, m]`` (a second
+    φ(k) when padding is masked out), plus a ``|k·ωᵀ|`` temporary. Product phase: φ(q), φ(k),
+    ``[v, 1]`` ``[b, h, Lk, d+1]``, the numerator/denominator ``[b, h, Lq, d+1]`` and the
+    output; the causal variant instead carries the prefix state ``[b, h, m, d+1]`` and a
+    ``chunk x chunk`` block per step.
+    """
+    work, cast = in_float32(call)
+    m = options["num_features"] or default_num_features(call.d)
+    p = max(1, m // 2)
+    f = 2 * p
+    lq, lk, d = call.lq, call.lk, call.d
+    phi_k = lk * f * (2 if call.padded else 1)
+    features = lq * (p + f) + lk * (2 * p) + phi_k
+    if call.causal:
+        c = min(CAUSAL_CHUNK, lq)
+        product = lq * f + phi_k + lk * (d + 1) + 2 * f * (d + 1) + lq * d
+        product += 2 * c * c + 3 * c * (d + 1)
+    else:
+        product = lq * f + phi_k + lk * (d + 1) + f * (d + 1) + lq * (d + 1) + lq * d
+    return cast + call.heads * max(features, product) * work
+
+
+def performer_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
+    """Flop-equivalents: the projections of q and k onto the ``m/2`` feature pairs, the ``exp``
+    feature maps ``[L, m]``, then ``φ(k)ᵀ[v, 1]`` and ``φ(q)·kv``; causal: the same per chunk,
+    plus each chunk's ``chunk x chunk`` local block."""
+    m = options["num_features"] or default_num_features(call.d)
+    p = max(1, m // 2)
+    lq, lk, d = call.lq, call.lk, call.d
+    # projections, then per [L, m] map: the stabiliser's max, concatenation, exp, + epsilon
+    features = HEAD_MATMUL * (lq + lk) * d * p + ELEMENTWISE * 4 * (lq + lk) * 2 * p
+    if call.causal:
+        c = min(CAUSAL_CHUNK, lq)
+        product = HEAD_MATMUL * (lq * c * 2 * p + lq * c * (d + 1) + 2 * lq * 2 * p * (d + 1))
+        product += ELEMENTWISE * 2 * lq * c
+    else:
+        product = HEAD_MATMUL * (lk + lq) * 2 * p * (d + 1)
+    return call.heads * (features + product + ELEMENTWISE * lq * (d + 1))
+
+
 BACKEND = Backend(
     name="performer",
+    order=4,
     exact=False,
     summary=(
         "Performer FAVOR+: softmax kernel estimated with positive orthogonal random features; "
@@ -172,6 +220,8 @@ BACKEND = Backend(
     ),
     citation="Choromanski et al., Rethinking Attention with Performers, ICLR 2021",
     kernel=performer_attention,
+    memory=performer_bytes,
+    work=performer_work,
     capabilities=Capabilities(causal_cross_attention=False),
     options={
         "num_features": IntOption(

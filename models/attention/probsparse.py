@@ -40,6 +40,9 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -51,13 +54,14 @@ from models.attention.base import (
     masked_mean_values,
     working_precision,
 )
-from models.attention.full import full_attention
+from models.attention.full import full_attention, full_bytes, full_work
+from models.attention.pricing import ELEMENTWISE, HEAD_MATMUL, INDEX, AttentionCall, in_float32
 
 SAMPLE_SEED = 0x5EED
-# Largest gathered block of sampled keys, in elements, so sampling memory stays linear in L.
 # Scores (b·h·Lq·Lk) up to which the causal measure computes all of them (see
 # _per_query_measure): 4 MiB in float32.
 _DENSE_MEASURE_BUDGET = 2**20
+# Largest gathered block of sampled keys, in elements, so sampling memory stays linear in L.
 _GATHER_BUDGET = 1 << 24
 
 
@@ -73,6 +77,11 @@ def _hash_uniform(rows: Tensor, cols: Tensor, seed: int) -> Tensor:
         x = ((x ^ (x >> 16)) * 0x45D9F3B) & mask32
     x = x ^ (x >> 16)
     return x.to(torch.float64) / float(1 << 32)
+
+
+def ln_count(n: int, factor: int) -> int:
+    """``min(c·⌈ln n⌉, n)``, at least 1: the active queries ``u`` / samples ``U`` of a length."""
+    return min(max(factor * math.ceil(math.log(max(n, 1))), 1), n)
 
 
 def _count(n: Tensor, factor: int) -> Tensor:
@@ -306,8 +315,67 @@ def probsparse_attention(
     return out.to(out_dtype)
 
 
+def probsparse_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
+    """Peak bytes (``u`` active queries, ``U`` sampled keys; ``full``'s in float32 when every
+    query is active): ``L log L`` in length.
+
+    Measure, non-causal: the scaled queries, one shared sample of ``U`` keys per row and scores
+    ``[b, h, Lq, U]`` (twice with a mask). Causal: per-query samples (int64 indices ``[b, Lq,
+    U]``, drawn per call only with padding); every score ``[b, h, Lq, Lk]`` up to
+    ``_DENSE_MEASURE_BUDGET``, beyond it a gathered key block ``[b, Lq, s, h, d]`` capped at
+    ``_GATHER_BUDGET`` elements (and ``einsum``'s copy), plus a contiguous ``k``. Top: the
+    active rows' scores ``[b, h, u, Lk]`` (up to three copies: scores, mask, softmax) and the
+    lazy values ``[b, h, Lq, d]`` (causal: from running sums ``[b, h, Lk, d]``), into which the
+    active rows are scattered: the output.
+    """
+    factor = options["factor"]
+    work, cast = in_float32(call)
+    u = ln_count(call.lq, factor)
+    if u >= call.lq:
+        return cast + full_bytes(replace(call, itemsize=work), {})
+    big_u = ln_count(call.lk, factor)
+    b, h, lq, lk, d, bh = call.b, call.h, call.lq, call.lk, call.d, call.heads
+    masked = call.padded or call.causal
+    if call.causal:
+        # drawn per call with padding; without, once per shape and cached
+        indices = b * lq * big_u * (4 * INDEX + 1) if call.padded else 0
+        if bh * lq * lk <= _DENSE_MEASURE_BUDGET:
+            measure = bh * lq * lk + 3 * bh * lq * big_u  # all scores; the sampled ones picked
+        else:
+            s = min(max(1, _GATHER_BUDGET // max(1, call.queries)), big_u)  # sample slots
+            measure = call.queries + call.keys + b * lq * s * h * (2 * d + 3) + 3 * b * lq * h
+        measure_bytes = measure * work + indices
+    else:
+        measure = call.queries + bh * (big_u * d + (3 if masked else 1) * lq * big_u)
+        measure_bytes = measure * work + b * big_u * INDEX * 2
+    lazy = call.keys + 2 * call.queries if call.causal else call.queries
+    top = bh * u * (3 * d + (3 if masked else 2) * lk) + lazy
+    mask = bh * u * lk if call.causal else 0  # boolean "key before query" per active row
+    return cast + max(measure_bytes, top * work + mask)
+
+
+def probsparse_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
+    """Flop-equivalents (``full``'s when every query is active): scores of every query against
+    ``U`` sampled keys (non-causal: a product; causal: a gather of ``Lq·U`` key rows), the
+    measure and its top-``u``, exact softmax rows for the ``u`` active queries, and the mean of
+    ``v`` (causal: running sums) spread over the lazy queries."""
+    factor = options["factor"]
+    u = ln_count(call.lq, factor)
+    if u >= call.lq:
+        return full_work(call, {})
+    big_u = ln_count(call.lk, factor)
+    lq, lk, d = call.lq, call.lk, call.d
+    measure = HEAD_MATMUL * lq * big_u * d + ELEMENTWISE * 3 * lq * big_u
+    if call.causal:
+        measure += ELEMENTWISE * 2 * lq * big_u * d  # the gathered key rows and einsum's copy
+    top = HEAD_MATMUL * 2 * u * lk * d + ELEMENTWISE * 4 * u * lk
+    lazy = ELEMENTWISE * (lk * d * (3 if call.causal else 1) + 2 * lq * d)
+    return call.heads * (measure + top + lazy)
+
+
 BACKEND = Backend(
     name="probsparse",
+    order=3,
     exact=False,
     summary=(
         "Informer's ProbSparse attention: exact softmax for the c·ln(L) most peaked queries, "
@@ -315,6 +383,8 @@ BACKEND = Backend(
     ),
     citation="Zhou et al., Informer, AAAI 2021",
     kernel=probsparse_attention,
+    memory=probsparse_bytes,
+    work=probsparse_work,
     capabilities=Capabilities(score_bias=True),
     options={
         "factor": IntOption(

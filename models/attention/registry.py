@@ -1,7 +1,14 @@
-"""Backends by name: look-up, option validation, input checks and the public ``attend`` call."""
+"""Backends by name: look-up, option validation, input checks, the public ``attend`` call and
+what a call costs (:func:`attention_bytes`, :func:`attention_work`).
+
+The backends are the files :data:`models.names.BACKEND_NAMES` finds in this folder, imported
+here by name (``models.attention.<name>``, not through the package, so the package, which
+re-exports this module, and the registry never import each other).
+"""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -9,15 +16,17 @@ import torch
 from torch import Tensor
 
 from models.attention.base import AttentionError, Backend, InputSpec
-from models.attention.flash import BACKEND as FLASH
-from models.attention.full import BACKEND as FULL
-from models.attention.nystrom import BACKEND as NYSTROM
-from models.attention.performer import BACKEND as PERFORMER
-from models.attention.probsparse import BACKEND as PROBSPARSE
+from models.attention.pricing import AttentionCall
+from models.names import BACKEND_NAMES
 
-# Imported from each backend's module, not from the package, so the package (which re-exports
-# this module) and the registry never import each other.
-_REGISTRY: dict[str, Backend] = {b.name: b for b in (FULL, FLASH, PROBSPARSE, PERFORMER, NYSTROM)}
+
+def _load(name: str) -> Backend:
+    backend = importlib.import_module(f"models.attention.{name}").BACKEND
+    assert isinstance(backend, Backend) and backend.name == name, name
+    return backend
+
+
+_REGISTRY: dict[str, Backend] = {name: _load(name) for name in BACKEND_NAMES}
 
 BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
 
@@ -126,3 +135,23 @@ def attend(
     if attn_bias is not None:  # only score-bias backends take the argument
         resolved["attn_bias"] = attn_bias
     return chosen.kernel(q, k, v, key_padding_mask, causal, **resolved)
+
+
+def attention_bytes(
+    backend: str, call: AttentionCall, options: Mapping[str, Any] | None = None
+) -> int:
+    """Estimated peak bytes ``backend`` allocates for ``call`` with ``options`` (validated, and
+    defaults filled in; :class:`AttentionError` if invalid), beyond ``q``, ``k``, ``v``
+    (:mod:`models.attention.pricing` says what is counted)."""
+    chosen = get_backend(backend)
+    return int(chosen.memory(call, chosen.resolve_options(options)))
+
+
+def attention_work(
+    backend: str, call: AttentionCall, options: Mapping[str, Any] | None = None
+) -> float:
+    """Flop-equivalents of ``backend`` on ``call`` with ``options`` (validated, and defaults
+    filled in; :class:`AttentionError` if invalid); :mod:`models.attention.pricing` defines
+    the unit."""
+    chosen = get_backend(backend)
+    return float(chosen.work(call, chosen.resolve_options(options)))

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.attention.work import ELEMENTWISE, HEAD_MATMUL
+from models.attention.pricing import ELEMENTWISE, HEAD_MATMUL
 
 MIN_BLOCK = 16  # below this, per-block overhead outweighs the keys a smaller block would save
 
@@ -107,7 +107,7 @@ def keys_per_query(length: int, window: int) -> int:
 
 
 def sliding_window_work(b: int, h: int, n: int, d: int, window: int) -> float:
-    """Flop-equivalents (:mod:`models.attention.work`): the two per-head products over each
+    """Flop-equivalents (:mod:`models.attention.pricing`): the two per-head products over each
     query's key span, the fused softmax and the mask pass, plus the block copies of q, k, v."""
     scores = b * h * n * keys_per_query(n, window)
     copies = 0 if not is_banded(n, window) else 3 * b * h * n * d

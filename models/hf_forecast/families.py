@@ -28,8 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention.memory import AttentionCall, attention_bytes
-from models.attention.work import MATMUL, attention_work
+from models.attention import AttentionCall, attention_bytes, attention_work
+from models.attention.pricing import MATMUL
 from models.hf_forecast.bridge import runs_causal
 from models.informer.model import LayerChoice
 from models.names import DEFAULT_PRECISION

@@ -258,7 +258,7 @@ class HFForecaster:
         return self.family.memory(self.plan(backend, options), rows, itemsize, self.device.type)
 
     def work_estimate(self, backend: str, options: dict | None = None, rows: int = 1) -> float:
-        """Flop-equivalents of :meth:`predict` on ``rows`` windows (see :mod:`models.attention.work`)."""
+        """Flop-equivalents of :meth:`predict` on ``rows`` windows (see :mod:`models.attention.pricing`)."""
         return self.family.work(self.plan(backend, options), rows)
 
     def warmup_batch_sizes(self, backend: str) -> list[int]:

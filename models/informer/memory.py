@@ -7,7 +7,7 @@ The forward pass (:class:`~models.informer.model.Informer`, inference mode) runs
 after another, so its peak is the busiest single phase plus what stays alive across phases (the
 layer input the loop holds, the encoder output during the decoder). Each phase below names the
 tensors alive in it; the attention kernels' own peaks come from
-:mod:`models.attention.memory`, per layer, with the backend :func:`attention_plan
+:func:`models.attention.attention_bytes`, per layer, with the backend :func:`attention_plan
 <models.informer.model.attention_plan>` gives that layer (a fallback to ``full`` costs what
 ``full`` costs). ``tests/unit/test_model_memory.py`` holds the estimate to the measured peak.
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
-from models.attention.work import ELEMENTWISE, attention_work, dense_work
+from models.attention import AttentionCall, attention_bytes, attention_work
+from models.attention.pricing import ELEMENTWISE, FLOAT32, dense_work
 from models.informer.config import InformerConfig
 from models.informer.model import LayerChoice
 
@@ -80,7 +80,7 @@ def forward_bytes(
 
 
 def forward_work(config: InformerConfig, plan: Mapping[str, LayerChoice], rows: int) -> float:
-    """Flop-equivalents of one forward pass over ``rows`` windows (:mod:`models.attention.work`):
+    """Flop-equivalents of one forward pass over ``rows`` windows (:mod:`models.attention.pricing`):
     embeddings, per encoder layer its projections, feed-forward and attention kernel (from
     ``plan``) and distilling convolution, then the decoder's self- and cross-attention layers.
     The linear path and normalisation are a few passes over the raw window: negligible."""

@@ -4,7 +4,7 @@
 
 The encoder (:mod:`models.text.bert`) runs its layers one after another on packed tokens, so
 the peak is its busiest layer phase: self-attention (the packed ``[t, 3c]`` projections, their
-padded ``[b, n, 3c]`` copy and the kernel's own peak from :mod:`models.attention.memory`) or the
+padded ``[b, n, 3c]`` copy and the kernel's own peak from :func:`models.attention.attention_bytes`) or the
 feed-forward block (``[t, f]``). Every row is priced at the padded length (``t = b·n``), an
 upper bound for a batch of mixed lengths. ``tests/unit/test_model_memory.py`` holds the estimate
 to the measured peak.
@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.attention.memory import FLOAT32, AttentionCall, attention_bytes
+from models.attention import AttentionCall, attention_bytes, attention_work
+from models.attention.pricing import ELEMENTWISE, FLOAT32, dense_work
 from models.attention.sliding_window import sliding_window_bytes, sliding_window_work
-from models.attention.work import ELEMENTWISE, attention_work, dense_work
 from models.text.config import BertConfig
 
 
@@ -75,7 +75,7 @@ def forward_work(
     length: int,
 ) -> float:
     """Flop-equivalents of one forward pass over ``rows`` texts padded to ``length`` tokens
-    (:mod:`models.attention.work`): per layer, the fused q/k/v, output and feed-forward
+    (:mod:`models.attention.pricing`): per layer, the fused q/k/v, output and feed-forward
     products, the layer norms and the attention kernel (the backend's on global layers, the
     banded kernel's on sliding-window layers)."""
     c, f = config.hidden_size, config.intermediate_size

@@ -11,8 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from models.attention import attend
-from models.attention.memory import AttentionCall, attention_bytes
+from models.attention import AttentionCall, attend, attention_bytes
 from models.informer.config import preset
 from models.informer.memory import forward_bytes
 from models.informer.model import Informer, attention_plan

@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from models.attention import AttentionError
-from models.attention.memory import AttentionCall
-from models.attention.work import attention_work
+from models.attention import AttentionCall, AttentionError, attention_work
 from models.informer.config import preset
 from models.informer.memory import forward_work as informer_work
 from models.informer.model import attention_plan

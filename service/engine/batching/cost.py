@@ -3,7 +3,7 @@ measured at start-up.
 
 A model states the work of a forward pass in flop-equivalents
 (:meth:`~service.engine.servables.base.ServedModel.work_estimate`, from
-:mod:`models.attention.work`): how cost grows with rows, length and the backend's options. How
+:mod:`models.attention.pricing`): how cost grows with rows, length and the backend's options. How
 many of them this device does per second differs by backend (fused SDPA kernels, Performer's
 ``exp`` maps, ProbSparse's gathers) and by device, so the worker measures it: during warm-up
 each backend runs the model's calibration batch

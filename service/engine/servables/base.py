@@ -219,7 +219,7 @@ class ServedModel(Protocol):
 
     def work_estimate(self, call: Any, rows: int, length: int) -> float:
         """Flop-equivalents of :meth:`run` on ``rows`` rows of ``length`` (see
-        :mod:`models.attention.work`); the worker prices them in seconds with the rate it
+        :mod:`models.attention.pricing`); the worker prices them in seconds with the rate it
         measured for the backend (:mod:`service.engine.batching.cost`)."""
         ...
 
