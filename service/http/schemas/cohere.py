@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, field_validator
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    attention_field,
     precision_field,
     quality_budget,
 )
@@ -54,7 +55,7 @@ class CohereEmbedRequest(StrictRequest):
         "given, embeddings_by_type.",
     )
     truncate: Truncate = Field("END", description=TRUNCATE_HELP)
-    attention: str | None = Field(None, description="Attention backend or auto (extension).")
+    attention: str | None = attention_field(extension=True)
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"

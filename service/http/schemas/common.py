@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from models.names import DEFAULT_PRECISION
+from models.names import BACKEND_NAMES, DEFAULT_PRECISION
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 
 Options = dict[str, Any]
@@ -53,6 +53,18 @@ def quality_budget(metric: str, task: str) -> Any:
         allow_inf_nan=False,
         description="With attention 'auto': the most quality loss against exact attention the "
         f"server may trade for speed ({metric}; default {default}). Only with 'auto'.",
+    )
+
+
+def attention_field(extension: bool = False) -> Any:
+    """The ``attention`` request field: a backend name or ``auto``. A plain string, checked by
+    the engine (its 422 lists the valid names); the names in the description are the backend
+    files' own (:data:`models.names.BACKEND_NAMES`), so a new backend appears by itself."""
+    what = "Attention backend (extension)" if extension else "Attention backend"
+    return Field(
+        None,
+        description=f"{what}: {', '.join(BACKEND_NAMES)}, or auto: the fastest within "
+        "max_quality_loss.",
     )
 
 

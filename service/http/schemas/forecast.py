@@ -13,6 +13,7 @@ from service.http.schemas.arrays import FloatColumn, FloatRows, array_or_list
 from service.http.schemas.common import (
     Options,
     StrictRequest,
+    attention_field,
     precision_field,
     precision_out,
     quality_budget,
@@ -79,9 +80,7 @@ class ForecastRequest(StrictRequest):
     model: str = Field(description="Forecaster name, e.g. informer-etth1-h24.")
     series: list[Series] = Field(description="Histories to forecast; each is one batch row.")
     horizon: int | None = Field(None, description="Steps to return (at most the model's horizon).")
-    attention: str | None = Field(
-        None, description="Attention backend, or auto: the fastest within max_quality_loss."
-    )
+    attention: str | None = attention_field()
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget("relative test-MSE increase", "forecast")
     precision: str | None = precision_field()

@@ -27,6 +27,7 @@ from service.http.schemas.common import (
     Options,
     StrictRequest,
     TruncationDirection,
+    attention_field,
     precision_field,
     precision_out,
     quality_budget,
@@ -44,11 +45,7 @@ TRUNCATE_HELP = (
 class Extensions(StrictRequest):
     """Fields beyond the peers' APIs, the same on every rerank / classify route."""
 
-    attention: str | None = Field(
-        None,
-        description="Attention backend (full, flash, probsparse, performer, nystrom), or auto: "
-        "the fastest within max_quality_loss.",
-    )
+    attention: str | None = attention_field()
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     precision: str | None = precision_field()
     truncate: StrictBool = Field(False, description=TRUNCATE_HELP)

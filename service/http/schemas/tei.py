@@ -15,6 +15,7 @@ from service.http.schemas.common import (
     Options,
     StrictRequest,
     TruncationDirection,
+    attention_field,
     precision_field,
     truncation_direction_field,
 )
@@ -58,7 +59,7 @@ class SimilarityRequest(StrictRequest):
     inputs: SimilarityInput
     parameters: SimilarityParameters | None = Field(None, description="Optional settings.")
     model: str | None = model_field()
-    attention: str | None = Field(None, description="Attention backend or auto (extension).")
+    attention: str | None = attention_field(extension=True)
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     precision: str | None = precision_field()
 

@@ -13,6 +13,7 @@ from service.http.schemas.common import (
     Options,
     StrictRequest,
     TruncationDirection,
+    attention_field,
     precision_field,
     precision_out,
     quality_budget,
@@ -43,11 +44,7 @@ class EncodeRequest(LongTextRule, StrictRequest):
         description="A text or a list of texts.", examples=[["first text", "second text"]]
     )
     model: str | None = Field(None, description="Encoder name; the only loaded encoder if omitted.")
-    attention: str | None = Field(
-        None,
-        description="Attention backend (full, flash, probsparse, performer, nystrom), or auto: "
-        "the fastest within max_quality_loss.",
-    )
+    attention: str | None = attention_field()
     attention_options: Options = Field(
         default_factory=dict, description="Options of the backend (see GET /models)."
     )
@@ -124,7 +121,7 @@ class EmbeddingsRequest(StrictRequest):
         max_length=16,
         description="infinity's field: only text is served (image and audio are a 422).",
     )
-    attention: str | None = Field(None, description="Attention backend or auto (extension).")
+    attention: str | None = attention_field(extension=True)
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     max_quality_loss: float | None = quality_budget(
         "1 - mean cosine to the exact embedding", "encode"
