@@ -21,8 +21,9 @@ from models.names import BACKEND_NAMES
 
 
 def _load(name: str) -> Backend:
-    backend = importlib.import_module(f"models.attention.{name}").BACKEND
-    assert isinstance(backend, Backend) and backend.name == name, name
+    """The ``BACKEND`` record of ``models/attention/<name>.py`` (its name is ``name``: the
+    discovery in :mod:`models.names` checks the literal it reads)."""
+    backend: Backend = importlib.import_module(f"models.attention.{name}").BACKEND
     return backend
 
 
