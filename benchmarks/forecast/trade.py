@@ -7,11 +7,13 @@ request costs (latency, throughput, memory) beside what it is worth (test MSE).
 
 Per model, one ``attnserve serve`` process (only that model, batches of up to 32); per backend,
 phases of ``--seconds`` each in total, split into ``--rounds`` round-robin rounds (a slow spell
-of a shared machine hits every backend alike): p50 at 1 keep-alive ``http.client`` client
+of a shared machine hits every backend alike), ``--threads`` torch threads (default: the usable
+cores, as the server's own default): p50 at 1 keep-alive ``http.client`` client
 (consecutive ETTm1 test-split windows, ``--payload``: base64 float32 columns or JSON numbers)
 and each request's latency minus the server's ``x-inference-time-ms``; one window's
 :meth:`~models.informer.InformerForecaster.predict` in this process while the server idles (the
-speed-up over ``flash`` before any HTTP); requests/s at 8 clients; the server's peak resident
+speed-up over ``flash`` before any HTTP); requests/s at 8 clients (the capacity a backend buys,
+beside the one-request latency); the server's busy cores in both phases; its peak resident
 memory above its level at the phase's start (sampled every 10 ms); test MSE from the
 checkpoint's ``quality.json`` beside the linear baseline's. The page states how each is taken.
 
@@ -213,6 +215,9 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
         local: dict[str, list[float]] = {label: [] for label in labels}
         overheads: dict[str, list[float]] = {label: [] for label in labels}
         peaks: dict[str, float] = dict.fromkeys(labels, 0.0)
+        # The server's CPU and wall seconds per label at 1 and at 8 clients: its busy cores.
+        busy: dict[str, list[float]] = {label: [0.0] * 4 for label in labels}
+        probes = {"server": server.cpu_seconds}
         share = args.seconds / args.rounds
         for round_ in range(args.rounds):
             loads.append(f"{directory.name} round {round_ + 1}: {load_average()}")
@@ -223,10 +228,16 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                 local[label] += [s * 1e3 for s in timed]
                 requests = [build_request(HOST, server.port, "/forecast", b) for b in bodies]
                 with PeakRss(server.proc.pid) as mem:
+                    cpu, wall = server.cpu_seconds(), time.perf_counter()
                     one_run, over = one_client(server.url, bodies, share, warm)
+                    busy[label][0] += server.cpu_seconds() - cpu
+                    busy[label][1] += time.perf_counter() - wall
                     ones[label].append(one_run)
                     overheads[label] += over
-                    eights[label].append(run_load(HOST, server.port, requests, 8, share, warm))
+                    eight_run = run_load(HOST, server.port, requests, 8, share, warm, probes)
+                    busy[label][2] += eight_run.cpu_s["server"]
+                    busy[label][3] += eight_run.seconds
+                    eights[label].append(eight_run)
                 peaks[label] = max(peaks[label], mem.extra_mib)
                 if old is not None:
                     olds[label].append(one_client(old.url, bodies, share, warm)[0])
@@ -249,6 +260,8 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                     "in_process_ms": trade_report.median(local[label]),
                     "requests_per_s_8_clients": eight.throughput,
                     "mean_batch_8_clients": fmean(eight.batch_sizes or [float("nan")]),
+                    "server_cores_1_client": busy[label][0] / busy[label][1],
+                    "server_cores_8_clients": busy[label][2] / busy[label][3],
                     "peak_extra_mib": peaks[label],
                     "errors": one.error_count + eight.error_count,
                     "test_mse": q.get("mse"),
@@ -280,7 +293,7 @@ def main(argv: list[str] | None = None) -> None:
         cli.names("--backends", [*BACKEND_NAMES, "auto"]),
         cli.seconds(12.0, "per phase, over all rounds"),
         cli.rounds(3, "split each phase into this many rounds, every backend in each"),
-        cli.threads(1),
+        cli.threads(torch.get_num_threads(), "torch threads (default: the usable cores)"),
         cli.out(None, "default: results/forecast-trade[-PAYLOAD]"),
     )
     p.add_argument("--auto-budget", type=float, default=0.1, help="max_quality_loss for auto")

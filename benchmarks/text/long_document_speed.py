@@ -18,7 +18,15 @@ same weights, called directly. ``full`` stops at ``--full-max`` tokens (its ``[1
 precision, the same request with every global attention layer a stub returning its values (the
 attention-free floor, as :mod:`benchmarks.forecast.forward_floor` measures it for Informer; the
 local layers still run). Rows run in rounds (``--repeats``), so a slow spell of a shared machine
-hits them alike. ``--smoke``: one layer, 64 tokens, ``flash`` with the floor.
+hits them alike.
+
+Capacity (``--capacity-lengths``, empty: none): the same model at ``--capacity-layers`` layers
+(3 by default: one global layer in three, as at full depth, so an 8K-token request takes seconds,
+not tens of seconds) served by ``attnserve serve`` in its own process, driven over HTTP by the
+harness's raw-socket client (:mod:`benchmarks.harness.capacity`): per backend and length, p50 of
+one client alone beside requests/s at ``--clients`` concurrent clients, each against ``flash``,
+with the server's busy cores and the client's CPU per request. ``--smoke``: one layer, 64 tokens,
+``flash`` with the floor, capacity at 64 tokens.
 """
 
 from __future__ import annotations
@@ -35,17 +43,23 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.attention.common import attention_replaced
-from benchmarks.harness import cli
+from benchmarks.harness import capacity, cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.report import RESULTS, Report, figure, log_axes, write_json
 from benchmarks.harness.report import table as md_table
 from models.attention import BACKENDS
 from models.text import bert
 from models.text.corpus import word_windows
+from models.text.tokenizer import TextTokenizer
 from models.text.weights import model_dir
 
 FLOOR = "no attention (floor)"
 WARM_TOKENS = 256  # each row's first request, unmeasured
+# A single 8K-token text runs for seconds to tens of seconds here: lift the per-request compute
+# bound (which would refuse it with a 422) and the timeout, as a long-document deployment would.
+LONG_REQUESTS = ("--max-request-compute-s", "0", "--request-timeout-s", "900")
+# The capacity table's model, in words (its depth is --capacity-layers).
+CAPACITY_MODEL = "the same shape, global attention every third layer as at full depth"
 SHAPE: dict[str, Any] = {
     "hidden_size": 768,
     "num_hidden_layers": 22,
@@ -109,8 +123,7 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
     from service.settings import Settings
 
     precisions = list(args.precisions)
-    # A single 8K-token text runs for tens of seconds here: lift the per-request compute bound
-    # (which would refuse it with a 422) and the timeout, as a long-document deployment would.
+    # As LONG_REQUESTS: no compute bound, a long timeout.
     settings = Settings(
         models=(str(folder),),
         device="cpu",
@@ -190,6 +203,24 @@ def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> di
     return out
 
 
+def encode_capacity(tmp: Path, args: Any) -> dict[str, dict[int, capacity.Capacity]]:
+    """:func:`benchmarks.harness.capacity.serve` of ``POST /encode``, one text per request, on the model at
+    ``--capacity-layers`` layers; ``full`` stops at ``--full-max`` tokens."""
+    folder = tmp / "modernbert-capacity"
+    build_folder(folder, args.capacity_layers)
+    count = TextTokenizer(folder / "tokenizer.json", 8192).count
+
+    def bodies(length: int) -> dict[str, list[Any]]:
+        text = text_of(length, count)
+        return {
+            b: [{"model": folder.name, "inputs": [text], "attention": b}]
+            for b in args.backends
+            if b != "full" or length <= args.full_max
+        }
+
+    return capacity.serve(folder, "/encode", bodies, args, LONG_REQUESTS)
+
+
 def _cell(cell: dict | None, ref: dict, memory: bool = True) -> str:
     """One length's cell: p50 s / estimated peak MiB / cosine / speed-up against ``ref``."""
     if cell is None:
@@ -217,9 +248,10 @@ def table(result: dict) -> str:
     against = f"; cosines and speed-ups against `{baseline}`." if baseline != "flash" else "."
     columns = ["backend", *(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)]
     return (
-        f"ModernBERT at gte-modernbert-base's shape ({result['layers']} layers, random weights), "
-        f"{result['threads']} threads, {result['repeats']} request(s) per cell; "
-        f"in-process HTTP, one text per request{against}\n\n" + md_table(columns, cells)
+        f"One-request latency: ModernBERT at gte-modernbert-base's shape ({result['layers']} "
+        f"layers, random weights), {result['threads']} threads, {result['repeats']} request(s) "
+        f"per cell; in-process HTTP, one text per request, one request at a time{against}\n\n"
+        + md_table(columns, cells)
     )
 
 
@@ -258,18 +290,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-document-speed-cpu")
-    args = cli.parse(parser, argv, lengths=[64], backends=["flash"], layers=1, floor=True)
+    capacity.options(parser, [2048, 8192])
+    args = cli.parse(
+        parser, argv, lengths=[64], backends=["flash"], layers=1, floor=True,
+        capacity_lengths=[64], capacity_layers=1, capacity_seconds=1.0,
+    )  # fmt: skip
     torch.set_num_threads(args.threads)
     report = Report("benchmarks.text.long_document_speed", argv)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "modernbert-gte-shape"
         build_folder(folder, args.layers)
-        from models.text.tokenizer import TextTokenizer
-
         count = TextTokenizer(folder / "tokenizer.json", 8192).count
         texts = {n: text_of(n, count) for n in args.lengths}
         rows = http_latencies(folder, texts, args.backends, args)
         reference = None if args.no_reference else reference_latencies(folder, texts, args.repeats)
+        caps = encode_capacity(Path(tmp), args) if args.capacity_lengths else {}
     result = {
         "layers": args.layers,
         "threads": args.threads,
@@ -281,9 +316,17 @@ def main(argv: list[str] | None = None) -> None:
         "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
         "reference": {str(n): c for n, c in (reference or {}).items()},
+        "capacity": {
+            "layers": args.capacity_layers,
+            "clients": args.clients,
+            "seconds": args.capacity_seconds,
+            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
+        },
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
     report.add(table(result))
+    if caps:
+        report.add(capacity.table_of(caps, args, f"{CAPACITY_MODEL}, one text per `POST /encode`"))
     report.write(args.output_prefix.with_suffix(".md"))
     plot(result, args.output_prefix.with_suffix(".png"))
 

@@ -18,8 +18,14 @@ Quality: :func:`models.text.classifier_quality.measure` on pairs in a few long b
 ``flash`` (exact, the reference past 512 tokens), on ``--quality-layers`` layers (global attention
 on every third, as at full depth) to stay within minutes on a small CPU. With random weights these
 figures are agreement with exact attention on this shape, not retrieval quality: no trained
-reranker ships with the repository. ``--smoke``: one layer, a 300-token pair, ``flash`` and
-``performer``, one quality band of 4 pairs.
+reranker ships with the repository.
+
+Capacity (``--capacity-lengths``, empty: none): the reranker at ``--capacity-layers`` layers
+served by ``attnserve serve``, one ``(query, document)`` pair per ``POST /v1/rerank``, driven
+over HTTP by the harness's raw-socket client (:mod:`benchmarks.harness.capacity`): per backend,
+p50 of one client alone beside requests/s at ``--clients`` concurrent clients, each against
+``flash``. ``--smoke``: one layer, a 300-token pair, ``flash`` and ``performer``, one quality
+band of 4 pairs, capacity at 300 tokens.
 """
 
 from __future__ import annotations
@@ -32,16 +38,18 @@ from typing import Any
 
 import torch
 
-from benchmarks.harness import cli
+from benchmarks.harness import capacity, cli
 from benchmarks.harness.host import cpu_model, load_average
 from benchmarks.harness.report import RESULTS, Report, table, write_json
-from benchmarks.text.long_document_speed import SHAPE, build_folder
+from benchmarks.text.long_document_speed import CAPACITY_MODEL, LONG_REQUESTS, SHAPE, build_folder
+from models.attention import BACKENDS as REGISTERED
 from models.quality_file import backends_of
 from models.text.classifier import TextClassifier
 from models.text.classifier_quality import fit_pair, measure, query_of
 from models.text.corpus import stdlib_docstrings, word_windows
 
-BACKENDS = ("flash", "probsparse", "performer", "nystrom", "full")
+# Every registered backend, flash (the reference) first and full (skipped at length) last.
+BACKENDS = ("flash", *(b for b in REGISTERED if b not in ("flash", "full")), "full")
 WARM_TOKENS = 256
 
 
@@ -75,6 +83,28 @@ def speed(classifier: TextClassifier, tokens: int, args: Any) -> dict[str, Any]:
     }
 
 
+def rerank_capacity(
+    classifier: TextClassifier, tmp: Path, args: Any
+) -> dict[str, dict[int, capacity.Capacity]]:
+    """:func:`benchmarks.harness.capacity.serve` of ``POST /v1/rerank``, one pair per request
+    (fitted to each length with ``classifier``'s tokenizer), on the reranker at
+    ``--capacity-layers`` layers; ``full`` stops at ``--full-max`` tokens."""
+    folder = tmp / "rerank-capacity"
+    build_folder(folder, args.capacity_layers, task="classify")
+    query = query_of(stdlib_docstrings()[0])
+
+    def bodies(length: int) -> dict[str, list[Any]]:
+        document, _ = fit_pair(classifier, query, word_windows(1, length)[0].split(), length)
+        body = {"model": folder.name, "query": query, "documents": [document]}
+        return {
+            b: [{**body, "attention": b}]
+            for b in args.backends
+            if b != "full" or length <= args.full_max
+        }
+
+    return capacity.serve(folder, "/v1/rerank", bodies, args, LONG_REQUESTS)
+
+
 def speed_table(result: dict[str, Any]) -> str:
     """Milliseconds per pair and speed-up over ``flash`` per backend."""
     part = result["speed"]
@@ -85,9 +115,9 @@ def speed_table(result: dict[str, Any]) -> str:
         for backend, seconds in part["seconds"].items()
     ] + [[f"`{backend}`", skipped, "-"] for backend in part["skipped"]]
     return (
-        f"Speed: one pair of {part['tokens']} tokens, {result['layers']} layers, "
-        f"{result['threads']} threads, {result['rounds']} rounds (median).\n\n"
-        + table(["backend", "ms per pair", "× flash"], cells)
+        f"One-request latency: one pair of {part['tokens']} tokens, {result['layers']} layers, "
+        f"{result['threads']} threads, {result['rounds']} rounds (median), in process, one "
+        "pair at a time.\n\n" + table(["backend", "ms per pair", "× flash"], cells)
     )
 
 
@@ -145,9 +175,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--candidates", type=int, default=10, help="candidates per query")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "rerank-long-cpu")
+    capacity.options(parser, [8192])
     args = cli.parse(
         parser, argv, tokens=300, layers=1, quality_layers=1, rounds=1,
         backends=["flash", "performer"], bands=["257-512"], quality_pairs=[4], candidates=2,
+        capacity_lengths=[300], capacity_layers=1, capacity_seconds=1.0,
     )  # fmt: skip
     torch.set_num_threads(args.threads)
     report = Report("benchmarks.text.rerank_long", argv)
@@ -155,6 +187,7 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         reranker = build_reranker(Path(tmp) / "speed", args.layers)
         timed = speed(reranker, args.tokens, args)
+        caps = rerank_capacity(reranker, Path(tmp), args) if args.capacity_lengths else {}
         del reranker
         shallow = build_reranker(Path(tmp) / "quality", args.quality_layers)
         bands = [tuple(int(x) for x in b.split("-")) for b in args.bands]
@@ -176,11 +209,22 @@ def main(argv: list[str] | None = None) -> None:
         "minutes": round((time.perf_counter() - started) / 60, 1),
         "speed": timed,
         "quality": quality,
+        "capacity": {
+            "layers": args.capacity_layers,
+            "clients": args.clients,
+            "seconds": args.capacity_seconds,
+            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
+        },
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
     report.add(
         f"ModernBERT-base shape reranker (random weights); {result['minutes']} min in all.",
         speed_table(result),
+        *(
+            [capacity.table_of(caps, args, f"{CAPACITY_MODEL}, one pair per `POST /v1/rerank`")]
+            if caps
+            else []
+        ),
         quality_table(result),
     )
     report.write(args.output_prefix.with_suffix(".md"))
