@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.attention import BACKENDS, attend
+from models.attention import BACKENDS, attend, get_backend
 from tests.attention_inputs import structured_qkv
 
-CAUSAL_CAPABLE = [b for b in BACKENDS if b != "nystrom"]
+CAUSAL_CAPABLE = [b for b in BACKENDS if get_backend(b).capabilities.causal]
 
 
 def _case(causal: bool):

@@ -11,7 +11,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from models.attention import BACKENDS, AttentionCall, AttentionError, attend, attention_bytes
+from models.attention import (
+    BACKENDS,
+    AttentionCall,
+    AttentionError,
+    InputSpec,
+    attend,
+    attention_bytes,
+    get_backend,
+)
 from models.profiling import allocated_peak
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,9 +54,10 @@ def _inputs(
 
 
 def _supported(backend: str, lq: int, lk: int, causal: bool) -> bool:
-    if causal and backend == "nystrom":
-        return False
-    return not (causal and lq != lk and backend == "performer")
+    spec = InputSpec(
+        lq=lq, lk=lk, head_dim=16, dtype=torch.float32, device_type="cpu", causal=causal
+    )
+    return not get_backend(backend).unsupported_reasons(spec)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

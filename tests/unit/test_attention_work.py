@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from models.attention import AttentionCall, AttentionError, attention_work
+from models.attention import BACKENDS, AttentionCall, AttentionError, attention_work
 from models.informer.config import preset
 from models.informer.memory import forward_work as informer_work
 from models.informer.model import attention_plan
 from models.text.config import BertConfig
 from models.text.memory import forward_work as text_work
-
-BACKENDS = ["full", "flash", "performer", "nystrom", "probsparse"]
 
 
 def call(length: int, b: int = 2, causal: bool = False) -> AttentionCall:
