@@ -123,6 +123,7 @@ def measure(
     seconds: float = 10.0,
     rounds: int = 1,
     answers: int = 3,
+    turns: float = 1.5,
     warmup: float = 0.5,
 ) -> dict[str, Capacity]:
     """Each variant of ``bodies`` (label -> JSON-able bodies for ``POST path``, cycled) at one client
@@ -130,9 +131,10 @@ def measure(
     drift of a shared host hits them alike.
 
     Each variant is warmed by one answered request first, whose latency sizes its windows: at
-    one client at least ``answers`` of them, at ``clients`` at least ``answers`` turns of every
-    client as if concurrency gained nothing, and never under ``seconds`` (split over the
-    rounds). The server's and the driver's CPU are read over every window.
+    one client at least ``answers`` of them, at ``clients`` at least ``turns`` turns of every
+    client as if concurrency gained nothing (so each client has an answer in the window, which
+    Little's law needs), and never under ``seconds`` (split over the rounds). The server's and
+    the driver's CPU are read over every window.
     """
     requests = {label: [server.post(path, b) for b in bs] for label, bs in bodies.items()}
     single: dict[str, float] = {}
@@ -150,7 +152,7 @@ def measure(
             grace = GRACE_S + 2 * clients * est  # a whole turn may still be in flight
             for n, phase, window in (
                 (1, out[label].one, max(share, answers * est)),
-                (clients, out[label].many, max(share, answers * clients * est)),
+                (clients, out[label].many, max(share, turns * clients * est)),
             ):
                 result = run_load(
                     HOST, server.port, requests[label], n, window, warmup, probes, grace
@@ -261,8 +263,9 @@ def table_of(rows: dict[str, dict[int, Capacity]], args: argparse.Namespace, wha
         f"serve` in its own process with {args.threads} torch threads, driven over HTTP by the "
         "harness's raw-socket client on the same machine. p50 @1: one client alone (at least 3 "
         f"answers); req/s @{args.clients}: {args.clients} closed-loop clients, by Little's law "
-        "(clients / mean latency: answers of long requests come in bursts); windows of at "
-        f"least {args.capacity_seconds:g} s, {args.capacity_rounds} round(s), every backend in "
+        "(clients / mean latency: answers of long requests come in bursts; at least 1.5 turns "
+        f"of every client); windows of at least {args.capacity_seconds:g} s, "
+        f"{args.capacity_rounds} round(s), every backend in "
         "each; server cores: the server's CPU seconds per wall second; client CPU: the "
         f"driver's, per answer at {args.clients} clients.\n\n"
         + ratio_table(cells, ["backend", "tokens"])
