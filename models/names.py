@@ -10,6 +10,7 @@ module-level ``BACKEND = Backend(name="<name>", order=<int>, ...)`` (see
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ATTENTION_DIR = Path(__file__).resolve().parent / "attention"
@@ -25,7 +26,10 @@ def _keyword(call: ast.Call, keyword: str, path: Path) -> object:
 
 def _declared(path: Path) -> tuple[str, int] | None:
     """``(name, order)`` of the module-level ``BACKEND = Backend(...)`` in ``path``, if any."""
-    for node in ast.parse(path.read_text(encoding="utf-8"), filename=str(path)).body:
+    text = path.read_text(encoding="utf-8")
+    if not re.search(r"^BACKEND\b", text, re.MULTILINE):
+        return None  # parse only the files that may declare one (settings import this module)
+    for node in ast.parse(text, filename=str(path)).body:
         target: ast.expr
         value: ast.expr | None
         if isinstance(node, ast.Assign) and len(node.targets) == 1:
