@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers bench-smoke peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
+.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers bench-smoke gpu-wheels gpu-check gpu-check-dry peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -95,6 +95,24 @@ bench-attention: install-bench
 # any error (the peer runs measure attnserve alone without the peer virtualenvs)
 bench-smoke: install
 	$(BIN)/python -m benchmarks.smoke $(ARGS)
+
+# The GPU check (docs/serving/gpu.md): one command for a bare, offline GPU machine lent for 15
+# minutes. gpu-wheels (here) downloads what the service needs there and the machine lacks into
+# .gpu-wheels/ (git-ignored; the run tool carries it) and fails past the 64 MiB that travel.
+GPU_WHEELS ?= .gpu-wheels
+gpu-wheels: install
+	$(BIN)/python -m benchmarks.gpu_check.wheels --dest $(GPU_WHEELS)
+
+# On the GPU machine, with its own python3 (torch with CUDA) and no virtualenv: the carried wheels
+# go into a scratch folder, never over its torch. Eight minutes at most; the report into OUT.
+gpu-check:
+	@test -n "$(OUT)" || { echo "usage: make gpu-check OUT=<folder>" >&2; exit 2; }
+	$(PY) -m benchmarks.gpu_check --out $(OUT) --wheels $(GPU_WHEELS)
+
+# CI: the same script on CPU (CUDA steps skipped, same report shape, a tiny service run), about
+# two minutes; fails on a failed step or a report missing part of its shape.
+gpu-check-dry: install
+	$(BIN)/python -m benchmarks.gpu_check --dry --out $(or $(OUT),$${TMPDIR:-/tmp}/attnserve-gpu-check-dry)
 
 # The peer servers get virtualenvs of their own: infinity-emb pins numpy<2, transformers<5 and
 # sentence-transformers<4, which neither the project's .venv nor the other peers' newest releases

@@ -1,4 +1,5 @@
-"""Attention on a GPU: flash TFLOP/s, every backend's latency and memory, padded batches.
+"""Attention on a GPU: flash TFLOP/s beside FlashAttention-2's published figures, every backend's
+latency and memory, padded batches.
 
     python -m benchmarks.attention.gpu                      # the issue's grid, on CUDA
     python -m benchmarks.attention.gpu --lengths 1024 4096 --head-dims 64
@@ -6,10 +7,12 @@
 
 Three tables, written to ``benchmarks/results/attention-gpu.md`` (and ``.json``):
 
-1. **flash throughput**, B=1, H=16, bf16, D in ``--head-dims``, L in ``--lengths``: forward and
-   forward+backward time and TFLOP/s. FLOPs are counted as in the FlashAttention-2 paper (Dao,
-   2023, Sec. 4.1): forward ``4·B·H·L²·D`` (two matmuls, non-causal), backward 2.5x forward.
-2. **every backend**, B=1, H=16, D=64, bf16: forward latency and peak memory above the inputs
+1. **flash throughput** at the FlashAttention-2 paper's shapes (Dao 2023, Sec. 4.1: 16k tokens
+   as batch x L, hidden 2048 as heads x D), with and without a causal mask: forward and
+   forward+backward time and TFLOP/s, FLOPs counted as the paper counts them
+   (:func:`benchmarks.gpu_check.published.forward_flops`; backward 2.5x forward), beside the
+   published FlashAttention-2 figures (:mod:`benchmarks.gpu_check.published`, labelled as such).
+2. **every backend**, B=1, H=16, D=64: forward latency and peak memory above the inputs
    (``max_memory_allocated``); ``full`` is skipped where its score matrix alone would pass
    ``--full-budget-gib``.
 3. **padded batches**: 32 rows with lengths uniform in [L/8, L], flash with ``padding='mask'``
@@ -18,7 +21,8 @@ Three tables, written to ``benchmarks/results/attention-gpu.md`` (and ``.json``)
 
 Times are medians over repetitions after warm-up, the device synchronised around each. Runs on
 CPU too (small ``--lengths``, jagged skipped) to check the script itself; the figures that matter
-need CUDA.
+need CUDA. ``python -m benchmarks.gpu_check`` runs the same rows (:func:`kernel_row`) inside the
+GPU check's time budget.
 """
 
 from __future__ import annotations
@@ -30,12 +34,18 @@ from typing import Any
 
 import torch
 
+from benchmarks.gpu_check.published import (
+    LENGTHS,
+    SOURCES,
+    TOKENS,
+    fa2_shape,
+    forward_flops,
+    published,
+)
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report, table
 from benchmarks.harness.timing import budget_samples
-from models.attention import BACKENDS, attend
-
-FA2_H100_FWD_BWD_TFLOPS = "215-340"  # FlashAttention-2 on H100 (Dao 2023 / FA3 paper baselines)
+from models.attention import BACKENDS, AttentionError, attend
 
 
 def timed_ms(fn: Callable[[], Any], device: torch.device, reps: int, seconds: float) -> float:
@@ -60,7 +70,9 @@ def peak_mib(fn: Callable[[], Any], device: torch.device) -> float | None:
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def qkv(b: int, h: int, n: int, d: int, dtype: torch.dtype, device: torch.device, grad: bool):
+def qkv(
+    b: int, h: int, n: int, d: int, dtype: torch.dtype, device: torch.device, grad: bool
+) -> list[torch.Tensor]:
     """Seeded random q, k, v of shape [b, h, n, d]."""
     g = torch.Generator(device=device).manual_seed(0)
     return [
@@ -71,37 +83,84 @@ def qkv(b: int, h: int, n: int, d: int, dtype: torch.dtype, device: torch.device
     ]
 
 
+def _free(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def kernel_row(
+    backend: str,
+    head_dim: int,
+    seq_len: int,
+    causal: bool,
+    dtype: torch.dtype,
+    device: torch.device,
+    reps: int = 3,
+    seconds: float = 0.2,
+    backward: bool = False,
+    full_budget_gib: float = 24.0,
+    tokens: int = TOKENS,
+) -> dict[str, Any]:
+    """One backend at one FlashAttention-2 paper shape (:func:`fa2_shape`): forward time, TFLOP/s
+    (for an approximation, the exact count over its time: an effective rate) and peak memory;
+    with ``backward``, forward+backward too. ``status`` says why a row has no figures: the
+    backend refused the input (its reason), the device ran out of memory, or ``full``'s score
+    matrix alone would pass ``full_budget_gib``. ``tokens``: batch x length, the paper's 16k
+    unless a smoke run asks for less."""
+    b, h = fa2_shape(seq_len, head_dim, tokens)
+    flops = forward_flops(b, h, seq_len, head_dim, causal)
+    row: dict[str, Any] = {
+        "backend": backend, "dtype": str(dtype).removeprefix("torch."), "causal": causal,
+        "head_dim": head_dim, "seq_len": seq_len, "batch": b, "heads": h,
+        "fwd_ms": None, "fwd_tflops": None, "fwd_bwd_ms": None, "fwd_bwd_tflops": None,
+        "peak_mib": None, "status": "ok",
+        "published": published(causal, head_dim, seq_len) if backend == "flash" else {},
+    }  # fmt: skip
+    scores = b * h * seq_len * seq_len * torch.finfo(dtype).bits // 8 * 3
+    if backend == "full" and scores > full_budget_gib * 2**30:
+        row["status"] = f"skipped: scores over {full_budget_gib:g} GiB"
+        return row
+    tensors: list[torch.Tensor] = []
+    try:
+        tensors += qkv(b, h, seq_len, head_dim, dtype, device, grad=backward)
+
+        def forward() -> torch.Tensor:
+            q, k, v = tensors
+            with torch.no_grad():
+                return attend(q, k, v, backend=backend, causal=causal)
+
+        def forward_backward() -> None:
+            q, k, v = tensors
+            attend(q, k, v, backend=backend, causal=causal).sum().backward()
+
+        fwd = timed_ms(forward, device, reps, seconds)
+        row.update(fwd_ms=fwd, fwd_tflops=flops / fwd / 1e9, peak_mib=peak_mib(forward, device))
+        if backward:
+            both = timed_ms(forward_backward, device, reps, seconds)
+            row.update(fwd_bwd_ms=both, fwd_bwd_tflops=3.5 * flops / both / 1e9)
+    except AttentionError as exc:
+        row["status"] = f"refused: {exc}"
+    except torch.OutOfMemoryError:
+        row["status"] = "OOM"
+    finally:
+        tensors.clear()  # the inputs go before the next row allocates its own
+        _free(device)
+    return row
+
+
 def flash_throughput(args: argparse.Namespace, device: torch.device) -> list[dict[str, Any]]:
-    """Table 1: flash forward and forward+backward time and TFLOP/s."""
+    """Table 1: flash forward and forward+backward at the paper's shapes, causal and not."""
     rows = []
-    for d in args.head_dims:
-        for n in args.lengths:
-            q, k, v = qkv(1, 16, n, d, args.dtype, device, grad=True)
-            flops = 4 * 16 * n * n * d
-
-            def forward(q=q, k=k, v=v) -> torch.Tensor:
-                with torch.no_grad():
-                    return attend(q, k, v, backend="flash")
-
-            def forward_backward(q=q, k=k, v=v) -> None:
-                attend(q, k, v, backend="flash").sum().backward()
-
-            fwd = timed_ms(forward, device, args.reps, args.seconds)
-            both = timed_ms(forward_backward, device, args.reps, args.seconds)
-            rows.append(
-                {
-                    "head_dim": d,
-                    "L": n,
-                    "fwd_ms": fwd,
-                    "fwd_tflops": flops / fwd / 1e9,
-                    "fwd_bwd_ms": both,
-                    "fwd_bwd_tflops": 3.5 * flops / both / 1e9,
-                }
-            )
-            print(rows[-1], flush=True)
-            del q, k, v
-            if device.type == "cuda":
-                torch.cuda.empty_cache()
+    for causal in (False, True):
+        for d in args.head_dims:
+            for n in args.fa2_lengths:
+                rows.append(
+                    kernel_row(
+                        "flash", d, n, causal, args.dtype, device, args.reps, args.seconds,
+                        backward=True, tokens=args.tokens,
+                    )
+                )  # fmt: skip
+                print(rows[-1], flush=True)
     return rows
 
 
@@ -173,17 +232,21 @@ def markdown(
     """The three tables into ``report``."""
     report.add(
         f"dtype {str(args.dtype).removeprefix('torch.')}; device {device}; medians of synchronised "
-        f"timings. FlashAttention-2 on H100 reaches about {FA2_H100_FWD_BWD_TFLOPS} TFLOP/s "
-        "forward+backward.",
-        "## flash, B=1, H=16",
+        "timings. The published columns are FlashAttention-2's own figures, not measured here: "
+        + "; ".join(f"{k}: {v}" for k, v in SOURCES.items()) + ".",
+        "## flash at the FlashAttention-2 paper's shapes (16k tokens, hidden 2048)",
         table(
-            ["D", "L", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s"],
+            ["causal", "D", "L", "B×H", "fwd ms", "fwd TFLOP/s", "fwd+bwd ms", "fwd+bwd TFLOP/s",
+             "published H100 fwd", "published H100 fwd+bwd", "status"],
             [
-                [r["head_dim"], r["L"], f"{r['fwd_ms']:.3f}", f"{r['fwd_tflops']:.1f}",
-                 f"{r['fwd_bwd_ms']:.3f}", f"{r['fwd_bwd_tflops']:.1f}"]
+                [r["causal"], r["head_dim"], r["seq_len"], f"{r['batch']}×{r['heads']}",
+                 _fmt(r["fwd_ms"], ".3f"), _fmt(r["fwd_tflops"], ".1f"),
+                 _fmt(r["fwd_bwd_ms"], ".3f"), _fmt(r["fwd_bwd_tflops"], ".1f"),
+                 _fmt(r["published"]["fa2_h100_fwd"], ".0f"),
+                 _fmt(r["published"]["fa2_h100_fwd_bwd"], ".0f"), r["status"]]
                 for r in results["flash"]
             ],
-            "rrrrrr",
+            "lrrrrrrrrrl",
         ),
         "## every backend, B=1, H=16, D=64 (forward ms / peak MiB)",
     )  # fmt: skip
@@ -218,7 +281,8 @@ def markdown(
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(
         __doc__,
-        cli.sizes("--lengths", [1024, 2048, 4096, 8192, 16384, 32768, 65536]),
+        cli.sizes("--fa2-lengths", list(LENGTHS), "table 1's sequence lengths"),
+        cli.sizes("--lengths", [1024, 2048, 4096, 8192, 16384, 32768, 65536], "table 2's"),
         cli.sizes("--head-dims", [64, 128]),
         cli.sizes("--padded-lengths", [512, 2048, 8192]),
         cli.seconds(1.0),
@@ -227,8 +291,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--tokens", type=int, default=TOKENS, help="table 1: batch x length")
     p.add_argument("--full-budget-gib", type=float, default=24.0)
-    smoke = {"lengths": [128], "head_dims": [64], "padded_lengths": [128], "reps": 1}
+    smoke = {
+        "fa2_lengths": [128], "lengths": [128], "head_dims": [64], "padded_lengths": [128],
+        "reps": 1, "tokens": 128,
+    }  # fmt: skip
     args = cli.parse(p, argv, **smoke, seconds=0.01)
     args.dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)

@@ -195,10 +195,12 @@ def build_tiny_model(
     *,
     tokenizer: str | None = None,
     task: str = "AutoModel",
+    **config_overrides: Any,
 ) -> None:
     """``save_pretrained`` a random ``architecture`` model plus its tokenizer into ``folder``:
     the bare encoder, or transformers' ``task`` class (``BertForMaskedLM``, ...) with its head.
-    ``tokenizer="bert"``: a BERT vocabulary (pad id 0) whatever the architecture."""
+    ``tokenizer="bert"``: a BERT vocabulary (pad id 0) whatever the architecture;
+    ``config_overrides``: config fields to change (``hidden_size=384``, ...)."""
     import transformers as tf
 
     if architecture not in ARCHITECTURES:
@@ -207,6 +209,8 @@ def build_tiny_model(
     style = _BERT_VOCAB_STYLE if tokenizer == "bert" else _STYLE[architecture]
     vocab = _save_tokenizer(folder, style, MAX_POSITIONS)
     config = _config(architecture, vocab, style.specials.index(style.pad), layers)
+    for key, value in config_overrides.items():
+        setattr(config, key, value)
     torch.manual_seed(seed)
     if task == "AutoModel":
         model = tf.AutoModel.from_config(config, attn_implementation="eager").eval()
