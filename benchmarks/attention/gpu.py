@@ -104,8 +104,8 @@ def kernel_row(
     """One backend at one FlashAttention-2 paper shape (:func:`fa2_shape`): forward time, TFLOP/s
     (for an approximation, the exact count over its time: an effective rate) and peak memory;
     with ``backward``, forward+backward too. ``status`` says why a row has no figures: the
-    backend refused the input (its reason), the device ran out of memory, or ``full``'s score
-    matrix alone would pass ``full_budget_gib``. ``tokens``: batch x length, the paper's 16k
+    backend refused the input (its reason), the device ran out of memory, ``full``'s score
+    matrix alone would pass ``full_budget_gib``, or the backend raised (``error: ...``). ``tokens``: batch x length, the paper's 16k
     unless a smoke run asks for less."""
     b, h = fa2_shape(seq_len, head_dim, tokens)
     flops = forward_flops(b, h, seq_len, head_dim, causal)
@@ -142,6 +142,8 @@ def kernel_row(
         row["status"] = f"refused: {exc}"
     except torch.OutOfMemoryError:
         row["status"] = "OOM"
+    except Exception as exc:  # a backend's bug on this device is a finding, not the end of the grid
+        row["status"] = f"error: {type(exc).__name__}: {str(exc)[:200]}"
     finally:
         tensors.clear()  # the inputs go before the next row allocates its own
         _free(device)

@@ -80,8 +80,9 @@ def run(seconds: float, dry: bool, result: Path) -> None:
         )  # fmt: skip
         save_result(result, "running", figures)
     measured = sum(r["status"] == "ok" for r in rows)
-    message = f"{measured} of {len(rows)} rows measured"
-    save_result(result, "ok" if measured else "failed", figures, message)
+    errors = [r for r in rows if r["status"].startswith("error")]
+    message = f"{measured} of {len(rows)} rows measured, {len(errors)} raised an error"
+    save_result(result, "ok" if measured and not errors else "failed", figures, message)
 
 
 def main(argv: list[str] | None = None) -> None:

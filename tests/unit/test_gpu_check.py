@@ -118,6 +118,17 @@ def test_a_kernel_row_measures_on_cpu_and_says_why_when_it_cannot() -> None:
     assert refused["status"].startswith("refused: unknown attention backend")
 
 
+def test_a_backend_that_raises_is_an_error_row_not_the_end_of_the_grid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def broken(*args: object, **kwargs: object) -> None:
+        raise ValueError("dtype mismatch")
+
+    monkeypatch.setattr("benchmarks.attention.gpu.attend", broken)
+    row = kernel_row("performer", 64, 64, False, torch.float32, torch.device("cpu"), tokens=64)
+    assert row["status"] == "error: ValueError: dtype mismatch" and row["fwd_ms"] is None
+
+
 def test_a_dry_grid_is_all_placeholders_in_the_measured_shape(tmp_path: Path) -> None:
     result = tmp_path / "attention.json"
     kernels.run(1.0, dry=True, result=result)
