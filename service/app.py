@@ -25,10 +25,10 @@ from service.engine.batching.device import (
     MIB,
     DeviceRuntime,
     configure_threads,
-    host_memory_limit,
     select_device,
     torch_thread,
 )
+from service.engine.batching.host_memory import host_memory_limit
 from service.engine.batching.policy import Limits
 from service.engine.engine import Engine
 from service.engine.registry import Loader, ModelLoadError, Registry, load_servables

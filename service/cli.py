@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import importlib.util
+import logging
 import os
 import sys
 from collections.abc import Sequence
@@ -134,10 +135,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
         return 2
     export_openmp_env(settings)
-    if settings.ray:
-        from service.observability.logs import configure_logging
+    # Torch-free, like the supervisor: ``workers`` auto (0) becomes a number of processes here.
+    from service.observability.logs import configure_logging
+    from service.runtime.auto_workers import auto_workers
 
-        configure_logging(settings)
+    configure_logging(settings)
+    choice = auto_workers(settings)
+    settings = settings.model_copy(update={"workers": choice.workers})
+    if settings.ray:
         if importlib.util.find_spec("ray") is None:
             print("attnserve: --ray needs Ray Serve: pip install 'attnserve[ray]'", file=sys.stderr)
             return 2
@@ -146,11 +151,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_on_ray(settings)
     if settings.workers > 1:
         # The supervisor loads no model: keep torch and the app out of its process.
-        from service.observability.logs import configure_logging
         from service.runtime.workers import Supervisor
 
-        configure_logging(settings)
-        return Supervisor(settings).run()
+        return Supervisor(settings, choice).run()
+    logging.getLogger("attnserve").info("%s", choice)
     from service.runtime.server import serve  # imports uvicorn and the app only when serving
 
     return serve(settings)

@@ -220,13 +220,14 @@ class Settings(BaseSettings):
         description="On SIGTERM, how long queued and running batches get to finish before exit.",
     )
     workers: int = Field(
-        default=1,
-        ge=1,
+        default=0,
+        ge=0,
         le=64,
         description=(
             "Server processes sharing the port, each with its own copy of the models, queue and "
-            "batcher (CPU only). On a CPU host about one per core: one process tops out near one "
-            "core, its event loop and model sharing one GIL."
+            "batcher (CPU only; one process tops out near one core). 0 or auto: one per usable "
+            "CPU (see torch_threads) with one torch thread each, as many as fit in half the "
+            "available memory; 1 on a GPU or with ray."
         ),
     )
     ray: bool = Field(
@@ -316,6 +317,11 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             value = [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("workers", mode="before")
+    @classmethod
+    def _auto_is_zero(cls, value: object) -> object:
+        return 0 if isinstance(value, str) and value.strip().lower() == "auto" else value
 
     @field_validator("model_dir", "max_batch_memory_mb", "max_request_compute_s", mode="before")
     @classmethod

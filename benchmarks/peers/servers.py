@@ -104,6 +104,7 @@ def attnserve_serve(models: str | None = None) -> Callable[[Launch], list[str]]:
             "--host", HOST, "--port", str(launch.port), "--device", "cpu",
             "--models", models or str(launch.folder),
             "--torch-threads", str(launch.threads),
+            "--workers", "1",  # one process, as each peer runs here
             "--max-batch-size", str(BATCH),
             "--log-level", "warning",
         ]  # fmt: skip

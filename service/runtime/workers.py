@@ -46,6 +46,7 @@ from types import FrameType
 from service.engine.batching.cpus import available_cpus
 from service.observability.logs import configure_logging
 from service.observability.metrics import MULTIPROC_ENV
+from service.runtime.auto_workers import WorkerChoice
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -55,17 +56,17 @@ KILL_MARGIN_S = 15.0
 
 
 def worker_settings(settings: Settings, cpus: int | None = None) -> Settings:
-    """The settings each worker runs with: one process; when ``torch_threads`` is 0, the CPUs
+    """The settings each worker runs with: ``workers`` stays the number of processes (the
+    default batch memory budget is split among them); when ``torch_threads`` is 0, the CPUs
     the process may use (:func:`~service.engine.batching.cpus.available_cpus`) shared out among the
     workers, so they do not oversubscribe;
     and no background load: a worker takes connections from the shared socket only once its
     models are warm, so one that starts late (or replaces a dead one) never answers 503 while
     its peers could serve."""
+    assert settings.workers > 0, "resolve workers auto first (service.runtime.auto_workers)"
     cpus = cpus or available_cpus()  # the quota and affinity mask too, not just the host's
     threads = settings.torch_threads or max(1, cpus // settings.workers)
-    return settings.model_copy(
-        update={"workers": 1, "torch_threads": threads, "background_load": False}
-    )
+    return settings.model_copy(update={"torch_threads": threads, "background_load": False})
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -111,8 +112,9 @@ class Supervisor:
     """Starts ``settings.workers`` server processes on one port, keeps them running, and stops
     them (see the module docstring)."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, choice: WorkerChoice | None = None) -> None:
         self.settings = settings
+        self.choice = choice or WorkerChoice(settings.workers, "set explicitly")
         self.worker_settings = worker_settings(settings)
         self.workers: list[BaseProcess] = []
         self.stopping = threading.Event()
@@ -134,11 +136,12 @@ class Supervisor:
         try:
             self.workers = [self._start(port) for _ in range(self.settings.workers)]
             log.info(
-                "supervisor %d: %d workers (pids %s, %d torch threads each) on %s:%d",
+                "supervisor %d: %d workers, %d torch threads each (%s), pids %s, on %s:%d",
                 os.getpid(),
                 len(self.workers),
-                ", ".join(str(w.pid) for w in self.workers),
                 self.worker_settings.torch_threads,
+                self.choice.reason,
+                ", ".join(str(w.pid) for w in self.workers),
                 self.settings.host,
                 port,
             )

@@ -22,8 +22,8 @@ LONG_TEXT = " ".join(f"sentence {i} about transformers and attention." for i in 
 
 
 class ServerProcess:
-    """``python -m service serve --models ... <args>`` on CPU with one torch thread, its log in
-    ``log_path``."""
+    """``python -m service serve --models ... <args>`` on CPU with one torch thread (and one
+    process, unless ``args`` names ``--workers``), its log in ``log_path``."""
 
     def __init__(self, log_path: Path, models: Sequence[str], args: Sequence[str] = ()) -> None:
         self.port = free_port()
@@ -36,6 +36,7 @@ class ServerProcess:
             "--models", ",".join(models),
             "--device", "cpu",
             "--torch-threads", "1",
+            "--workers", "1",  # one process unless ``args`` says otherwise (the last flag wins)
             *args,
         ]  # fmt: skip
         self.log = log_path.open("w")
@@ -69,6 +70,7 @@ def start_up_failure(*args: str) -> str:
     """
     command = [
         sys.executable, "-m", "service", "serve",
+        "--workers", "1",  # one process unless ``args`` says otherwise (the last flag wins)
         *args,
         "--device", "cpu", "--port", "0", "--torch-threads", "1",
     ]  # fmt: skip

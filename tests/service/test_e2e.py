@@ -79,7 +79,7 @@ def test_health_models_and_both_tasks_over_http(server: Server) -> None:
 
 def test_missing_weights_fail_start_up_with_exit_status_1(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "service", "serve", "--port", str(free_port())]
-    args += ["--models", "informer-etth1-h999", "--device", "cpu"]
+    args += ["--models", "informer-etth1-h999", "--device", "cpu", "--workers", "1"]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1

@@ -38,7 +38,7 @@ def serve_env(args: list[str], env: dict[str, str]) -> dict[str, object]:
         if not k.startswith("ATTNSERVE_") and k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")
     }
     done = subprocess.run(
-        [sys.executable, "-c", STUB, "serve", *args],
+        [sys.executable, "-c", STUB, "serve", "--workers", "1", *args],  # the stub serves one
         env={**clean, **env},
         cwd=ROOT,
         capture_output=True,

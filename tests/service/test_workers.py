@@ -16,6 +16,7 @@ import psutil
 import pytest
 from pydantic import ValidationError
 
+from service.runtime.auto_workers import auto_workers
 from service.runtime.workers import worker_settings
 from service.settings import Settings
 from tests.service.conftest import metric
@@ -195,7 +196,35 @@ def test_torch_threads_are_shared_out_among_workers() -> None:
     assert worker_settings(Settings(workers=2), cpus=8).torch_threads == 4
     assert worker_settings(Settings(workers=4), cpus=2).torch_threads == 1
     assert worker_settings(Settings(workers=4, torch_threads=3), cpus=2).torch_threads == 3
-    assert worker_settings(Settings(workers=3), cpus=8).workers == 1
+    assert worker_settings(Settings(workers=3), cpus=8).workers == 3  # the budget's divisor
+
+
+@pytest.mark.e2e
+@pytest.mark.timeout(240)
+def test_workers_auto_starts_what_the_host_allows_and_logs_why(tmp_path: Path) -> None:
+    ckpt = tiny_checkpoint(tmp_path / MODEL)
+    # ServerProcess runs one torch thread a process; this host's choice for that, worked out here.
+    expected = auto_workers(
+        Settings(workers=0, torch_threads=1, device="cpu", models=(str(ckpt),))
+    ).workers
+    s = ServerProcess(tmp_path / "server.log", [str(ckpt)], ["--workers", "auto"])
+    pids: set[int] = set()
+    try:
+        s.wait_ready()
+        if expected > 1:
+            wait_for_log(s, "attnserve: ready in", count=expected)
+            pids = worker_pids(s)
+            assert len(pids) == expected
+            line = f"supervisor {s.proc.pid}: {expected} workers, 1 torch threads each (auto: "
+        else:
+            line = "workers: 1 (auto: "
+        log = s.log_path.read_text()
+        assert line in log and "usable CPUs, 1 torch thread(s) a process; ~" in log
+    finally:
+        s.stop()
+        for pid in pids:
+            if not gone(pid):
+                psutil.Process(pid).kill()
 
 
 def test_several_workers_on_cuda_are_refused_with_the_fix() -> None:

@@ -29,12 +29,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 import torch
 
 from models.attention import get_backend
 from service.engine.batching import allocator
 from service.engine.batching.cpus import detect_cpus, torch_threads_default
+from service.engine.batching.host_memory import available_host_memory
 
 log = logging.getLogger("attnserve")
 
@@ -91,13 +91,6 @@ AUTO_BUDGET_FRACTION = 0.5
 MIB = 2**20
 _STATUS = Path("/proc/self/status")
 _CLEAR_REFS = Path("/proc/self/clear_refs")
-_CGROUP_FILES = (  # (limit, usage): cgroup v2, then v1
-    (Path("/sys/fs/cgroup/memory.max"), Path("/sys/fs/cgroup/memory.current")),
-    (
-        Path("/sys/fs/cgroup/memory/memory.limit_in_bytes"),
-        Path("/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    ),
-)
 
 
 def proc_status_bytes(name: str) -> int | None:
@@ -119,36 +112,6 @@ def reset_rss_peak() -> int | None:
     except OSError:
         return None
     return proc_status_bytes("VmRSS")
-
-
-def available_host_memory() -> int:
-    """RAM this process could still use: the host's available memory, or less where a cgroup
-    (a container's memory limit) allows less."""
-    available = int(psutil.virtual_memory().available)
-    for limit_file, usage_file in _CGROUP_FILES:
-        try:
-            limit, usage = limit_file.read_text().strip(), int(usage_file.read_text())
-        except (OSError, ValueError):
-            continue
-        if limit.isdigit() and int(limit) < 2**60:  # "max" / a huge v1 number: no limit
-            available = min(available, max(0, int(limit) - usage))
-        break
-    return available
-
-
-def host_memory_limit() -> int:
-    """The most resident memory this process's host or container allows: the cgroup's memory
-    limit where one is set, the host's total RAM otherwise."""
-    total = int(psutil.virtual_memory().total)
-    for limit_file, _usage in _CGROUP_FILES:
-        try:
-            limit = limit_file.read_text().strip()
-        except OSError:
-            continue
-        if limit.isdigit() and int(limit) < 2**60:
-            return min(total, int(limit))
-        break
-    return total
 
 
 def batch_memory_budget(
