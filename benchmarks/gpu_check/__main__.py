@@ -248,6 +248,7 @@ def junit(xml: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the check; exit 1 when a step failed or the report misses part of its shape."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--out", type=Path, required=True, help="folder for the report and logs")
     p.add_argument("--dry", action="store_true", help="on CPU: no CUDA steps, tiny service run")

@@ -103,6 +103,7 @@ def service_import() -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Write the environment step's result file."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--result", type=Path, required=True)
     args = p.parse_args(argv)

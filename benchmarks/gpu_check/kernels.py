@@ -86,6 +86,7 @@ def run(seconds: float, dry: bool, result: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the attention step into its result file."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--result", type=Path, required=True)
     p.add_argument("--seconds", type=float, default=150.0, help="time for the whole grid")

@@ -190,6 +190,7 @@ def run(plan: Plan, result: Path, log: Path, ready_s: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run the service step into its result file."""
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--result", type=Path, required=True)
     p.add_argument("--log", type=Path, required=True, help="the server's log")

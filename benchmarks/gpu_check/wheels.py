@@ -158,6 +158,7 @@ def report(wheels: list[Path]) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Download (or with ``--check`` only inspect) the wheels; exit 1 past the budget."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--dest", type=Path, default=DEST)
     p.add_argument("--check", action="store_true", help="do not download; check --dest")
