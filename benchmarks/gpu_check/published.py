@@ -54,7 +54,8 @@ FA2_H100_FWD: Figure = {
 SOURCES = {
     "fa2_h100_fwd_bwd": "FlashAttention-2 paper (Dao 2023), Fig. 7, H100 80GB SXM5, fwd+bwd",
     "fa2_a100_fwd_bwd": "FlashAttention-2 paper (Dao 2023), Fig. 4, A100 80GB SXM4, fwd+bwd",
-    "fa2_h100_fwd": "FlashAttention-2 in the FlashAttention-3 paper (Shah et al. 2024), H100 forward",
+    "fa2_h100_fwd": "FlashAttention-2 measured in the FlashAttention-3 paper (Shah et al. 2024), "
+    "H100 80GB SXM5, FP16 forward",
 }
 _FIGURES = {
     "fa2_h100_fwd_bwd": FA2_H100_FWD_BWD,

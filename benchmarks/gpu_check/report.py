@@ -193,7 +193,7 @@ def _service(f: dict[str, Any]) -> list[str]:
     metrics = f["metrics"] or {}
     if metrics:
         out.append("/metrics after the load:")
-        out.append(table(["metric", "value"], [[k, v] for k, v in metrics.items()]))
+        out.append(table(["metric", "value"], [[k, _num(v, "g")] for k, v in metrics.items()]))
     return out
 
 

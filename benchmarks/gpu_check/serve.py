@@ -61,19 +61,23 @@ DRY = Plan(
     ((ENCODER, "flash", 1), (ENCODER, "flash", 4), (SHORT, "flash", 4)),
     seconds=1.0, warmup=0.5,
 )  # fmt: skip
-METRICS = (  # (row name, metric, how): what the report reads off /metrics after the load
-    ("batches run", "attnserve_batch_size_rows_count", "sum"),
-    ("rows in those batches", "attnserve_batch_size_rows_sum", "sum"),
-    ("requests in those batches", "attnserve_batch_size_requests_sum", "sum"),
-    ("batch splits (out of memory)", "attnserve_batch_splits_total", "sum"),
-    ("device memory allocated, MiB", "attnserve_device_memory_allocated_bytes", "mib"),
-    ("device memory reserved, MiB", "attnserve_device_memory_reserved_bytes", "mib"),
-    ("device memory total, MiB", "attnserve_device_memory_total_bytes", "mib"),
-    ("batch peak device memory, summed over batches, MiB",
-     "attnserve_batch_peak_device_memory_bytes_sum", "mib"),
-    ("batches with a peak recorded", "attnserve_batch_peak_device_memory_bytes_count", "sum"),
-    ("batch memory budget, MiB", "attnserve_batch_memory_budget_bytes", "mib"),
-    ("process resident memory, MiB", "attnserve_process_resident_memory_bytes", "mib"),
+MIB = 2**20
+# What the report reads off /metrics after the load: (row, metric, divisor, per-count metric).
+# A histogram's mean is its _sum over its _count; gauges are read as they are (summed over
+# label sets, of which the memory gauges have none).
+METRICS = (
+    ("batches run (warm-up included)", "attnserve_batch_size_rows_count", 1, None),
+    ("mean rows per batch", "attnserve_batch_size_rows_sum", 1, "attnserve_batch_size_rows_count"),
+    ("mean requests per batch", "attnserve_batch_size_requests_sum", 1,
+     "attnserve_batch_size_requests_count"),
+    ("batch splits (out of memory)", "attnserve_batch_splits_total", 1, None),
+    ("device memory allocated, MiB", "attnserve_device_memory_allocated_bytes", MIB, None),
+    ("device memory reserved, MiB", "attnserve_device_memory_reserved_bytes", MIB, None),
+    ("device memory total, MiB", "attnserve_device_memory_total_bytes", MIB, None),
+    ("mean per-batch peak device memory, MiB", "attnserve_batch_peak_device_memory_bytes_sum",
+     MIB, "attnserve_batch_peak_device_memory_bytes_count"),
+    ("batch memory budget, MiB", "attnserve_batch_memory_budget_bytes", MIB, None),
+    ("process resident memory, MiB", "attnserve_process_resident_memory_bytes", MIB, None),
 )  # fmt: skip
 
 
@@ -100,17 +104,18 @@ def requests(port: int, model: str, attention: str, n: int = 64) -> list[bytes]:
     ]  # fmt: skip
 
 
-def scrape(server: ServerProcess) -> dict[str, float]:
+def scrape(server: ServerProcess) -> dict[str, float | None]:
     """The :data:`METRICS` rows from the server's ``/metrics``."""
     request = build_request(HOST, server.port, "/metrics", method="GET")
     status, body = call_once(HOST, server.port, request)
     if status != 200:
         return {"/metrics": float(status)}
     text = body.decode()
-    out = {}
-    for label, name, how in METRICS:
-        value = metric(text, name)
-        out[label] = round(value / 2**20, 1) if how == "mib" else value
+    out: dict[str, float | None] = {}
+    for label, name, divisor, per in METRICS:
+        value = metric(text, name) / divisor
+        count = metric(text, per) if per else 1.0
+        out[label] = round(value / count, 2) if count else None
     return out
 
 
