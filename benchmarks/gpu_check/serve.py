@@ -130,7 +130,7 @@ def drive(plan: Plan, figures: dict[str, Any], result: Path, log: Path, ready_s:
         command = [
             sys.executable, "-m", "service", "serve", "--port", str(port),
             "--models", ",".join([*served, *plan.forecasters]),
-            "--device", plan.device, "--max-batch-size", "64", "--max-queue", "1024",
+            "--device", plan.device, "--workers", "1", "--max-batch-size", "64", "--max-queue", "1024",
             "--torch-threads", "0" if plan.device == "cuda" else "1", "--log-level", "warning",
         ]  # fmt: skip
         # The step's own environment: the carried wheels' folder stays on PYTHONPATH.
