@@ -46,9 +46,12 @@ from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.report import table as md_table
 from benchmarks.harness.timing import median_ms
+from models.names import BACKEND_NAMES
 
-BACKENDS = ["full", "flash", "probsparse", "performer", "nystrom"]
-MEMORY_BACKENDS = ["full", "flash", "performer", "nystrom", "probsparse"]  # memory-cpu.md's order
+BACKENDS = list(BACKEND_NAMES)
+# memory-cpu.md's order, then any backend added since
+_MEMORY_FIRST = ["full", "flash", "performer", "nystrom", "probsparse"]
+MEMORY_BACKENDS = _MEMORY_FIRST + [b for b in BACKEND_NAMES if b not in _MEMORY_FIRST]
 LENGTHS = [96, 192, 384, 768, 1536, 3072, 6144, 8192]
 MIB = 2**20
 

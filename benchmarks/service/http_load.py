@@ -40,8 +40,8 @@ from benchmarks.harness.timing import rows_per_s
 from benchmarks.service import common
 from benchmarks.service.common import drive_each
 from benchmarks.service.workloads import Workload, etth1_windows, short_texts, workload
+from models.names import BACKEND_NAMES as BACKENDS
 
-BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
 BATCH = 32
 
 
