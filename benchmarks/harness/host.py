@@ -36,4 +36,9 @@ def describe() -> str:
         torch_version = f", torch {torch.__version__}"
     except ImportError:  # the peers' client side runs without torch
         torch_version = ""
-    return f"{cpu_model()}, {cores()} cores{torch_version}, python {platform.python_version()}"
+    # A run given priority over other work on a shared host (``nice -n -5 python -m ...``) says so.
+    niceness = os.nice(0)
+    nice = f", run at nice {niceness}" if niceness else ""
+    return (
+        f"{cpu_model()}, {cores()} cores{torch_version}, python {platform.python_version()}{nice}"
+    )
