@@ -8,7 +8,7 @@ request costs (latency, throughput, memory) beside what it is worth (test MSE).
 Per model, one ``attnserve serve`` process (only that model, batches of up to 32); per backend,
 phases of ``--seconds`` each in total, split into ``--rounds`` round-robin rounds (a slow spell
 of a shared machine hits every backend alike), ``--threads`` torch threads (default: the usable
-cores, as the server's own default): p50 at 1 keep-alive ``http.client`` client
+cores) in ``--workers`` processes (default one): p50 at 1 keep-alive ``http.client`` client
 (consecutive ETTm1 test-split windows, ``--payload``: base64 float32 columns or JSON numbers)
 and each request's latency minus the server's ``x-inference-time-ms``; one window's
 :meth:`~models.informer.InformerForecaster.predict` in this process while the server idles (the
@@ -157,11 +157,13 @@ def auto_reason(url: str, body: bytes) -> str | None:
 def _servers(directory: Path, args: Any) -> tuple[ServerProcess, ServerProcess | None]:
     """This checkout's server and (``--before``) the other checkout's, the same weights."""
     log = args.log_dir / f"trade-{directory.name}.log"
-    server = attnserve([str(directory)], args.threads, 32, log)
+    server = attnserve([str(directory)], args.threads, 32, log, workers=args.workers)
     old = None
     if args.before is not None:
         log = args.log_dir / f"trade-before-{directory.name}.log"
-        old = attnserve([str(directory)], args.threads, 32, log, root=args.before)
+        old = attnserve(
+            [str(directory)], args.threads, 32, log, workers=args.workers, root=args.before
+        )
     return server, old
 
 
@@ -297,6 +299,9 @@ def main(argv: list[str] | None = None) -> None:
         cli.out(None, "default: results/forecast-trade[-PAYLOAD]"),
     )
     p.add_argument("--auto-budget", type=float, default=0.1, help="max_quality_loss for auto")
+    p.add_argument(
+        "--workers", type=int, default=1, help="server processes (0: the server's own default)"
+    )
     p.add_argument("--payload", choices=PAYLOADS, default="base64", help="how histories travel")
     p.add_argument(
         "--no-variants",

@@ -271,7 +271,8 @@ def write(
         "buys a server — the trade to choose by; **one-request latency** (p50 @1 client, × "
         "flash @1) is a separate column, and smaller, because flash alone spreads one request "
         "over every thread (server cores @1) while the approximations need fewer.",
-        f"Through HTTP (`attnserve serve`, {args.threads} torch thread(s), clients on the same "
+        f"Through HTTP (`attnserve serve`, {args.workers or 'the default number of'} "
+        f"process(es) with {args.threads} torch thread(s) each, clients on the same "
         f"machine, histories as {how}), {args.seconds:g} s per phase in {args.rounds} "
         "round-robin rounds (every backend in each round, so drift of the host hits all alike); "
         "p50 at 1 client: one keep-alive `http.client` connection; overhead: the median of "
