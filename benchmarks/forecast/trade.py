@@ -30,6 +30,7 @@ Writes ``benchmarks/results/forecast-trade.{md,json,png}`` (``--out``; tables an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -65,18 +66,27 @@ IN_PROCESS_REPEATS = 5
 
 
 class PeakRss:
-    """Samples a process's resident memory every ``interval`` seconds in a thread."""
+    """Samples the resident memory of a process and its descendants (a ``--workers N`` server's
+    workers) every ``interval`` seconds in a thread."""
 
     def __init__(self, pid: int, interval: float = 0.01) -> None:
         self.proc = psutil.Process(pid)
         self.interval = interval
-        self.base = self.peak = self.proc.memory_info().rss
+        self.base = self.peak = self.rss()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
+    def rss(self) -> int:
+        """The tree's resident bytes now."""
+        total = 0
+        for proc in [self.proc, *self.proc.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                total += proc.memory_info().rss
+        return total
+
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.peak = max(self.peak, self.proc.memory_info().rss)
+            self.peak = max(self.peak, self.rss())
             time.sleep(self.interval)
 
     def __enter__(self) -> PeakRss:
