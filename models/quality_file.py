@@ -139,6 +139,30 @@ def carried_precisions(
     return {}, [p for p in old if p not in measured]
 
 
+def merge_backends(before: Mapping[str, Any], measured: Mapping[str, Any]) -> dict[str, Any]:
+    """``before`` with the backends of ``measured`` (an evaluation of a few backends alone)
+    added, or replacing theirs, in each precision ``measured`` holds; every other figure is
+    kept. ValueError when the two were not measured on the same corpus against the same
+    reference, or ``before`` has no figures in one of ``measured``'s precisions."""
+    before, measured = upgrade(before), upgrade(measured)
+    for key in ("reference", "corpus"):
+        old, new = before.get(key), measured.get(key)
+        if isinstance(old, Mapping) and isinstance(new, Mapping):
+            new = {k: new.get(k) for k in old}  # a file older than a field records less
+        if old != new:
+            raise ValueError(
+                f"quality.json: the {key} differs from the one the file was measured with "
+                f"({before.get(key)!r} vs {measured.get(key)!r}); measure every backend again"
+            )
+    out = json.loads(json.dumps(before))  # a deep copy
+    for precision, section in (measured.get("precisions") or {}).items():
+        target = (out.get("precisions") or {}).get(precision)
+        if target is None:
+            raise ValueError(f"quality.json has no {precision} figures to add backends to")
+        target.setdefault("backends", {}).update(section.get("backends") or {})
+    return out
+
+
 def dropped_precisions_note(dropped: Sequence[str]) -> str:
     """What ``attnserve evaluate`` prints when :func:`carried_precisions` drops figures."""
     return (

@@ -39,14 +39,15 @@ from benchmarks.harness.timing import budget_samples
 FEATURES = 266  # int(64·ln 64): our performer default, given to the peer too
 LANDMARKS = 64
 FACTOR = 5  # ProbSparse c: our default and the reference code's
-APPROXIMATE = ("performer", "nystrom", "probsparse")
+APPROXIMATE = ("performer", "nystrom", "probsparse", "skyformer")
 # Each approximation's peer: the same algorithm from its reference package (or code).
 PEERS = {
     "performer": "peer:performer-pytorch",
     "nystrom": "peer:nystrom-attention",
     "probsparse": "peer:informer2020",
 }
-IMPLEMENTATIONS = ["full", "flash", "probsparse", "performer", "nystrom", *PEERS.values()]
+OURS = ["full", "flash", "probsparse", "performer", "nystrom", "skyformer"]
+IMPLEMENTATIONS = [*OURS, *PEERS.values()]
 
 
 def informer2020_probsparse(q, k, v, factor: int = FACTOR):
@@ -112,6 +113,7 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
     options: dict[str, dict[str, Any]] = {
         "performer": {"num_features": FEATURES},
         "nystrom": {"num_landmarks": LANDMARKS},
+        "skyformer": {"num_landmarks": LANDMARKS},
     }
     return lambda q, k, v: attend(q, k, v, backend=name, **options.get(name, {}))
 
@@ -235,7 +237,7 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device} "
         f"({args.threads or torch.get_num_threads()} threads); error vs exact "
-        f"(flash), mean relative row error; performer m={FEATURES}, nystrom landmarks={LANDMARKS}, "
+        f"(flash), mean relative row error; performer m={FEATURES}, nystrom and skyformer landmarks={LANDMARKS}, "
         f"probsparse factor={FACTOR}",
         "",
         table(["implementation", "L", "median ms", "peak MiB", "rel. error"], cells, "lrrrr"),
@@ -263,7 +265,7 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
             )
     for ours in APPROXIMATE:
         for length in args.lengths:
-            a, b = by.get((ours, length)), by.get((PEERS[ours], length))
+            a, b = by.get((ours, length)), by.get((PEERS.get(ours, ""), length))
             if a and b:
                 lines.append(
                     f"- L={length}: {ours} {b['median_ms'] / a['median_ms']:.2f}x the peer's speed, "

@@ -40,6 +40,7 @@ from models.quality_file import (
     backends_of,
     carried_precisions,
     dropped_precisions_note,
+    merge_backends,
     read_quality,
     save_quality,
 )
@@ -153,10 +154,15 @@ def long_texts(encoder: SentenceEncoder, per_band: int, max_tokens: int) -> list
 
 
 def measure(
-    encoder: SentenceEncoder, per_bin: int, max_tokens: int, precisions: tuple[str, ...] = ()
+    encoder: SentenceEncoder,
+    per_bin: int,
+    max_tokens: int,
+    precisions: tuple[str, ...] = (),
+    only: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Every accepted backend's cosine to the exact embedding on the corpus, and in each of
-    ``precisions`` every backend's cosine to the float32 exact embedding (see module doc)."""
+    ``precisions`` every backend's cosine to the float32 exact embedding (see module doc);
+    ``only``: these backends alone (the reference is not scored in the precisions then)."""
     limit = min(encoder.max_tokens, max_tokens)
     bands = bands_for(limit)
     texts = length_spread(per_bin) + long_texts(encoder, per_bin, limit)
@@ -166,6 +172,8 @@ def measure(
     reference = reference_for(limit)
     backends = []
     for name in BACKENDS:
+        if only is not None and name not in only:
+            continue
         try:
             encoder.check_attention(name, None)
         except AttentionError:
@@ -189,7 +197,7 @@ def measure(
                         bands,
                     ),
                 }
-                for name in [reference, *backends]
+                for name in ([reference] if only is None else []) + backends
             }
         }
     float32 = {
@@ -270,6 +278,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--output", type=Path, default=None, help="default: quality.json of the model"
     )
+    parser.add_argument(
+        "--backends",
+        nargs="+",
+        default=None,
+        choices=list(BACKENDS),
+        help="measure these backends alone and add them to the existing quality.json (the "
+        "same corpus: same --per-bin and --max-tokens), keeping every other figure",
+    )
     add_run_arguments(parser, "embedding")
     args = parser.parse_args(argv)
     if args.threads:
@@ -281,8 +297,17 @@ def main(argv: list[str] | None = None) -> None:
         return
     start = time.perf_counter()
     result = measure(
-        encoder, args.per_bin, args.max_tokens or encoder.max_tokens, tuple(args.precisions)
+        encoder,
+        args.per_bin,
+        args.max_tokens or encoder.max_tokens,
+        tuple(args.precisions),
+        args.backends,
     )
+    if args.backends:
+        result = merge_backends(read_quality(output), result)
+        save_quality(output, result)
+        print(f"{time.perf_counter() - start:.0f} s\n\n{markdown(result)}\n\nwrote {output}")
+        return
     write_quality(output, result, args.precisions, time.perf_counter() - start, markdown)
 
 

@@ -71,9 +71,9 @@ Notes:
   closed-form linear map as a path the network's output is added to. The network's output
   projection starts at zero, so training starts from the baseline itself, and early stopping on
   the validation loss (epoch 0 competing) keeps whichever epoch was best.
-- Token counts are small (12 encoder tokens at context 96, 42 at 336), so `nystrom` (64
-  landmarks) is exact by construction and equals `full`; `probsparse` selects u = 5·ln(L) active
-  queries: all 12 at context 96 (exact), 19 of 42 at 336.
+- Token counts are small (12 encoder tokens at context 96, 42 at 336), so `nystrom` and
+  `skyformer` (64 landmarks) are exact by construction and equal `full`; `probsparse` selects
+  u = 5·ln(L) active queries: all 12 at context 96 (exact), 19 of 42 at 336.
 - What each lever bought: `benchmarks/results/forecast-ablation-etth1.md`.
 - `informer-ettm1-h96-c2048` and `informer-ettm1-h288-c2048` (`long` preset,
   `models/training/train_ettm1.sh`): one token per 15-minute step, channels mixed, so the

@@ -223,7 +223,7 @@ def test_probsparse_with_every_query_active_is_exact_on_every_architecture(
 def test_mpnet_refuses_random_feature_backends_for_its_relative_bias(client: TestClient) -> None:
     card = next(m for m in client.get("/models").json()["data"] if m["name"] == "tiny-mpnet")
     refused = card["unavailable_backends"]
-    assert set(refused) == {"performer", "nystrom"}
+    assert set(refused) == {"performer", "nystrom", "skyformer"}
     assert all("bias" in reason for reason in refused.values())
 
 

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from models.attention import BACKENDS
 from models.quality_file import backends_of, read_quality
 from models.training.source import DataSource
 from service.cli import main as cli
@@ -86,7 +87,7 @@ def test_quality_is_the_class_forecast_scored_beside_the_linear_baseline(folder:
     assert backends_of(quality)["flash"]["linear_mse"] == pytest.approx(
         linear_mse(scaled, ctx, horizon, starts), abs=1e-6
     )
-    assert set(backends_of(quality)) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(backends_of(quality)) == set(BACKENDS)
 
 
 def test_auto_uses_the_figures(folder: Path) -> None:
@@ -94,7 +95,7 @@ def test_auto_uses_the_figures(folder: Path) -> None:
     (servable,) = load_servables(settings, "cpu")
     losses = servable.quality_losses(96)
     assert losses[servable.default_call("flash")] == pytest.approx(0.0, abs=1e-9)
-    assert set(c.backend for c in losses) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(c.backend for c in losses) == set(BACKENDS)
     assert all(isinstance(c, Call) for c in losses)
     card = servable.card()
     assert (

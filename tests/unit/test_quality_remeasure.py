@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from models.quality_file import merge_backends
 from models.text.quality import write_quality
 from models.training.forecast_quality import score_precisions
 
@@ -84,3 +85,32 @@ def test_a_forecaster_run_that_leaves_the_reference_alone_keeps_them(
         "performer": {"loss": 0.5, "fresh": True},
     }
     assert "dropped" not in capsys.readouterr().out
+
+
+def test_adding_one_backend_keeps_every_other_figure() -> None:
+    """``python -m models.text.quality --backends skyformer``: the new backend's figures join
+    each precision it measured; nothing else changes, and a different corpus is refused."""
+    before = {
+        "reference": "full",
+        "corpus": {"texts": 550},
+        "backends": {"flash": {"loss": 0.0}},
+        "precisions": {"bfloat16": _section(0.001)},
+    }
+    new = {"loss": 0.05}
+    measured = {
+        "reference": "full",
+        "corpus": {"texts": 550, "max_tokens": 256},
+        "precisions": {
+            "float32": {"backends": {"skyformer": new}},
+            "bfloat16": {"backends": {"skyformer": new}},
+        },
+    }
+    merged = merge_backends(before, measured)
+    assert merged["corpus"] == {"texts": 550}
+    assert merged["precisions"]["float32"]["backends"] == {"flash": {"loss": 0.0}, "skyformer": new}
+    assert merged["precisions"]["bfloat16"]["backends"] == {
+        **_section(0.001)["backends"],
+        "skyformer": new,
+    }
+    with pytest.raises(ValueError, match="corpus differs"):
+        merge_backends(before, {**measured, "corpus": {"texts": 10}})

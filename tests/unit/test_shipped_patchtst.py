@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from models.attention import BACKENDS
 from models.hf_forecast.folder import read_sidecar, shipped_folders
 from models.quality_file import backends_of, read_quality
 from models.training.source import DataSource
@@ -32,7 +33,7 @@ def test_it_is_served_by_name_with_its_figures(servable) -> None:
     assert card["channels"] == ["HUFL", "HULL", "MUFL", "MULL", "LUFL", "LULL", "OT"]
     quality = read_quality(shipped_folders()[NAME] / "quality.json")
     assert card["quality"]["linear_baseline"] == quality["linear_baseline"]
-    assert set(backends_of(quality)) == {"full", "flash", "probsparse", "performer", "nystrom"}
+    assert set(backends_of(quality)) == set(BACKENDS)
     assert "command" in card["training"]
 
 
