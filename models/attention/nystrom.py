@@ -63,6 +63,15 @@ def segment_means(x: Tensor, real: Tensor | None, num_segments: int) -> tuple[Te
     return means, sizes > 0
 
 
+# The pseudo-inverse's iteration count, an option of every backend that uses iterative_pinv.
+PINV_ITERATIONS = IntOption(
+    default=6,
+    minimum=1,
+    maximum=30,
+    description="Iterations of the Moore–Penrose pseudo-inverse approximation.",
+)
+
+
 def iterative_pinv(a: Tensor, iterations: int, initial: Tensor | None = None) -> Tensor:
     """Moore–Penrose pseudo-inverse of ``[..., m, m]`` by the Razavi et al. iteration, in fp32+.
 
@@ -233,11 +242,6 @@ BACKEND = Backend(
         "num_landmarks": IntOption(
             default=64, minimum=1, maximum=1024, description="Landmarks m (segment means)."
         ),
-        "pinv_iterations": IntOption(
-            default=6,
-            minimum=1,
-            maximum=30,
-            description="Iterations of the Moore–Penrose pseudo-inverse approximation.",
-        ),
+        "pinv_iterations": PINV_ITERATIONS,
     },
 )

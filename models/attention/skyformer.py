@@ -72,7 +72,12 @@ from models.attention.base import (
     working_precision,
 )
 from models.attention.full import full_attention, full_bytes, full_work
-from models.attention.nystrom import exact_short_rows, iterative_pinv, segment_means
+from models.attention.nystrom import (
+    PINV_ITERATIONS,
+    exact_short_rows,
+    iterative_pinv,
+    segment_means,
+)
 from models.attention.pricing import (
     ELEMENTWISE,
     HEAD_MATMUL,
@@ -372,11 +377,6 @@ BACKEND = Backend(
                 "half among the keys; segment_means: means of m segments of the stacked set."
             ),
         ),
-        "pinv_iterations": IntOption(
-            default=6,
-            minimum=1,
-            maximum=30,
-            description="Iterations of the Moore–Penrose pseudo-inverse approximation.",
-        ),
+        "pinv_iterations": PINV_ITERATIONS,
     },
 )
