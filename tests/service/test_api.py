@@ -212,6 +212,7 @@ def test_models_lists_cards_with_limits_and_backends(client: TestClient) -> None
         "probsparse",
         "performer",
         "nystrom",
+        "skyformer",
     }
     assert "factor" in forecast["backends"]["probsparse"]["options"]
     text = cards[TINY_TEXT]
