@@ -22,6 +22,7 @@ BF16_TOLERANCE = {
     "probsparse": 0.05,
     "performer": 0.03,
     "nystrom": 0.03,
+    "skyformer": 0.03,
 }
 
 

@@ -40,6 +40,7 @@ BF16_MIN_COSINE = {
     "probsparse": 0.99,
     "performer": 0.98,
     "nystrom": 0.99,
+    "skyformer": 0.99,
 }
 
 
