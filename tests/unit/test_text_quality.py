@@ -66,10 +66,12 @@ def test_quality_floor_at_default_options(subset_cosines, backend):
 
 
 def test_exact_where_the_method_says_so(subset_cosines):
-    """Nystrom is exact up to 64 tokens; ProbSparse while u = 5*ceil(ln L) >= L (all active)."""
+    """Nystrom and Skyformer are exact up to 64 tokens; ProbSparse while u = 5*ceil(ln L) >= L
+    (all active)."""
     lengths, cosines = subset_cosines
     short = torch.tensor([n <= 64 for n in lengths])
     assert cosines["nystrom"][short].min() >= 0.99999
+    assert cosines["skyformer"][short].min() >= 0.99999
     assert cosines["probsparse"][:2].min() >= 0.99999  # 9 and 11 tokens: every query active
 
 
