@@ -315,7 +315,7 @@ async def info(
         max_batch_requests=settings.max_batch_size,
         max_client_batch_size=settings.max_inputs_per_request,
         auto_truncate=False,
-        tokenization_workers=settings.workers,
+        tokenization_workers=max(1, settings.workers),  # 0 (auto) unresolved: an in-process app
         version=__version__,
     )
 
