@@ -123,7 +123,7 @@ def measure(
     seconds: float = 10.0,
     rounds: int = 1,
     answers: int = 3,
-    turns: float = 1.5,
+    turns: float = 1.0,
     warmup: float = 0.5,
 ) -> dict[str, Capacity]:
     """Each variant of ``bodies`` (label -> JSON-able bodies for ``POST path``, cycled) at one client
@@ -133,8 +133,10 @@ def measure(
     Each variant is warmed by one answered request first, whose latency sizes its windows: at
     one client at least ``answers`` of them, at ``clients`` at least ``turns`` turns of every
     client as if concurrency gained nothing (so each client has an answer in the window, which
-    Little's law needs), and never under ``seconds`` (split over the rounds). The server's and
-    the driver's CPU are read over every window.
+    Little's law needs), and never under ``seconds`` (split over the rounds). At ``clients``
+    the first turn is warm-up, left out: the clients' first requests arrive together and the
+    k-th is answered after k requests' work, a start-up transient whose short latencies would
+    inflate the rate. The server's and the driver's CPU are read over every window.
     """
     requests = {label: [server.post(path, b) for b in bs] for label, bs in bodies.items()}
     single: dict[str, float] = {}
@@ -150,12 +152,12 @@ def measure(
         for label in order:
             est = single[label]
             grace = GRACE_S + 2 * clients * est  # a whole turn may still be in flight
-            for n, phase, window in (
-                (1, out[label].one, max(share, answers * est)),
-                (clients, out[label].many, max(share, turns * clients * est)),
+            for n, phase, window, warm in (
+                (1, out[label].one, max(share, answers * est), warmup),
+                (clients, out[label].many, max(share, turns * clients * est), clients * est),
             ):
                 result = run_load(
-                    HOST, server.port, requests[label], n, window, warmup, probes, grace
+                    HOST, server.port, requests[label], n, window, max(warmup, warm), probes, grace
                 )
                 phase.add(result)
                 say(f"{label} @{n}", result, f"  {phase.server_cores:.2f} server cores")
@@ -263,8 +265,9 @@ def table_of(rows: dict[str, dict[int, Capacity]], args: argparse.Namespace, wha
         f"serve` in its own process with {args.threads} torch threads, driven over HTTP by the "
         "harness's raw-socket client on the same machine. p50 @1: one client alone (at least 3 "
         f"answers); req/s @{args.clients}: {args.clients} closed-loop clients, by Little's law "
-        "(clients / mean latency: answers of long requests come in bursts; at least 1.5 turns "
-        f"of every client); windows of at least {args.capacity_seconds:g} s, "
+        "(clients / mean latency: answers of long requests come in bursts; after a first turn "
+        "of every client as warm-up, at least one more turn); windows of at least "
+        f"{args.capacity_seconds:g} s, "
         f"{args.capacity_rounds} round(s), every backend in "
         "each; server cores: the server's CPU seconds per wall second; client CPU: the "
         f"driver's, per answer at {args.clients} clients.\n\n"
