@@ -1,4 +1,5 @@
-"""Several server processes on one port: ``attnserve serve --workers N`` (CPU hosts).
+"""Several server processes on one port: ``attnserve serve --workers N`` (CPU hosts; by default one
+per usable CPU, see :mod:`service.runtime.auto_workers`).
 
 Why: one server process uses about one core at most, however many the host has, because its
 event loop (HTTP, validation, JSON) and its model's Python-side dispatch share one GIL. Measured
