@@ -63,6 +63,16 @@ def segment_means(x: Tensor, real: Tensor | None, num_segments: int) -> tuple[Te
     return means, sizes > 0
 
 
+# What a landmark method can do: every landmark mixes tokens from the whole sequence (future
+# ones included), so there is no causal variant.
+LANDMARK_CAPABILITIES = Capabilities(causal=False, causal_cross_attention=False)
+
+
+def num_landmarks_option(description: str) -> IntOption:
+    """The ``num_landmarks`` option of a landmark backend: m from 1 to 1,024, 64 by default."""
+    return IntOption(default=64, minimum=1, maximum=1024, description=description)
+
+
 # The pseudo-inverse's iteration count, an option of every backend that uses iterative_pinv.
 PINV_ITERATIONS = IntOption(
     default=6,
@@ -237,11 +247,9 @@ BACKEND = Backend(
     kernel=nystrom_attention,
     memory=nystrom_bytes,
     work=nystrom_work,
-    capabilities=Capabilities(causal=False, causal_cross_attention=False),
+    capabilities=LANDMARK_CAPABILITIES,
     options={
-        "num_landmarks": IntOption(
-            default=64, minimum=1, maximum=1024, description="Landmarks m (segment means)."
-        ),
+        "num_landmarks": num_landmarks_option("Landmarks m (segment means)."),
         "pinv_iterations": PINV_ITERATIONS,
     },
 )

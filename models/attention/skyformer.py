@@ -57,7 +57,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from functools import partial
+from functools import lru_cache, partial
 from typing import Any, Literal
 
 import torch
@@ -65,17 +65,17 @@ from torch import Tensor
 
 from models.attention.base import (
     Backend,
-    Capabilities,
     ChoiceOption,
-    IntOption,
     masked_mean_values,
     working_precision,
 )
 from models.attention.full import full_attention, full_bytes, full_work
 from models.attention.nystrom import (
+    LANDMARK_CAPABILITIES,
     PINV_ITERATIONS,
     exact_short_rows,
     iterative_pinv,
+    num_landmarks_option,
     segment_means,
 )
 from models.attention.pricing import (
@@ -113,6 +113,13 @@ def gaussian_attention(
     return weights @ v
 
 
+@lru_cache(maxsize=32)
+def _uniform_draw(m: int, device: str) -> Tensor:
+    """The one fixed-seed draw of ``m`` uniform numbers, made once per size and device (every
+    layer of every call reads the same draw). Read-only: callers slice it, never write to it."""
+    return torch.rand(m, generator=torch.Generator().manual_seed(UNIFORM_SEED)).to(device)
+
+
 def uniform_landmarks(
     x: Tensor, query_real: Tensor | None, key_real: Tensor | None, lq: int, m: int
 ) -> Tensor:
@@ -120,7 +127,7 @@ def uniform_landmarks(
     (one fixed-seed draw for every row), ``m // 2`` scaled to the row's real query count and the
     rest to its real key count, mapped to those real positions. Returns ``[b, m]`` indices."""
     b, lk = x.shape[0], x.shape[2] - lq
-    draw = torch.rand(m, generator=torch.Generator().manual_seed(UNIFORM_SEED)).to(x.device)
+    draw = _uniform_draw(m, str(x.device))
     half = m // 2
     parts = []
     for real, length, offset, u in (
@@ -353,13 +360,10 @@ BACKEND = Backend(
     kernel=skyformer_attention,
     memory=skyformer_bytes,
     work=skyformer_work,
-    capabilities=Capabilities(causal=False, causal_cross_attention=False),
+    capabilities=LANDMARK_CAPABILITIES,
     options={
-        "num_landmarks": IntOption(
-            default=64,
-            minimum=1,
-            maximum=1024,
-            description="Landmarks m, taken from the stacked queries and keys.",
+        "num_landmarks": num_landmarks_option(
+            "Landmarks m, taken from the stacked queries and keys."
         ),
         "kernel": ChoiceOption(
             default="softmax",

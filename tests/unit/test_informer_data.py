@@ -24,7 +24,9 @@ from models.informer.timefeatures import (
     time_features,
 )
 from models.training.data import SPLIT_BORDERS, WindowDataset, data_dir, load_etth1, make_splits
-from tests.utils.informer import needs_data, one_thread  # noqa: F401
+from tests.utils.informer import needs_data
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_hourly_calendar_features_known_values():

@@ -13,7 +13,9 @@ from models.attention import BACKENDS, AttentionError
 from models.errors import ModelInputError
 from models.informer import InformerForecaster
 from models.informer.timefeatures import format_timestamps
-from tests.utils.informer import hourly_series, one_thread, tiny_checkpoint  # noqa: F401
+from tests.utils.informer import hourly_series, tiny_checkpoint
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,9 @@ from models.informer.config import preset
 from models.informer.model import Informer
 from models.informer.patching import fold_channels, unfold_channels
 from models.training.linear import DEFAULT_RIDGE, LinearBaseline, sliding_windows
-from tests.utils.informer import one_thread, random_batch  # noqa: F401
+from tests.utils.informer import random_batch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _series(rows: int = 400, channels: int = 3, seed: int = 0) -> np.ndarray:

@@ -13,7 +13,9 @@ from models.informer.config import PRESETS, preset
 from models.informer.layers import DistilLayer
 from models.informer.model import Informer, LayerChoice, attention_plan
 from models.training.data import decoder_input
-from tests.utils.informer import one_thread, random_batch  # noqa: F401
+from tests.utils.informer import random_batch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @torch.no_grad()

@@ -12,7 +12,9 @@ from models.informer.timefeatures import feature_names
 from models.quality_file import backends_of
 from models.training.informer_evaluate import slice_mse
 from models.training.source import source_of
-from tests.utils.informer import needs_data, one_thread  # noqa: F401
+from tests.utils.informer import needs_data
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SHIPPED = shipped_models()
 EXPECTED = {f"informer-etth1-h{h}" for h in (24, 48, 168, 336, 720)} | {

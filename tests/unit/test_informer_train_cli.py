@@ -18,7 +18,8 @@ from models.informer import InformerForecaster
 from models.quality_file import backends_of, read_quality
 from models.training.informer_fit import STATE_FILE
 from service.cli import main as cli
-from tests.utils.informer import one_thread  # noqa: F401
+
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 SMALL = ["--preset", "patch", "--set", "d_model=16", "n_heads=2", "d_ff=32"]
 WINDOW = ["--context", "48", "--horizon", "16", "--label-len", "16"]

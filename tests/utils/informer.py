@@ -67,12 +67,3 @@ def random_batch(cfg, b: int = 3, seed: int = 0, walk: bool = False):
     y = torch.randn(b, cfg.dec_len, cfg.dec_in, generator=g)
     ym = torch.rand(b, cfg.dec_len, cfg.time_features, generator=g) - 0.5
     return x, xm, decoder_input(y, cfg.label_len, cfg.pred_len), ym
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Run each Informer test on one thread: on a small shared CPU, extra threads only contend."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)

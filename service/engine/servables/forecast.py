@@ -66,12 +66,7 @@ def in_precisions(forecaster: Any, precisions: Sequence[str]) -> dict[str, Any]:
     out = {}
     for p in precisions:
         try:
-            if p == DEFAULT_PRECISION:
-                out[p] = forecaster
-            elif not hasattr(forecaster, "with_precision"):
-                raise ValueError(f"{type(forecaster).__name__} runs in float32 only")
-            else:
-                out[p] = forecaster.with_precision(p)
+            out[p] = forecaster if p == DEFAULT_PRECISION else forecaster.with_precision(p)
         except ValueError as exc:
             log.warning("%s: not served in %s: %s", forecaster.name, p, exc)
     if not out:

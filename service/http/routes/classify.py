@@ -9,7 +9,7 @@ from fastapi import APIRouter, Request, Response
 from service.engine.servables.base import ClassifyInput
 from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.common import ERROR_RESPONSES, LongTextRule
 from service.http.schemas.rerank import (
     ClassifyRequest,
     ClassifyResponse,
@@ -31,7 +31,10 @@ def job_of(
 ) -> ClassifyInput:
     """The engine's job for any rerank / classify body: its inputs and the fields they share
     (a rerank body's ``long_text`` rule; the others cut on ``truncate``)."""
-    rule = getattr(body, "long_text_rule", "truncate" if body.truncate else "error")
+    if isinstance(body, LongTextRule):
+        rule = body.long_text_rule
+    else:
+        rule = "truncate" if body.truncate else "error"
     return ClassifyInput(
         inputs,
         body.attention,
