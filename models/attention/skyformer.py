@@ -121,13 +121,14 @@ def _uniform_draw(m: int, device: str) -> Tensor:
 
 
 def uniform_landmarks(
-    x: Tensor, query_real: Tensor | None, key_real: Tensor | None, lq: int, m: int
+    q: Tensor, k: Tensor, query_real: Tensor | None, key_real: Tensor | None, m: int
 ) -> Tensor:
-    """The authors' landmark positions in the stacked ``[b, Lq + Lk]`` set: ``m`` uniform draws
-    (one fixed-seed draw for every row), ``m // 2`` scaled to the row's real query count and the
-    rest to its real key count, mapped to those real positions. Returns ``[b, m]`` indices."""
-    b, lk = x.shape[0], x.shape[2] - lq
-    draw = _uniform_draw(m, str(x.device))
+    """The authors' landmark positions in the stacked ``[b, Lq + Lk]`` set of ``q``'s and
+    ``k``'s points: ``m`` uniform draws (one fixed-seed draw for every row), ``m // 2`` scaled
+    to the row's real query count and the rest to its real key count, mapped to those real
+    positions. Returns ``[b, m]`` indices, the first ``m // 2`` below ``Lq``."""
+    b, lq, lk = q.shape[0], q.shape[2], k.shape[2]
+    draw = _uniform_draw(m, str(q.device))
     half = m // 2
     parts = []
     for real, length, offset, u in (
@@ -135,13 +136,19 @@ def uniform_landmarks(
         (key_real, lk, lq, draw[half:]),
     ):
         if real is None:
-            real = torch.ones(b, length, dtype=torch.bool, device=x.device)
+            real = torch.ones(b, length, dtype=torch.bool, device=q.device)
         count = real.sum(dim=-1, keepdim=True)
         # float32 product then truncation, as the reference code's ``einsum(...).long()``
         rank = (u[None, :] * count.to(torch.float32)).long().clamp_max(count - 1).clamp_min(0)
         order = torch.argsort((~real).to(torch.uint8), dim=-1, stable=True)  # real ones first
         parts.append(torch.gather(order, 1, rank) + offset)
     return torch.cat(parts, dim=1)
+
+
+def _rows(x: Tensor, index: Tensor) -> Tensor:
+    """``x[b, :, index[b]]`` for ``[b, h, L, d]`` and ``[b, n]`` indices: ``[b, h, n, d]``."""
+    b, h, _, d = x.shape
+    return torch.gather(x, 2, index[:, None, :, None].expand(b, h, index.shape[1], d))
 
 
 def skyformer_nystrom(
@@ -160,7 +167,7 @@ def skyformer_nystrom(
     ``*_real``: bool ``[b, L]`` (None: every position real); padded points are kept out of the
     landmarks, padded keys out of every sum.
     """
-    b, h, lq, d = q.shape
+    b, _, lq, d = q.shape
     m = num_landmarks
     scale = d**-0.25
     q, k = q * scale, k * scale
@@ -170,12 +177,16 @@ def skyformer_nystrom(
         q_mean = masked_mean_values(q, query_real)  # [b, h, 1, d]
         key_log_weight = (k @ q_mean.transpose(-1, -2))[..., 0]  # [b, h, Lk]
         q, k = q - q_mean, k - masked_mean_values(k, key_real)
-    x = torch.cat([q, k], dim=2)  # [b, h, Lq+Lk, d]: the stacked set
     ok = None
     if landmarks == "uniform":
-        index = uniform_landmarks(x, query_real, key_real, lq, m)  # [b, m]
-        land = torch.gather(x, 2, index[:, None, :, None].expand(b, h, m, d))
+        # Gathered from each cloud: the stacked set itself is never built.
+        index = uniform_landmarks(q, k, query_real, key_real, m)  # [b, m]
+        half = m // 2
+        land = torch.cat(
+            [_rows(q, index[:, :half]), _rows(k, index[:, half:] - lq)], dim=2
+        )  # [b, h, m, d]
     else:
+        x = torch.cat([q, k], dim=2)  # [b, h, Lq+Lk, d]: the stacked set
         real = None
         if key_real is not None or query_real is not None:
             ones = torch.ones(b, 1, dtype=torch.bool, device=q.device)
@@ -189,9 +200,9 @@ def skyformer_nystrom(
                 1,
             )
         land, land_ok = segment_means(x, real, m)  # [b, h, m, d], [b, m]
+        del x
         if not bool(land_ok.all()):  # rows with fewer real points than m: empty landmarks
             ok = land_ok[:, None, :].to(q.dtype)  # [b, 1, m]
-    del x
     w = gaussian_kernel(land, land)  # [b, h, m, m]
     if kernel == "gaussian":
         w.diagonal(dim1=-2, dim2=-1).add_(RIDGE)
@@ -238,7 +249,7 @@ def skyformer_nystrom(
         pad = ~key_real[:, None, :, None]
         low = v.masked_fill(pad, float("inf")).amin(dim=-2, keepdim=True)
         high = v.masked_fill(pad, float("-inf")).amax(dim=-2, keepdim=True)
-    return torch.maximum(torch.minimum(out, high), low)
+    return out.clamp_(low, high)
 
 
 def _exact(kernel: KernelName) -> Callable[..., Tensor]:

@@ -98,9 +98,9 @@ def test_uniform_landmarks_are_one_fixed_draw_and_leave_the_global_generator_alo
     x = torch.randn(2, 1, 30, 4)
     real = torch.tensor([[True] * 15, [True] * 9 + [False] * 6])
     state = torch.random.get_rng_state()
-    first = uniform_landmarks(x, real, real, 15, 8)
+    first = uniform_landmarks(x[:, :, :15], x[:, :, 15:], real, real, 8)
     assert torch.equal(torch.random.get_rng_state(), state)
-    assert torch.equal(first, uniform_landmarks(x, real, real, 15, 8))
+    assert torch.equal(first, uniform_landmarks(x[:, :, :15], x[:, :, 15:], real, real, 8))
     # the first half among the row's real queries, the rest among its real keys (offset 15)
     assert bool((first[1, :4] < 9).all()) and bool(
         ((first[1, 4:] >= 15) & (first[1, 4:] < 24)).all()
@@ -140,7 +140,7 @@ def test_gaussian_form_agrees_with_the_authors_implementation() -> None:
     for case in fixture["cases"]:
         gen = torch.Generator().manual_seed(case["seed"])
         q, k, v = (torch.randn(b, h, n, d, generator=gen) for _ in range(3))
-        positions = uniform_landmarks(torch.cat([q, k], dim=2), real, real, n, m)
+        positions = uniform_landmarks(q, k, real, real, m)
         assert positions.tolist() == case["landmark_positions"]
         out = attend(
             q,
