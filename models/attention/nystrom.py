@@ -20,7 +20,8 @@ There is no causal variant: segment means mix future tokens into every landmark.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -111,10 +112,10 @@ def _nystrom(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    key_real: Tensor | None,
-    query_real: Tensor | None,
-    m: int,
-    iterations: int,
+    key_real: Tensor | None = None,
+    query_real: Tensor | None = None,
+    m: int = 64,
+    iterations: int = 6,
 ) -> Tensor:
     """The Nyström product; ``*_real`` None means no padding (the fast, mask-free path)."""
     q = q * (1.0 / math.sqrt(q.shape[-1]))
@@ -145,6 +146,33 @@ def exact_short_rows(
     return exact(q, k_small, v_small, torch.gather(key_real, 1, order))
 
 
+def short_rows_exact(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    m: int,
+    approximate: Callable[..., Tensor],
+    exact: Kernel = full_attention,
+) -> Tensor:
+    """A landmark method's padding rule: ``approximate(q, k, v[, key_real, query_real])`` for
+    the rows with more than ``m`` real keys, ``exact`` attention (gathered, O(Lq·m)) for the
+    others, where Nyström gains nothing and is exact only in the limit."""
+    if key_padding_mask is None:
+        return approximate(q, k, v)
+    key_real = key_padding_mask
+    # Self-attention: the key padding mask also marks padded queries (kept out of landmarks).
+    query_real = key_real if q.shape[-2] == k.shape[-2] else None
+    short = key_real.sum(dim=-1) <= m  # [b]
+    if bool(short.all()):
+        return exact_short_rows(q, k, v, key_real, m, exact)
+    out = approximate(q, k, v, key_real, query_real)
+    if bool(short.any()):
+        exact_rows = exact_short_rows(q, k, v, key_real, m, exact)
+        out = torch.where(short[:, None, None, None], exact_rows, out)
+    return out
+
+
 def nystrom_attention(
     q: Tensor,
     k: Tensor,
@@ -157,26 +185,14 @@ def nystrom_attention(
     """Nyström attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]`` (non-causal)."""
     if causal:  # the registry refuses this first; kept for direct callers
         raise ValueError("nystrom has no causal variant")
-    lq = q.shape[-2]
-    lk = k.shape[-2]
     m = num_landmarks
-    if lk <= m:  # every row has at most m keys: exact attention is as cheap as the approximation
+    if k.shape[-2] <= m:  # every row has at most m keys: exact is as cheap as the approximation
         return full_attention(q, k, v, key_padding_mask)
     out_dtype = q.dtype
     q, k, v = working_precision(q, k, v)
-    if key_padding_mask is None:
-        return _nystrom(q, k, v, None, None, m, pinv_iterations).to(out_dtype)
-    key_real = key_padding_mask
-    # Self-attention: the key padding mask also marks padded queries (kept out of landmarks).
-    query_real = key_real if lq == lk else None
-    short = key_real.sum(dim=-1) <= m  # [b]
-    if bool(short.all()):
-        return exact_short_rows(q, k, v, key_real, m).to(out_dtype)
-    out = _nystrom(q, k, v, key_real, query_real, m, pinv_iterations)
-    if bool(short.any()):
-        exact = exact_short_rows(q, k, v, key_real, m)
-        out = torch.where(short[:, None, None, None], exact, out)
-    return out.to(out_dtype)
+
+    approximate = partial(_nystrom, m=m, iterations=pinv_iterations)
+    return short_rows_exact(q, k, v, key_padding_mask, m, approximate).to(out_dtype)
 
 
 def nystrom_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:

@@ -73,10 +73,10 @@ from models.attention.full import full_attention, full_bytes, full_work
 from models.attention.nystrom import (
     LANDMARK_CAPABILITIES,
     PINV_ITERATIONS,
-    exact_short_rows,
     iterative_pinv,
     num_landmarks_option,
     segment_means,
+    short_rows_exact,
 )
 from models.attention.pricing import (
     ELEMENTWISE,
@@ -270,12 +270,11 @@ def skyformer_attention(
     """Skyformer attention, ``[b,h,i,d] x [b,h,j,d] x [b,h,j,d] -> [b,h,i,d]`` (non-causal)."""
     if causal:  # the registry refuses this first; kept for direct callers
         raise ValueError("skyformer has no causal variant")
-    lq, lk = q.shape[-2], k.shape[-2]
     m = num_landmarks
     exact = _exact(kernel)
     out_dtype = q.dtype
     q, k, v = working_precision(q, k, v)
-    if lk <= m:  # every row has at most m keys: exact attention is as cheap as the approximation
+    if k.shape[-2] <= m:  # every row has at most m keys: exact is as cheap as the approximation
         return exact(q, k, v, key_padding_mask).to(out_dtype)
     approximate = partial(
         skyformer_nystrom,
@@ -284,20 +283,7 @@ def skyformer_attention(
         landmarks=landmarks,
         pinv_iterations=pinv_iterations,
     )
-    if key_padding_mask is None:
-        return approximate(q, k, v).to(out_dtype)
-    key_real = key_padding_mask
-    # Self-attention: the key padding mask also marks padded queries (kept out of landmarks).
-    query_real = key_real if lq == lk else None
-    short = key_real.sum(dim=-1) <= m  # [b]
-    if bool(short.all()):
-        return exact_short_rows(q, k, v, key_real, m, exact).to(out_dtype)
-    out = approximate(q, k, v, key_real, query_real)
-    if bool(short.any()):
-        out = torch.where(
-            short[:, None, None, None], exact_short_rows(q, k, v, key_real, m, exact), out
-        )
-    return out.to(out_dtype)
+    return short_rows_exact(q, k, v, key_padding_mask, m, approximate, exact).to(out_dtype)
 
 
 def skyformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
