@@ -112,6 +112,23 @@ def settings_table() -> str:
     return "\n".join(rows)
 
 
+def settings_error(exc: ValidationError) -> str:
+    """One line for a refused setting (pydantic's own report is a multi-line block with a URL):
+    the setting, its flag and variable, the value given and the rule it broke; several such
+    clauses joined by ``; ``."""
+    parts = []
+    for error in exc.errors(include_url=False):
+        rule = " ".join(error["msg"].removeprefix("Value error, ").split())
+        name = ".".join(str(p) for p in error["loc"])
+        if not name:  # a rule across several settings: its message names them
+            parts.append(rule)
+            continue
+        value = error.get("input")
+        shown = f" = {value!r}" if not isinstance(value, dict) else ""
+        parts.append(f"{name} ({_flag(name)} / ATTNSERVE_{name.upper()}){shown}: {rule}")
+    return "invalid settings: " + "; ".join(parts)
+
+
 def export_openmp_env(settings: Settings) -> None:
     """Put the ``omp_wait_policy`` setting in the environment while torch is not yet imported:
     its OpenMP runtime reads the variable once, when it loads, in this process (one server) or
@@ -132,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = Settings(**overrides)
     except ValidationError as exc:
-        print(f"attnserve: invalid settings:\n{exc}", file=sys.stderr)
+        print(f"attnserve: {settings_error(exc)}", file=sys.stderr)
         return 2
     export_openmp_env(settings)
     # Torch-free, like the supervisor: ``workers`` auto (0) becomes a number of processes here.

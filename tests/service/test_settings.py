@@ -141,3 +141,32 @@ def test_settings_and_the_supervisor_do_not_import_torch() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "needles"),
+    [
+        (
+            ["serve", "--max-body-bytes", "1"],
+            {},
+            ["max_body_bytes", "--max-body-bytes", "'1'", "1024"],
+        ),
+        (["serve"], {"ATTNSERVE_WORKERS": "x"}, ["workers", "ATTNSERVE_WORKERS", "'x'", "integer"]),
+    ],
+)
+def test_an_invalid_setting_is_one_line_naming_setting_value_and_rule(
+    argv: list[str],
+    env: dict[str, str],
+    needles: list[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 50 item 5.4: one line (no pydantic banner or URL), exit 2."""
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert "errors.pydantic.dev" not in err and "validation error" not in err
+    for needle in needles:
+        assert needle in err, err
