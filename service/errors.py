@@ -181,8 +181,20 @@ async def _service_error(_: Request, exc: Exception) -> JSONResponse:
     return error_response(exc)
 
 
-async def _validation_error(_: Request, exc: Exception) -> JSONResponse:
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, RequestValidationError)
+    content_type = request.headers.get("content-type", "")
+    whole_body = any(tuple(e.get("loc", ())) == ("body",) for e in exc.errors())
+    if whole_body and "json" not in content_type.lower():
+        # FastAPI reads a body as JSON only under a JSON content type: otherwise the body is
+        # bytes and pydantic's "not a valid dictionary" would hide the real mistake.
+        sent = f"Content-Type {content_type!r}" if content_type else "no Content-Type"
+        return error_response(
+            InvalidRequest(
+                f"the body was sent with {sent}, so it was not read as JSON; send the JSON "
+                "body with the header Content-Type: application/json"
+            )
+        )
     return error_response(InvalidRequest(_describe_validation(exc)))
 
 

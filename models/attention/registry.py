@@ -156,3 +156,14 @@ def attention_work(
     the unit."""
     chosen = get_backend(backend)
     return float(chosen.work(call, chosen.resolve_options(options)))
+
+
+def option_refusals(name: str, spec: InputSpec, options: Mapping[str, Any] | None) -> list[str]:
+    """Why backend ``name`` cannot run ``spec`` with ``options`` where it could with its default
+    options: the reasons the options themselves cause (flash's ``padding='jagged'`` off CUDA).
+    A model that lets a layer fall back to exact attention when the backend cannot run it
+    still refuses these, since the caller asked for something this device cannot do."""
+    backend = get_backend(name)
+    own = backend.unsupported_reasons(spec, backend.resolve_options(options))
+    default = set(backend.unsupported_reasons(spec, backend.resolve_options({})))
+    return [r for r in own if r not in default]

@@ -41,7 +41,7 @@ from models.hf_forecast.folder import (
 from models.hf_forecast.inputs import SAMPLE_SEED, HFWindow, read_clock, read_features
 from models.informer.history import check_horizon, first_non_finite, predict_call, read_history
 from models.informer.model import LayerChoice
-from models.informer.timefeatures import format_timestamps
+from models.informer.timefeatures import check_future_fits, format_timestamps
 from models.precision import convert_network, needs_conversion, precision_of
 from models.quality_file import read_quality
 
@@ -309,6 +309,16 @@ class HFForecaster:
             sample = samples[i] if samples is not None else None
             out.append(HFForecast(stamps, means[i][:steps].tolist(), sample))
         return out
+
+    def check_future(self, window: HFWindow, steps: int) -> None:
+        """``ModelInputError`` when ``steps`` forecast timestamps after ``window`` would run past
+        the largest date (nothing to check for a history sent without timestamps)."""
+        if window.last_timestamp is None or window.step_seconds is None:
+            return
+        try:
+            check_future_fits(window.last_timestamp, steps, window.step_seconds)
+        except ValueError as exc:
+            raise ModelInputError(str(exc)) from None
 
     def with_precision(self, precision: str) -> HFForecaster:
         """This forecaster in ``precision``: itself in its own, else a new forecaster over a

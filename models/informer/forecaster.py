@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.attention import get_backend
+from models.attention import AttentionError, InputSpec, get_backend
+from models.attention.registry import option_refusals
 from models.compile import bucket_for, compile_forward, pad_rows
 from models.errors import ModelInputError
 from models.informer.checkpoint import load_checkpoint, scaler_of, shipped_dirs
@@ -23,12 +24,14 @@ from models.informer.history import check_horizon, first_non_finite, predict_cal
 from models.informer.memory import forward_bytes, forward_work
 from models.informer.model import Informer, attention_plan, backend_cards
 from models.informer.timefeatures import (
+    check_future_fits,
     check_regular,
     format_timestamps,
     freq_step,
     future_index,
     parse_timestamps,
     regular_stamps,
+    step_seconds,
     time_features,
 )
 from models.names import DEFAULT_BATCH_BUCKETS
@@ -203,6 +206,14 @@ class InformerForecaster:
             last_timestamp=stamps[-1],
         )
 
+    def check_future(self, window: ForecastWindow, steps: int) -> None:
+        """``ModelInputError`` when ``steps`` forecast timestamps after ``window`` would run past
+        the largest date (see :func:`~models.informer.timefeatures.check_future_fits`)."""
+        try:
+            check_future_fits(window.last_timestamp, steps, step_seconds(self.freq))
+        except ValueError as exc:
+            raise ModelInputError(str(exc)) from None
+
     # ------------------------------------------------------------------ compilation
 
     def compile(
@@ -234,7 +245,16 @@ class InformerForecaster:
         opts = dict(options or {})
         if backend == "probsparse" and "factor" not in opts:
             opts["factor"] = self.model.config.factor
-        return get_backend(backend).resolve_options(opts)
+        resolved = get_backend(backend).resolve_options(opts)
+        # Layers a backend cannot run fall back to exact attention, but an option this device
+        # cannot honour is refused, as the text models refuse it (the encoder's first layer).
+        config = self.model.config
+        n = config.encoder_lengths()[0]
+        spec = InputSpec(n, n, config.head_dim, self.model.compute_dtype, self.device.type)
+        reasons = option_refusals(backend, spec, opts)
+        if reasons:
+            raise AttentionError("; ".join(reasons))
+        return resolved
 
     def layer_backends(self, backend: str) -> dict[str, str]:
         """Which backend each attention layer runs when ``backend`` is requested."""

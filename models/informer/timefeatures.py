@@ -304,6 +304,29 @@ def check_regular(stamps: Stamps, freq: str) -> None:
         )
 
 
+# The last second a ``YYYY-MM-DD HH:MM:SS`` timestamp can write (and pandas and the request
+# schema read): a forecast whose timestamps would pass it has no timestamps to answer with.
+LAST_STAMP = np.datetime64("9999-12-31T23:59:59", "s")
+
+
+def check_future_fits(last: np.datetime64, steps: int, step_s: int) -> None:
+    """Raise ``ValueError`` when ``steps`` stamps of ``step_s`` seconds after ``last`` run past
+    :data:`LAST_STAMP` (the message names the history's end and the horizon that fits)."""
+    room = int((LAST_STAMP - as_stamps(last)).astype(np.int64)) // step_s
+    if steps <= room:
+        return
+    (end,) = format_timestamps(as_stamps(last))
+    fits = (
+        f"a horizon of at most {room} or an earlier history"
+        if room > 0
+        else "an earlier history (no horizon fits after this one)"
+    )
+    raise ValueError(
+        f"the history ends at {end}, so the forecast's {steps} timestamps would run past "
+        f"9999-12-31 23:59:59, the largest date a timestamp can hold; send {fits}"
+    )
+
+
 def future_index(last: np.datetime64 | Stamps, steps: int, freq: str) -> Stamps:
     """The ``steps`` timestamps after ``last`` at ``freq``: ``[steps]`` for one stamp,
     ``[n, steps]`` for an array of ``n`` last stamps."""

@@ -166,6 +166,7 @@ class Engine:
         elif request.precision is None:
             labels["precision"] = model.precisions()[0]
         check_count(count, self.settings.max_inputs_per_request, what)
+        check_attention_named(request, model)
         check_auto_fields(request)
         # auto: checked and prepared as for the default backend (the rows do not depend on
         # it), then the backend is chosen for these rows and the request checked for it.
@@ -351,6 +352,18 @@ class Engine:
                 },
             }
         return card
+
+
+def check_attention_named(request: Any, model: Any) -> None:
+    """422 for ``attention: ""``: a backend named by nothing is a mistake, not a request for the
+    default (the one place every model route passes; a name that is no backend is refused by
+    the model, listing the valid ones)."""
+    if request.attention is not None and not request.attention.strip():
+        raise InvalidRequest(
+            f"attention {request.attention!r} names no backend; send one of "
+            f"{', '.join(model.backends())} or auto, or leave attention out for "
+            f"{model.name}'s default ({model.default_attention})"
+        )
 
 
 def check_auto_fields(request: Any) -> None:

@@ -337,6 +337,12 @@ class Registry:
         if name is None:
             if len(loaded) == 1:
                 return self.models[loaded[0]]
+            if not loaded:
+                raise ModelNotFound(
+                    f"no {task} model is loaded (loaded: {', '.join(self.names()) or 'none'}); "
+                    f"to serve one, start the server with a {task} model's folder or name in "
+                    "--models (ATTNSERVE_MODELS) or its folder under --model-dir"
+                )
             raise ModelNotFound(
                 f"name a model: this server has {len(loaded)} {task} models "
                 f"({', '.join(loaded) or 'none'})"

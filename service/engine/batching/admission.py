@@ -19,6 +19,14 @@ from service.errors import ComputeBudgetExceeded, MemoryBudgetExceeded
 
 # How one row and its length read in a refusal, per task.
 ROW_WORDS = {"forecast": ("series", "steps"), "encode": ("text", "tokens")}
+# Plurals that are not the word plus "s".
+PLURALS = {"series": "series"}
+
+
+def counted(n: int, row: str) -> str:
+    """``n`` and ``row`` in the number it needs ("1 text", "37 series", "2 texts")."""
+    return f"{n} {row if n == 1 else PLURALS.get(row, row + 's')}"
+
 
 MemoryEstimate = Callable[[BatchKey, int, int], int]  # (key, rows, longest) -> bytes
 SecondsEstimate = Callable[[BatchKey, int, int], float | None]  # None: backend not measured yet
@@ -76,7 +84,7 @@ def compute_refusal(
     ways = []
     if fits(key) is not None:
         most = rows_within(budget, rows, lambda n: estimate(key, n, length) or 0)
-        ways.append(f"send at most {most} {row}s of this length per request")
+        ways.append(f"send at most {counted(most, row)} of this length per request")
     default = BatchKey(servable.default_call(key.backend), key.bucket)
     if default != key and (seconds := fits(default, rows)) is not None:
         ways.append(f"use {key.backend}'s default options (~{seconds:.1f} s)")
@@ -92,11 +100,11 @@ def compute_refusal(
         ways.append(f"use a cheaper attention backend: {listed}")
     options = ", ".join(f"{k}={v}" for k, v in key.call.options) or "default options"
     return ComputeBudgetExceeded(
-        f"{servable.name}: {rows} {row}{'s' if rows != 1 else ''} of up to {length} {unit} under "
+        f"{servable.name}: {counted(rows, row)} of up to {length} {unit} under "
         f"attention '{key.backend}' ({options}) need an estimated {needed:.1f} s of compute "
         f"on this server, over its per-request limit of {budget:.1f} s "
         "(max_request_compute_s); to fit: "
-        + ("; or ".join(ways) if ways else f"send shorter {row}s")
+        + ("; or ".join(ways) if ways else f"send shorter {PLURALS.get(row, row + 's')}")
     )
 
 

@@ -122,6 +122,11 @@ class ForecastServable(Servable):
         """Validated windows, one per series; the error names the series index."""
         request: ForecastInput = checked.request
         windows = self.windows(request.series, request.seed)
+        for i, window in enumerate(windows):
+            try:
+                self.model.check_future(window, checked.detail["horizon"])
+            except ModelInputError as exc:
+                raise ModelInputError(f"series {i}: {exc}") from None
         # Every window is cut to the model's context, so one length bucket per model.
         lengths = [self.context] * len(windows)
         finish = partial(_cut, checked.detail["horizon"], tuple(request.quantiles))

@@ -12,6 +12,7 @@ its head: :class:`~service.engine.servables.embed.Embeddings` or
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from models.errors import ModelInputError
@@ -84,14 +85,33 @@ class TextServable(Servable):
         chars = 0
         for i, item in enumerate(items):
             parts = (item,) if isinstance(item, str) else item
-            if any(isinstance(p, str) and not p.strip() for p in parts):
-                raise ModelInputError(f"{what} {i} is empty; every {what} needs some text")
+            for j, part in enumerate(parts):
+                if isinstance(part, str) and self._tokenless(part):
+                    # A ranked pair is (query, document): its empty query is named as such.
+                    ranked = getattr(request, "ranking", False) and len(parts) == 2
+                    name = "the query" if ranked and j == 0 else f"{what} {i}"
+                    if not ranked and len(parts) == 2:
+                        name = f"{what} {i}'s {('first', 'second')[j]} text"
+                    raise ModelInputError(
+                        f"{name} is empty: it holds no tokens for {self.name} (nothing but "
+                        "whitespace, or characters its tokenizer drops: control, format, "
+                        f"zero-width, private-use); send some text in {name}"
+                    )
             chars += sum(map(len, parts))
         precision = check_precision(request.precision, self.precisions(), self.name)
         backend = request.attention or self.default_attention
         options = self.models[precision].check_attention(backend, request.attention_options)
         call = self.head.call(backend, option_items(options), precision, request)
         return Checked(call, request, chars <= INLINE_TOKENIZE_CHARS)
+
+    def _tokenless(self, text: str) -> bool:
+        """Whether ``text`` has no tokens of its own for this model (the documented rule: such
+        a text is refused as "" is). Only a text without a letter, digit, mark, punctuation or
+        symbol can be tokenless, so only those are tokenized here."""
+        if any(unicodedata.category(c)[0] in "LMNPS" for c in text):
+            return False
+        tokenizer = self.model.tokenizer
+        return tokenizer.count([text])[0] <= tokenizer.special_tokens()
 
     def prepare(self, checked: Checked) -> Work:
         return self.head.prepare(checked)

@@ -30,6 +30,7 @@ from pydantic_core import to_json
 
 from service import __version__
 from service.engine.servables.base import TextInput
+from service.errors import InvalidRequest
 from service.http.render import rows_json
 from service.http.routes.classify import predict
 from service.http.routes.deps import (
@@ -197,6 +198,14 @@ async def similarity(
     """The cosine similarity of each sentence with the source sentence, in order (TEI embeds
     them all in one request, unnormalised, and takes cosines)."""
     name, _ = engine.text_model(chosen(body.model, x_model), ("encode",))
+    # The source sentence is embedded beside the others: the request limit counts it, and the
+    # refusal counts what the client sent.
+    most = engine.settings.max_inputs_per_request - 1
+    if len(body.inputs.sentences) > most:
+        raise InvalidRequest(
+            f"too many sentences: {len(body.inputs.sentences)}; at most {most} per request "
+            f"(with source_sentence, the server's limit of {most + 1} texts)"
+        )
     parameters = body.parameters
     embed = TeiEmbedRequest.model_validate(
         {
@@ -209,6 +218,7 @@ async def similarity(
             "attention": body.attention,
             "attention_options": body.attention_options,
             "precision": body.precision,
+            "max_quality_loss": body.max_quality_loss,
         }
     )
     source, *others = await tei_embed(embed, request, response, engine)

@@ -17,6 +17,7 @@ from service.http.schemas.common import (
     TruncationDirection,
     attention_field,
     precision_field,
+    quality_budget,
     truncation_direction_field,
 )
 from service.http.schemas.rerank import PredictRequest
@@ -62,6 +63,9 @@ class SimilarityRequest(StrictRequest):
     attention: str | None = attention_field(extension=True)
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
     precision: str | None = precision_field()
+    max_quality_loss: float | None = quality_budget(
+        "1 - mean cosine to the exact embedding", "encode"
+    )
 
 
 # ----------------------------------------------------------------------------- predict at /
