@@ -34,6 +34,7 @@ from service.engine.engine import Engine
 from service.engine.registry import Loader, ModelLoadError, Registry, load_servables
 from service.errors import install_error_handlers
 from service.http.body_pool import BodyParsePool
+from service.http.memory_trim import TrimAfterLargeBodies
 from service.http.middleware import ApiKeyGate, BodyLimit, ConnectionRecycler, RequestContext
 from service.http.routes import (
     classify,
@@ -67,6 +68,8 @@ async def start_serving(state: AppState) -> None:
     await loop.run_in_executor(torch_work, configure_threads, settings.torch_threads)
     if settings.memory_trim_interval_s > 0:  # the periodic trim returns freed memory instead
         allocator.retain_freed_memory()
+    # Before any request thread allocates: freed memory then sits where a trim can return it.
+    allocator.limit_arenas()
     state.device = str(runtime.device)
     extra = f" and the checkpoints in {settings.model_dir}" if settings.model_dir else ""
     lifecycle.step(f"loading {', '.join(settings.models)}{extra} on {runtime.device}")
@@ -104,7 +107,7 @@ async def start_serving(state: AppState) -> None:
             ", ".join(f"{b} {s * 1000:.0f} ms" for b, s in per_backend.items()),
         )
     batcher.start()
-    state.registry, state.batcher = registry, batcher
+    state.registry, state.batcher, state.runtime = registry, batcher, runtime
     state.engine = Engine(settings, registry, batcher)
     metrics.watch_device_memory(runtime.allocated_bytes, runtime.reserved_bytes)
     metrics.serving(
@@ -214,5 +217,6 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     )
     app.add_middleware(ApiKeyGate, api_key=settings.api_key_value, metrics=state.metrics)
     app.add_middleware(ConnectionRecycler, max_age_s=settings.max_connection_age_s)
+    app.add_middleware(TrimAfterLargeBodies, state=state)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

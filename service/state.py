@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from service.engine.batching.batcher import Batcher
+from service.engine.batching.device import DeviceRuntime
 from service.engine.engine import Engine
 from service.engine.registry import Loader, Registry
 from service.http.body_pool import BodyParsePool
@@ -15,8 +16,8 @@ from service.settings import Settings
 
 @dataclass
 class AppState:
-    """Stored on ``app.state.attnserve``; ``registry``/``batcher``/``engine`` are None until
-    loaded."""
+    """Stored on ``app.state.attnserve``; ``registry``/``batcher``/``engine``/``runtime`` are
+    None until loaded."""
 
     settings: Settings
     metrics: Metrics
@@ -25,5 +26,6 @@ class AppState:
     registry: Registry | None = None
     batcher: Batcher | None = None
     engine: Engine | None = None
+    runtime: DeviceRuntime | None = None
     device: str = "cpu"
     body_pool: BodyParsePool | None = None

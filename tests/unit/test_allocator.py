@@ -108,6 +108,8 @@ def test_the_runtime_trims_at_most_once_per_interval(monkeypatch: pytest.MonkeyP
         return True
 
     monkeypatch.setattr(allocator, "trim", trim)
+    timers = FakeTimers()
+    monkeypatch.setattr(device.threading, "Timer", timers)
 
     off = DeviceRuntime(torch.device("cpu"), trim_interval_s=0)
     assert not off.after_batch()
@@ -126,6 +128,65 @@ def test_the_runtime_trims_at_most_once_per_interval(monkeypatch: pytest.MonkeyP
     measuring.peak_above(baseline)
     assert measuring.after_batch()
     assert trims == [60.0, 3660.0, 3660.0]
+
+
+class FakeTimers:
+    """Stands in for ``threading.Timer``: records each timer's wait and callback, fires on
+    :meth:`fire`."""
+
+    def __init__(self) -> None:
+        self.armed: list[tuple[float, object]] = []
+
+    def __call__(self, wait: float, callback: object) -> SimpleNamespace:
+        self.armed.append((wait, callback))
+        return SimpleNamespace(daemon=False, start=lambda: None, cancel=lambda: None)
+
+    def fire(self) -> None:
+        _, callback = self.armed.pop(0)
+        callback()  # type: ignore[operator]
+
+
+def test_memory_freed_outside_or_after_the_last_batch_is_trimmed_without_another_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A refused request never reaches a batch, and the last batch of a burst may come within
+    # the interval of the previous trim: both used to wait for the next batch to be trimmed.
+    clock = [60.0]
+    monkeypatch.setattr(device, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    trims: list[float] = []
+    monkeypatch.setattr(allocator, "trim", lambda: trims.append(clock[0]) or True)
+    monkeypatch.setattr(allocator, "can_trim", lambda: True)
+    timers = FakeTimers()
+    monkeypatch.setattr(device.threading, "Timer", timers)
+    runtime = DeviceRuntime(torch.device("cpu"), trim_interval_s=10)
+
+    runtime.trim_later()  # never trimmed: due at once
+    runtime.trim_later()  # one timer at a time
+    assert [wait for wait, _ in timers.armed] == [0.0]
+    timers.fire()
+    assert trims == [60.0]
+
+    clock[0] += 4
+    assert not runtime.after_batch()  # not due: a timer for the rest of the interval
+    assert [wait for wait, _ in timers.armed] == [6.0]
+    clock[0] += 6
+    timers.fire()
+    assert trims == [60.0, 70.0]
+
+    # A batch is running when the timer fires: it is left to trim after itself.
+    clock[0] += 1
+    runtime.trim_later()
+    baseline = runtime.reset_peak()
+    clock[0] += 9
+    timers.fire()
+    assert trims == [60.0, 70.0]
+    runtime.peak_above(baseline)
+    assert runtime.after_batch()
+    assert trims == [60.0, 70.0, 80.0]
+
+    off = DeviceRuntime(torch.device("cpu"), trim_interval_s=0)
+    off.trim_later()
+    assert not timers.armed
 
 
 # Allocates and frees the same mid-sized tensors over and over, as consecutive forward passes

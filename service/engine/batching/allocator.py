@@ -28,6 +28,13 @@ keep blocks up to :data:`MMAP_THRESHOLD` in its heaps and not to shrink them by 
 when set, win). Blocks over the threshold (exact attention's score matrices at long lengths)
 are still mapped and unmapped on their own.
 
+**Arenas.** glibc gives each thread that allocates concurrently an arena of its own, up to eight
+per core, and ``malloc_trim`` can give back only whole free pages of each: the request threads
+that tokenise large texts (and the tokenizer's own threads) leave many half-used arenas whose
+free space stays resident. :func:`limit_arenas` caps them at :data:`ARENA_MAX` (the
+``MALLOC_ARENA_MAX`` environment variable, when set, wins); the freed memory then sits in a few
+arenas, where the trim returns it (``benchmarks/service/attacks_memory.py`` measures both).
+
 Under another allocator (jemalloc or tcmalloc preloaded with ``LD_PRELOAD``, which return memory
 by their own decay rules) or a C library without ``malloc_trim`` (musl), this does nothing.
 """
@@ -69,8 +76,10 @@ def _glibc_trim() -> ctypes._NamedFuncPointer | None:
     return trim
 
 
-# mallopt parameters (malloc.h) and what retain_freed_memory sets them to.
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+# mallopt parameters (malloc.h) and what retain_freed_memory and limit_arenas set them to.
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8
+# A server process runs one torch thread per core it owns: few threads allocate at once.
+ARENA_MAX = 2
 MMAP_THRESHOLD = 32 * 2**20  # glibc's own ceiling for its dynamic threshold (64-bit)
 TRIM_THRESHOLD = 2**30  # in effect: never shrink on free(); the periodic trim does it
 MALLOPT_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")
@@ -107,6 +116,17 @@ def retain_freed_memory() -> bool:
     return bool(libc.mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)) and bool(
         libc.mallopt(M_TRIM_THRESHOLD, TRIM_THRESHOLD)
     )
+
+
+def limit_arenas(count: int = ARENA_MAX) -> bool:
+    """Cap glibc's malloc arenas at ``count`` (see the module docstring); True if set. Does
+    nothing under another allocator or when ``MALLOC_ARENA_MAX`` is in the environment. Threads
+    that already own an arena keep it: call this before the request threads start."""
+    libc = _glibc()
+    if libc is None or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    libc.mallopt.argtypes, libc.mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(libc.mallopt(M_ARENA_MAX, count))
 
 
 def can_trim() -> bool:

@@ -146,6 +146,7 @@ class DeviceRuntime:
     # boot, so 0.0 would put the first trim ``trim_interval_s`` after the host started.)
     _last_trim: float = field(default=-math.inf, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _trim_timer: threading.Timer | None = field(default=None, init=False, repr=False)
 
     @property
     def is_cuda(self) -> bool:
@@ -226,16 +227,43 @@ class DeviceRuntime:
 
     def after_batch(self) -> bool:
         """Between batches (on a worker thread): trim the C heap if ``trim_interval_s`` has
-        passed since the last trim (and no batch is being measured); True if it was due."""
+        passed since the last trim (and no batch is being measured); True if it was. When it is
+        not due yet, a timer trims when it is (:meth:`trim_later`), so the memory of the last
+        batches of a burst goes back too, with no later batch needed."""
         if self.trim_interval_s <= 0:
             return False
         with self._lock:
             now = time.monotonic()
-            if now - self._last_trim < self.trim_interval_s or self._measuring:
-                return False
-            self._last_trim = now
+            due = now - self._last_trim >= self.trim_interval_s and not self._measuring
+            if due:
+                self._last_trim = now
+        if not due:
+            self.trim_later()
+            return False
         allocator.trim()
         return True
+
+    def trim_later(self) -> None:
+        """Memory was freed outside a batch (a large request parsed, tokenised or refused): trim
+        once the interval since the last trim has passed, on a timer thread, whether or not
+        another request comes. One timer at a time; a batch running then trims after itself."""
+        if self.trim_interval_s <= 0 or not allocator.can_trim():
+            return
+        with self._lock:
+            if self._trim_timer is not None:
+                return
+            wait = max(0.0, self._last_trim + self.trim_interval_s - time.monotonic())
+            self._trim_timer = threading.Timer(wait, self._timed_trim)
+            self._trim_timer.daemon = True
+            self._trim_timer.start()
+
+    def _timed_trim(self) -> None:
+        with self._lock:
+            self._trim_timer = None
+            measuring = self._measuring
+        if measuring:
+            return  # the running batch trims after itself (after_batch)
+        self.after_batch()
 
     def after_out_of_memory(self) -> None:
         """Give cached blocks back so the retried halves have room."""

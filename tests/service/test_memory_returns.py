@@ -1,0 +1,57 @@
+"""Memory a flood of refused requests used comes back (issue 50 item 1), at a smaller scale
+than ``benchmarks/service/attacks_memory.py`` (16 clients, 30 s, 30 s of settling).
+
+Each request is one 1 MB Japanese text in windows, over the windows' compute budget: a 422,
+never a batch. Before the fix the server's resident memory grew by gigabytes under such a flood
+and stayed there, since nothing but a batch ever returned freed memory to the kernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import psutil
+import pytest
+
+from benchmarks.harness.load import HOST, build_request
+from tests.service.server_process import ServerProcess
+from tests.utils.floods import flood
+
+CJK_WINDOWS = {"inputs": ["東京は日本の首都です" * 35000], "long_text": "windows"}
+
+
+def rss_mb(pid: int) -> float:
+    return psutil.Process(pid).memory_info().rss / 2**20
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+    log = tmp_path_factory.mktemp("memory") / "server.log"
+    process = ServerProcess(log, ["all-MiniLM-L6-v2"], ["--memory-trim-interval-s", "1"])
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+def test_refused_floods_leave_resident_memory_where_it_was(server: ServerProcess) -> None:
+    pid = server.proc.pid
+    request = build_request(HOST, server.port, "/encode", json.dumps(CJK_WINDOWS).encode())
+    asyncio.run(flood(server.port, request, clients=1, seconds=0.5))  # first-use allocations
+    time.sleep(2.0)
+    baseline = rss_mb(pid)
+    peak = baseline
+    for _ in range(3):
+        seen = asyncio.run(flood(server.port, request, clients=6, seconds=2.0))
+        peak = max(peak, rss_mb(pid))
+        assert set(seen.statuses) == {422}, seen.statuses
+    deadline = time.monotonic() + 6.0  # a few trim intervals, and no request meanwhile
+    after = rss_mb(pid)
+    while after > baseline + 100 and time.monotonic() < deadline:
+        time.sleep(0.25)
+        after = rss_mb(pid)
+    assert peak < baseline + 1024, (baseline, peak)
+    assert after <= baseline + 100, (baseline, peak, after)
