@@ -111,7 +111,13 @@ def test_a_forecast_past_the_largest_date_is_a_422(served: TestClient) -> None:
     assert_error(r, 422, "invalid_request", "horizon of at most 1")
 
 
-@pytest.mark.parametrize("text", [*EMPTY_TOKENS, "\ufeff", "\u200f\u200e", "\ue000", "\x07"])
+# Long texts of characters tokenizers drop: judged off the event loop, refused all the same.
+LONG_TOKENLESS = ["\u200b" * 5000, "\x00\n" * 3000]
+
+
+@pytest.mark.parametrize(
+    "text", [*EMPTY_TOKENS, "\ufeff", "\u200f\u200e", "\ue000", "\x07", *LONG_TOKENLESS]
+)
 def test_a_text_with_no_tokens_is_a_422_on_every_text_route(served: TestClient, text: str) -> None:
     """Issue 50 item 5.5: a text whose own tokens are none (after the tokenizer's normalizer)
     is refused as "" is, on every route that takes texts."""
@@ -122,6 +128,13 @@ def test_a_text_with_no_tokens_is_a_422_on_every_text_route(served: TestClient, 
         fields = text_fields(shape, text)
         r = served.post(path, json={**body, **fields})
         assert_error(r, 422, "invalid_request", "no tokens")
+
+
+def test_a_long_text_with_a_token_after_dropped_characters_is_served(served: TestClient) -> None:
+    """The event loop looks at a text's first characters only; the rest is judged in a thread,
+    where one letter after thousands of dropped characters is a token."""
+    r = served.post("/encode", json={"inputs": ["\u200b" * 5000 + "a"], "truncate": True})
+    assert r.status_code == 200, r.text
 
 
 def test_plural_of_series_in_a_compute_refusal() -> None:

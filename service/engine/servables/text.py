@@ -42,6 +42,32 @@ CALIBRATION_TOKENS = 128
 CALIBRATION_DOCUMENT = "the quick brown fox jumps over the lazy dog " * 16
 
 
+# Characters of a text the event loop looks at to tell whether it holds any token.
+GLANCE_CHARS = 1024
+
+
+def _has_tokens(text: str) -> bool:
+    """Whether ``text`` holds a letter, digit, mark, punctuation or symbol (which every
+    tokenizer we load keeps as, or within, a token)."""
+    return any(unicodedata.category(c)[0] in "LMNPS" for c in text)
+
+
+def _empty(
+    request: Any, what: str, i: int, j: int, parts: tuple[Any, ...], model: str
+) -> ModelInputError:
+    """The refusal of part ``j`` of input ``i``: it holds no tokens."""
+    # A ranked pair is (query, document): its empty query is named as such.
+    ranked = getattr(request, "ranking", False) and len(parts) == 2
+    name = "the query" if ranked and j == 0 else f"{what} {i}"
+    if not ranked and len(parts) == 2:
+        name = f"{what} {i}'s {('first', 'second')[j]} text"
+    return ModelInputError(
+        f"{name} is empty: it holds no tokens for {model} (nothing but whitespace, or "
+        f"characters its tokenizer drops: control, format, zero-width, private-use); send "
+        f"some text in {name}"
+    )
+
+
 class TextServable(Servable):
     """Wraps a :class:`~models.text.SentenceEncoder` or a
     :class:`~models.text.classifier.TextClassifier`, in one or more precisions.
@@ -82,38 +108,56 @@ class TextServable(Servable):
         come with tokenizing."""
         request = self.head.resolve(request)
         items, what = self.head.inputs(request)
-        chars = 0
+        chars, doubtful = 0, False
         for i, item in enumerate(items):
             parts = (item,) if isinstance(item, str) else item
             for j, part in enumerate(parts):
-                if isinstance(part, str) and self._tokenless(part):
-                    # A ranked pair is (query, document): its empty query is named as such.
-                    ranked = getattr(request, "ranking", False) and len(parts) == 2
-                    name = "the query" if ranked and j == 0 else f"{what} {i}"
-                    if not ranked and len(parts) == 2:
-                        name = f"{what} {i}'s {('first', 'second')[j]} text"
-                    raise ModelInputError(
-                        f"{name} is empty: it holds no tokens for {self.name} (nothing but "
-                        "whitespace, or characters its tokenizer drops: control, format, "
-                        f"zero-width, private-use); send some text in {name}"
-                    )
+                if not isinstance(part, str):
+                    continue
+                verdict = self._tokenless_at_a_glance(part)
+                if verdict:
+                    raise _empty(request, what, i, j, parts, self.name)
+                doubtful = doubtful or verdict is None
             chars += sum(map(len, parts))
         precision = check_precision(request.precision, self.precisions(), self.name)
         backend = request.attention or self.default_attention
         options = self.models[precision].check_attention(backend, request.attention_options)
         call = self.head.call(backend, option_items(options), precision, request)
-        return Checked(call, request, chars <= INLINE_TOKENIZE_CHARS)
+        # A doubtful text is judged in prepare, which then runs in a thread.
+        inline = chars <= INLINE_TOKENIZE_CHARS and not doubtful
+        return Checked(call, request, inline, {"doubtful": True} if doubtful else {})
+
+    def _tokenless_at_a_glance(self, text: str) -> bool | None:
+        """Whether ``text`` has no tokens of its own for this model (the documented rule: such
+        a text is refused as "" is), judged on the event loop from at most
+        :data:`GLANCE_CHARS` characters: None when those cannot tell (a long run of characters
+        tokenizers drop), for :meth:`_tokenless` to judge off the loop. Only a text without a
+        letter, digit, mark, punctuation or symbol can be tokenless."""
+        stripped = text.strip()  # C speed, whatever the length
+        if not stripped:
+            return True
+        if _has_tokens(stripped[:GLANCE_CHARS]):
+            return False
+        if len(stripped) > GLANCE_CHARS:
+            return None
+        return self._tokenless(stripped)
 
     def _tokenless(self, text: str) -> bool:
-        """Whether ``text`` has no tokens of its own for this model (the documented rule: such
-        a text is refused as "" is). Only a text without a letter, digit, mark, punctuation or
-        symbol can be tokenless, so only those are tokenized here."""
-        if any(unicodedata.category(c)[0] in "LMNPS" for c in text):
+        """Whether ``text`` (made only of characters without a letter, digit, mark, punctuation
+        or symbol in its first :data:`GLANCE_CHARS`) holds no tokens: the tokenizer decides."""
+        if _has_tokens(text):
             return False
         tokenizer = self.model.tokenizer
         return tokenizer.count([text])[0] <= tokenizer.special_tokens()
 
     def prepare(self, checked: Checked) -> Work:
+        if checked.detail.get("doubtful"):
+            items, what = self.head.inputs(checked.request)
+            for i, item in enumerate(items):
+                parts = (item,) if isinstance(item, str) else item
+                for j, part in enumerate(parts):
+                    if isinstance(part, str) and self._tokenless(part.strip()):
+                        raise _empty(checked.request, what, i, j, parts, self.name)
         return self.head.prepare(checked)
 
     def run(self, rows: list[Any], call: Any) -> list[Any]:
