@@ -22,8 +22,6 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from starlette.concurrency import run_in_threadpool
-
 from models.names import BACKEND_NAMES, DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
 from models.text.bounded import OverTokenBudget
@@ -39,6 +37,7 @@ from service.engine.batching.admission import window_token_cap, windows_refusal
 from service.engine.batching.batcher import Batcher
 from service.engine.batching.job import JobResult
 from service.engine.batching.policy import BatchKey, length_bucket
+from service.engine.cpu_work import off_loop
 from service.engine.registry import Registry
 from service.engine.servables.base import (
     INLINE_TOKENIZE_CHARS,
@@ -178,7 +177,7 @@ class Engine:
             if checked.inline:
                 work = model.prepare(checked)
             else:
-                work = await run_in_threadpool(model.prepare, checked)
+                work = await off_loop(model.prepare, checked)
         except OverTokenBudget as exc:  # the compute budget judged before the work
             assert cap is not None
             self.batcher.metrics.rejections.labels(model.name, "compute_budget").inc()
@@ -280,7 +279,7 @@ class Engine:
         tokens = model.tokens
         if sum(map(len, texts)) <= INLINE_TOKENIZE_CHARS:
             return model.name, tokens(texts, add_special_tokens, prompt_name)
-        return model.name, await run_in_threadpool(tokens, texts, add_special_tokens, prompt_name)
+        return model.name, await off_loop(tokens, texts, add_special_tokens, prompt_name)
 
     async def decode(
         self, name: str | None, ids: list[list[int]], skip_special_tokens: bool
@@ -294,7 +293,7 @@ class Engine:
         decode = model.decode
         if sum(map(len, ids)) <= INLINE_TOKENIZE_CHARS:
             return model.name, decode(ids, skip_special_tokens)
-        return model.name, await run_in_threadpool(decode, ids, skip_special_tokens)
+        return model.name, await off_loop(decode, ids, skip_special_tokens)
 
     def _window_cap(
         self, model: Any, checked: Any

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from pydantic_core import to_json
-from starlette.concurrency import run_in_threadpool
+
+from service.engine.cpu_work import off_loop
 
 # Values per to_json call: a few milliseconds of writing at most.
 PIECE_VALUES = 16_384
@@ -44,4 +45,4 @@ async def rows_json(
     piece = max(1, PIECE_VALUES // max(1, values_per_item))
     if items <= piece:
         return to_json(rows, exclude_none=exclude_none)
-    return await run_in_threadpool(_rows_json, rows, piece, exclude_none)
+    return await off_loop(_rows_json, rows, piece, exclude_none)

@@ -81,6 +81,25 @@ def torch_thread() -> ThreadPoolExecutor:
         return _torch_thread
 
 
+def model_thread(name: str) -> ThreadPoolExecutor | None:
+    """On CPU, a thread of one model's own for its batches when torch runs one intra-op thread
+    (as :func:`configure_threads` set it on :func:`torch_thread`; the default under ``workers``
+    auto): the models of the process then run side by side, sharing the cores the way two
+    processes would, so a small request of one model never waits for a long forward pass of
+    another (issue 50 item 4). A team of one starts no OpenMP helper pool, so the cost
+    :func:`torch_thread` avoids does not arise. None with several intra-op threads: two forward
+    passes of N threads each would oversubscribe the cores and every second pool costs each
+    parallel region a wake-up; the models then take turns on :func:`torch_thread`."""
+    if torch_thread().submit(torch.get_num_threads).result() != 1:
+        return None
+    return ThreadPoolExecutor(
+        1,
+        thread_name_prefix=f"attnserve-torch-{name}",
+        initializer=torch.set_num_threads,
+        initargs=(1,),
+    )
+
+
 def is_out_of_memory(exc: BaseException) -> bool:
     """True for a device out-of-memory error (``torch.OutOfMemoryError``, raised by CUDA's
     allocator; tests raise it on CPU to exercise the split-and-retry path)."""

@@ -178,7 +178,10 @@ class BatchRun:
         self._run_rows, self._runtime, self._backend = run_rows, runtime, backend
         self._limits, self._on_split = limits, on_split
         self._memory, self._seconds = memory, seconds
-        self.started_at = time.monotonic()  # when it left the queue (its requests' queue time)
+        self.started_at = time.monotonic()  # when it left the queue
+        # When its first forward pass began: its requests' queue time ends here, so a wait for
+        # a thread shared with another model's batch counts as queueing (x-queue-time-ms).
+        self.first_pass_at: float | None = None
         # The group whose next forward pass the next step runs: the whole batch first.
         self._group = self._new_group(_Task(0, len(jobs), _Role.WHOLE))
         self.part, self.parts = self._group.part, self._group.parts
@@ -191,6 +194,8 @@ class BatchRun:
         or retries remain; else every job's outcome: after the last pass, on a failure that
         no retry can help, or, before a part after the first, with
         :class:`~service.errors.ClientDisconnected` when nobody waits."""
+        if self.first_pass_at is None:
+            self.first_pass_at = time.monotonic()
         result = self._advance(self._group)
         if result is None:
             return None  # the group's next part runs next turn

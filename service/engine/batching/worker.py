@@ -35,7 +35,7 @@ from typing import Any
 
 from service.engine.batching.admission import compute_refusal, memory_refusal
 from service.engine.batching.cost import CostModel, measure_backend
-from service.engine.batching.device import DeviceRuntime, torch_thread
+from service.engine.batching.device import DeviceRuntime, model_thread, torch_thread
 from service.engine.batching.execute import BatchRun, Outcome
 from service.engine.batching.job import Job, JobResult
 from service.engine.batching.policy import BatchKey, Limits, between_parts, next_batch
@@ -80,13 +80,15 @@ class ModelWorker:
         self._running: BatchRun | None = None  # the batch on the worker thread now
         self._parts_turn = False  # the last turn went to the others: its next part runs
         self._batch_seconds = 0.05  # running estimate, for Retry-After
-        # CPU: the process's one torch thread (see device.torch_thread); CUDA: a thread of its own.
-        self._own_executor = runtime.is_cuda
-        self._executor = (
+        # CUDA: a thread of its own. CPU: one of its own with one intra-op torch thread, else
+        # the process's one torch thread, shared by every model (see device.model_thread).
+        own = (
             ThreadPoolExecutor(1, thread_name_prefix=f"attnserve-{self.name}")
-            if self._own_executor
-            else torch_thread()
+            if runtime.is_cuda
+            else model_thread(self.name)
         )
+        self._own_executor = own is not None
+        self._executor = own if own is not None else torch_thread()
         self._task: asyncio.Task[None] | None = None
         self.cost = CostModel()  # work rates per backend, measured by warm_up
         # Pure arithmetic per (key, rows, longest), asked for on every decision: cached.
@@ -327,10 +329,18 @@ class ModelWorker:
             self._parted = None
         elif self._parted is not None:  # a batch between two parts: the parts' turn
             self._parts_turn = True
-        self._record(outcomes, run.started_at)
+        self._record(outcomes, run.first_pass_at or run.started_at)
         # Answers are out; the worker thread trims the heap before the next batch (if due).
+        # Not awaited: on a shared thread the trim waits for another model's forward pass,
+        # and this model's next batch would wait for it here, then again in the thread's queue.
         with contextlib.suppress(RuntimeError):  # the executor shut down while draining
-            await loop.run_in_executor(self._executor, self.runtime.after_batch)
+            self._executor.submit(self._after_batch)
+
+    def _after_batch(self) -> None:
+        try:
+            self.runtime.after_batch()
+        except Exception:  # nobody awaits it: say so here
+            log.exception("trimming the heap after a batch of %s failed", self.name)
 
     def _record(self, outcomes: list[Outcome], started: float) -> None:
         seen: set[int] = set()
