@@ -183,7 +183,8 @@ class Settings(BaseSettings):
     body_timeout_s: float = Field(
         default=30.0,
         gt=0,
-        description="Longest wait for the next chunk of a request body; then a 408.",
+        description="The whole request body must arrive within this time of the end of its "
+        "headers, however it trickles in; otherwise a 408 and the connection is closed.",
     )
     keep_alive_timeout_s: int = Field(
         default=15,
@@ -199,7 +200,17 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=1024,
         ge=1,
-        description="Most connections (and requests) handled at once per process; more get a 503.",
+        description="Most connections held at once per process. A new one past it closes the "
+        "connection that has waited longest on its client (idle, or part-way through its "
+        "headers or body); only when every connection has a request at work is the new one "
+        "refused (503 too_many_connections).",
+    )
+    max_connections_per_client: int = Field(
+        default=256,
+        ge=1,
+        description="Most connections held at once per process from one client IP address; a "
+        "new one past it closes that address's longest-waiting connection, or is refused (503) "
+        "when all of them have a request at work. Clients behind one NAT or proxy share it.",
     )
     max_inputs_per_request: int = Field(
         default=64, ge=1, description="Most texts (encode) or series (forecast) in one request."

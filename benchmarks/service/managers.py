@@ -66,7 +66,7 @@ def _uvicorn(port: int) -> list[str]:
         "--h11-max-incomplete-event-size", str(s.max_header_bytes),
         "--timeout-keep-alive", str(s.keep_alive_timeout_s),
         "--timeout-graceful-shutdown", f"{GRACE_S:g}",
-        "--limit-concurrency", str(s.max_connections),
+        # No --limit-concurrency: GuardedProtocol's registry holds the connection limits.
         "--no-access-log", "--log-level", "warning",
     ]  # fmt: skip
 

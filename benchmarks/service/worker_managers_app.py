@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from fastapi import FastAPI
 
+from service.http.connections import ConnectionRegistry
 from service.http.transport import guarded_protocol
 from service.settings import Settings
 
@@ -29,10 +30,15 @@ with warnings.catch_warnings():  # "uvicorn.workers is deprecated, use uvicorn-w
 
 _SETTINGS = Settings()
 
-# uvicorn's HTTP protocol with our header deadline and size limit (service.http.transport);
-# uvicorn's ``--http`` takes it as an import string.
+# uvicorn's HTTP protocol with our header deadline and size limit, body backstop and connection
+# limits (service.http.transport); uvicorn's ``--http`` takes it as an import string. Each
+# worker process imports this module, so each has its own connection registry, as ours do.
 GuardedProtocol = guarded_protocol(
-    _SETTINGS.header_timeout_s, _SETTINGS.max_header_bytes, _SETTINGS.http_parser
+    _SETTINGS.header_timeout_s,
+    _SETTINGS.max_header_bytes,
+    _SETTINGS.http_parser,
+    body_timeout_s=_SETTINGS.body_timeout_s,
+    registry=ConnectionRegistry(_SETTINGS.max_connections, _SETTINGS.max_connections_per_client),
 )
 
 
@@ -44,7 +50,7 @@ def uvicorn_options(settings: Settings) -> dict[str, Any]:
         "h11_max_incomplete_event_size": settings.max_header_bytes,
         "timeout_keep_alive": settings.keep_alive_timeout_s,
         "timeout_graceful_shutdown": max(1, int(settings.shutdown_grace_s)),
-        "limit_concurrency": settings.max_connections,
+        "limit_concurrency": None,  # the registry's limits instead (service.http.connections)
         "access_log": False,
     }
 

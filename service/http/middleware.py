@@ -190,12 +190,14 @@ class ApiKeyGate:
 
 
 class BodyTimeout(StarletteHTTPException):
-    """The next chunk of the body did not come within ``body_timeout_s`` (raised from
-    ``receive``, so the route that reads the body answers it: a 408 with the error body)."""
+    """The whole body did not come within ``body_timeout_s`` of the request's start (raised
+    from ``receive``, so the route that reads the body answers it: a 408 with the error body)."""
 
     def __init__(self, seconds: float) -> None:
         super().__init__(
-            408, f"the request body stalled: no data for {seconds:g} s; send the body at once"
+            408,
+            f"the request body stalled: it did not all arrive within {seconds:g} s of the "
+            "headers; send the body at once",
         )
 
 
@@ -203,8 +205,11 @@ class BodyLimit:
     """Refuses bodies over ``max_bytes`` with a 413 before any route runs: from
     ``Content-Length`` at once, or, for chunked bodies, by reading at most ``max_bytes + 1``
     bytes first and replaying them to the app (the server enforces ``Content-Length`` framing,
-    so a declared length cannot be exceeded). A body whose next chunk takes longer than
-    ``timeout_s`` gets a 408 (after the body, ``receive`` waits for a disconnect untimed)."""
+    so a declared length cannot be exceeded). A body not all in within ``timeout_s`` of the
+    request reaching the app (just after its headers) gets a 408: one deadline for the whole
+    body, not one per chunk, since a byte every few seconds would otherwise hold the connection
+    for as long as the client liked (issue 50 item 2). After the body, ``receive`` waits for a
+    disconnect untimed."""
 
     def __init__(
         self, app: ASGIApp, max_bytes: int, metrics: Metrics, timeout_s: float = 30.0
@@ -216,13 +221,15 @@ class BodyLimit:
 
     def _timed(self, receive: Receive) -> Receive:
         done = False
+        deadline = time.monotonic() + self.timeout_s
 
         async def timed_receive() -> Message:
             nonlocal done
             if done:
                 return await receive()
             try:
-                message = await asyncio.wait_for(receive(), self.timeout_s)
+                left = max(0.0, deadline - time.monotonic())
+                message = await asyncio.wait_for(receive(), left)
             except TimeoutError:
                 self.metrics.rejections.labels("", "body_timeout").inc()
                 raise BodyTimeout(self.timeout_s) from None

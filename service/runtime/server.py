@@ -26,9 +26,11 @@ from fastapi import FastAPI
 from uvicorn.lifespan.on import LifespanOn, LifespanSendMessage
 
 from service.app import create_app
+from service.http.connections import ConnectionRegistry
 from service.http.transport import guarded_protocol
 from service.lifecycle import Lifecycle, Phase
 from service.observability.logs import configure_logging
+from service.runtime.fd_limit import raise_fd_limit
 from service.settings import Settings
 from service.state import AppState
 
@@ -133,13 +135,23 @@ def build_server(
         port=settings.port,
         log_level=settings.log_level,
         timeout_graceful_shutdown=max(1, int(settings.shutdown_grace_s)),
-        # Transport limits (the body's size and read time are BodyLimit's, with the error body).
+        # Transport limits (the body's size and deadline are BodyLimit's, with the error body;
+        # the protocol cuts off a body that outlives that deadline).
         http=guarded_protocol(
-            settings.header_timeout_s, settings.max_header_bytes, settings.http_parser
+            settings.header_timeout_s,
+            settings.max_header_bytes,
+            settings.http_parser,
+            body_timeout_s=settings.body_timeout_s,
+            registry=ConnectionRegistry(
+                settings.max_connections, settings.max_connections_per_client
+            ),
         ),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,
-        limit_concurrency=settings.max_connections,
+        # Not uvicorn's limit_concurrency: it answers a plain-text 503 to every new request once
+        # the process holds that many connections, stalled or not (issue 50); the registry above
+        # drops stalled connections for new ones instead (service.http.connections).
+        limit_concurrency=None,
         access_log=False,
     )
     return DrainingServer(config, app.state.attnserve, exit_when)
@@ -149,6 +161,7 @@ def serve(settings: Settings) -> int:
     """Run one server process until SIGTERM/SIGINT, drain, stop. Returns the exit status: 0, or
     1 when start-up failed. (``workers`` is the CLI's business: see the module docstring.)"""
     configure_logging(settings)
+    raise_fd_limit(settings.max_connections)
     server = build_server(settings)
     server.run()
     return 1 if server.state.lifecycle.phase is Phase.FAILED else 0

@@ -89,9 +89,11 @@ def run_worker(settings: Settings, port: int, supervisor_pid: int) -> None:
         select_device,  # torch and the app: in the worker only
     )
     from service.lifecycle import Phase
+    from service.runtime.fd_limit import raise_fd_limit
     from service.runtime.server import build_server
 
     configure_logging(settings)
+    raise_fd_limit(settings.max_connections)  # the limit is per process: each worker raises its own
     if settings.device == "auto" and select_device("auto").type != "cpu":
         log.error("workers > 1 runs on CPU only, and this host has a GPU: pass --workers 1 "
                   "(one process owns the GPU) or --device cpu")  # fmt: skip

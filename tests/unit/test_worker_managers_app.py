@@ -50,11 +50,13 @@ def test_the_adapter_keeps_the_servers_uvicorn_settings_and_header_guard(
     assert issubclass(guard, HeaderGuard) and guard.__name__ == ours.http.__name__
     assert guard.max_header_bytes == ours.http.max_header_bytes == 20000
     assert guard.header_timeout_s == ours.http.header_timeout_s == 4.5
+    assert guard.body_timeout_s == ours.http.body_timeout_s
+    assert guard.registry.max_total == ours.http.registry.max_total == 77
     assert options == {
         "h11_max_incomplete_event_size": 20000,
         "timeout_keep_alive": 7,
         "timeout_graceful_shutdown": 3,
-        "limit_concurrency": 77,
+        "limit_concurrency": None,
         "access_log": False,
     }
     for name, value in options.items():
