@@ -14,38 +14,93 @@ Write ``T(s)`` for the tokens of ``s`` without special tokens. The tokenizers li
 the model (WordPiece, BPE, Unigram, WordLevel) tokenizes every piece on its own. Special tokens
 are added after that, and truncation cuts ``T(s)`` before they are.
 
-A *boundary* of ``s`` is an index ``x`` with ``s[x] == " "`` and ``s[x-1]`` a letter or digit.
+A *cut* of ``s`` is an index ``0 < x < len(s)`` that the tokenizer's :class:`CutRule
+<models.text.cuts.CutRule>` matches (built once per tokenizer by
+:func:`~models.text.cuts.cut_rule` from its ``tokenizer.json``). Write ``WS`` for Unicode's
+White_Space (Rust's ``char::is_whitespace``, oniguruma's ``\\s``); every cut has ``s[x-1]``
+outside ``WS``. The rule per family:
 
-Lemma. For the pipelines :func:`bounded_reason` accepts, and a boundary ``x`` of ``s``,
-``T(s) = T(s[:x]) + T(s[x:])``.
+- **WordPiece** (``BertNormalizer`` + ``BertPreTokenizer``): (a) ``s[x]`` in ``WS`` and kept as
+  white space by the normalizer (``clean_text`` removes U+000B, U+000C, U+0085: no cut there);
+  (b) ``s[x-1]`` or ``s[x]`` a punctuation character (ASCII punctuation or category P), none
+  that an added token holds; (c) ``s[x-1]`` or ``s[x]`` a CJK ideograph of ``is_chinese_char``,
+  when ``handle_chinese_chars`` is on; (d) head side only: the ``max_input_chars_per_word + 1``
+  counted characters before ``x`` lie in one word (letters, digits, marks, symbols; marks and
+  removed controls pass uncounted); tail side: as many after ``x``.
+- **byte-level BPE** (``ByteLevel``, no normalizer or one NF form): (a) ``s[x]`` in ``WS`` (only
+  those that normalize to U+0020 under ``add_prefix_space``); (b) the regex's class (``\\p{L}``,
+  ``\\p{N}``, other) of the normalized ``s[x-1]``'s last character differs from that of the
+  normalized ``s[x]``'s first, ``s[x-1]`` does not end in an apostrophe, and under NFC/NFKC
+  neither composes with what precedes it (no mark, Hangul vowel or trailing jamo); (c) both in
+  the same class, letters or numbers (as in (b) otherwise), and no merge of the vocabulary
+  joins a part ending in the last UTF-8 byte of ``s[x-1]`` to one starting with the first
+  byte of ``s[x]`` (a BPE without ``ignore_merges``, subword prefix or end-of-word suffix);
+  no added token holds ``s[x-1]`` or ``s[x]`` for (b) and (c).
+- **Metaspace** (Unigram, XLM-R) and any other pipeline: ``s[x]`` a white space the normalizer
+  turns into U+0020 (NFKC does so for U+00A0, U+2000..U+200A, U+202F, U+205F, U+3000; a newline
+  or tab stays inside the piece), ``s[x-1]`` a letter, digit, punctuation or symbol (a letter or
+  digit under ``Precompiled``), ``s[x-1]`` no Prepend and ``s[x+1]`` no grapheme extender.
 
-Proof, component by component: no normalizer we accept rewrites across ``x``: ``BertNormalizer``,
-``Lowercase``, ``StripAccents`` and the NF* forms act per character or per combining sequence,
-and a space combines with nothing before it; ``Precompiled`` (SentencePiece's charsmap) replaces
-character sequences that contain no space; ``Replace`` is accepted only for runs of spaces,
-which start at ``x`` since ``s[x-1]`` is not one. No pre-tokenizer we accept makes a piece that
-holds both ``s[x-1]`` and ``s[x]``: ``BertPreTokenizer``/``Whitespace``/``WhitespaceSplit``
-split at whitespace; ``ByteLevel``'s regex (``'s|'t|… | ?\\p{L}+| ?\\p{N}+|
-?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``) has no alternative that runs from a letter or digit
-into a space, and its matching decides each piece from the text at and after the piece (no
-lookbehind; the only lookahead sits inside whitespace runs, which end before ``x-1``);
-``Metaspace`` turns the space at ``x`` into ``▁`` and splits before it. On the right, ``s[x:]``
-starts with a space, so ``Metaspace``'s prepended ``▁`` and ``ByteLevel``'s
-``add_prefix_space`` add nothing that ``s`` did not have there. Added tokens are matched on the
-raw text: accepted only when their content holds no whitespace and they do not strip
-whitespace on their right, so no match spans ``x`` and none eats characters across it. So the
-pieces of ``s`` are those of ``s[:x]`` followed by those of ``s[x:]``, and the model maps each
-piece alone. ∎
+Character classes come from :mod:`unicodedata`, kept to the characters Unicode 3.2 already
+classed alike, so the library's tables agree with them whatever Unicode version it carries.
+
+Lemma. For a cut ``x`` of ``s`` of kinds (a)-(c), ``T(s) = T(s[:x]) + T(s[x:])``; for a head
+cut (d), ``T(s[:x])`` is a prefix of ``T(s)``, for a tail cut (d) ``T(s[x:])`` a suffix.
+
+Proof, step by step. *Added tokens* are matched first, on the raw (or normalized) text: a match
+spanning ``x`` would hold ``s[x-1]`` and ``s[x]``; kinds (b), (c) and byte-level (b) exclude
+characters added tokens hold, kind (a) puts white space at ``x``, which no accepted added token
+holds (and none strips white space on its right; one stripping on its left stops at
+``s[x-1]``), and (d) needs every added token to start and end with a character no long word
+holds and to be shorter than the counted run. So the sections the library normalizes apart
+are those of ``s[:x]`` and ``s[x:]``, the one around ``x`` split in two; ``single_word`` tokens
+(which look at the character beside a match) allow white-space cuts only.
+*Normalizers* act per character (``Lowercase``, ``BertNormalizer``'s cleaning, CJK padding and
+lowercasing), per canonical segment (NF forms, accent stripping: a segment starts at a
+character of combining class 0 that composes with nothing before it, which every cut
+character is, or which kind (b) of WordPiece puts after a punctuation or padded CJK
+character), per run of spaces (``Replace``, whose runs start at ``x``), or per grapheme cluster
+(``Precompiled``: ``x`` is a cluster boundary); so the normalized ``s`` is the normalized
+``s[:x]`` followed by the normalized ``s[x:]``. *Pre-tokenizers*: ``BertPreTokenizer`` splits at
+white space and isolates punctuation, and CJK ideographs now stand between spaces: a piece
+boundary sits at ``x`` for (a)-(c). ``ByteLevel``'s regex (``'s|'t|'re|'ve|'m|'ll|'d|
+?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+``) decides each match from the
+text at and after its start (no lookbehind); every match starting before ``x`` ends by ``x``,
+since each class run stops where the class changes, an optional leading space is never
+``s[x-1]``, a contraction spanning ``x`` would need ``s[x-1]`` an apostrophe or ``s[x]`` a
+letter after one, and the lookahead sits inside white-space runs that end before ``x-1``; so
+a match starts at ``x`` in ``s`` as in ``s[x:]``. ``Metaspace`` turns the U+0020 at ``x`` into
+``▁`` and splits before it. At the string ends: ``s[x:]`` starts with U+0020 where Metaspace's
+prepended ``▁`` or ByteLevel's ``add_prefix_space`` look (both add a space only to a section
+not starting with one), and nothing in these pipelines looks at the end of a string
+otherwise. So the pieces of ``s`` are those of ``s[:x]`` followed by those of ``s[x:]``, and
+*the model* maps each piece alone. For byte-level (c), the regex ends a match at ``x`` in
+``s[:x]`` and starts one there in ``s[x:]`` (a run of one class, not an apostrophe's), where
+``s`` has one piece across ``x``: BPE (``Word::merge_all`` in models/bpe/word.rs) merges the
+pair of lowest rank, then lowest position, and a merge only reads and rewrites its two symbols
+and their neighbours' pairs; no pair across ``x`` is ever a merge (its bytes at ``x`` are the
+two no merge joins), so the merges left of ``x`` and right of it run as they would alone, in
+the same relative order, and the piece's tokens are those of its two halves. For (d), the piece holding ``x`` has over
+``max_input_chars_per_word`` characters in ``s`` and still on the kept side of ``x`` (each
+counted character normalizes to at least one character that is not a mark), so WordPiece maps
+both to one ``[UNK]``; the pieces before it (head) or after it (tail) are as above. ∎
+
+No cut is proven inside a run of letters for Unigram (the Viterbi path may cross any point of
+it), nor inside one for BPE where the vocabulary merges across every character boundary in
+reach (64 candidates a window), nor at a newline or tab under Metaspace (it splits at U+0020
+only): such texts (CJK or Thai for Unigram, newline- or tab-separated text for Unigram, one
+long word for Unigram, and for BPE wherever its merges cover the run) are tokenised whole,
+which ``benchmarks/results/truncation-scripts-cpu.md`` measures. A WordPiece cut (d) inside a
+word that runs to the far end of the text leaves a part holding every token of the text.
 
 Exactness. Keeping the first ``k`` tokens: if ``|T(s[:x])| ≥ k`` then ``T(s)[:k] =
 T(s[:x])[:k]``; keeping the last ``k``: if ``|T(s[x:])| ≥ k`` then ``T(s)[-k:] =
-T(s[x:])[-k:]``. We ask for more than that: the part must hold ``k`` tokens *besides* an upper
-bound on the tokens of the word at its cut end (its UTF-8 bytes plus 2: WordPiece makes at most
-one token per character, byte-level BPE one per byte plus a leading space, Unigram one per
-character plus ``▁``). Under the lemma this margin is not needed; it keeps the kept tokens right
-even if a component treats the end of a string specially in a way the lemma missed, since only
-the pieces of that last (or first) word could then differ. Token counts of a part are lower
-bounds of the whole text's, which is what a refusal needs.
+T(s[x:])[-k:]``. Every token of a part is exact: an earlier version held back a margin (the
+UTF-8 bytes of the space-separated word at the cut end) in case a component treated string
+ends in a way the lemma missed; with cuts inside CJK runs and at class changes there is no
+such word to bound, the lemma now names each end effect, and the property tests compare
+against the library's own truncation on every script the rules cut. Token counts of a part are
+lower bounds of the whole text's, which is what a refusal needs.
 
 Pairs (``longest_first``): with ``m`` the tokens both texts may keep together, the library
 keeps ``(k1, k2) = f(n1, n2, m)`` of their lengths, and ``f`` does not change with ``n2``
@@ -58,13 +113,11 @@ whichever is longer only for an even ``m``. :meth:`PairTokenizer.pairs
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# A space after a letter or digit: where a text may be cut (see the module docstring).
-_BOUNDARY = re.compile(r"(?<=[^\W_]) ")
+from models.text.cuts import CutRule
 
 _NORMALIZERS = {"BertNormalizer", "Lowercase", "StripAccents", "NFC", "NFD", "NFKC", "NFKD"}
 _PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits"}
@@ -128,27 +181,14 @@ def bounded_reason(tokenizer_json: str) -> str | None:
     )
 
 
-def _cut(text: str, at: int, side: str) -> int | None:
-    """A boundary ``x`` leaving a part of ``at`` to ``2·at`` characters (a prefix ``text[:x]``
-    for ``side`` "head", a suffix ``text[x:]`` for "tail"), or None when that window has none."""
+def _cut(rule: CutRule, text: str, at: int, side: str) -> tuple[int, bool] | None:
+    """A cut ``x`` leaving a part of ``at`` to ``2·at`` characters (a prefix ``text[:x]``
+    for ``side`` "head", a suffix ``text[x:]`` for "tail"), and whether that part holds every
+    token of the text; None when that window has none."""
     n = len(text)
     if side == "head":
-        found = _BOUNDARY.search(text, at, min(n, 2 * at))
-    else:
-        found = _BOUNDARY.search(text, max(1, n - 2 * at), n - at + 1)
-    return None if found is None else found.start()
-
-
-def margin(part: str, side: str) -> int:
-    """Upper bound on the tokens of the word at a part's cut end (its last word for a prefix,
-    its leading spaces and first word for a suffix): UTF-8 bytes plus 2."""
-    if side == "head":
-        word = part[part.rfind(" ") + 1 :]
-    else:
-        stripped = part.lstrip(" ")
-        end = stripped.find(" ")
-        word = part[: len(part) - len(stripped) + (len(stripped) if end < 0 else end)]
-    return len(word.encode("utf-8", "surrogatepass")) + 2
+        return rule.find(text, at, min(n, 2 * at), side)
+    return rule.find(text, n - 2 * at, n - at, side)
 
 
 @dataclass(frozen=True)
@@ -156,10 +196,12 @@ class Part:
     """What was tokenised of one text.
 
     Attributes:
-        text: the part (the whole text when ``whole``).
+        text: the part (the whole text, or a part holding all of its tokens, when ``whole``).
         ids: its token ids, special tokens included.
         special: which of ``ids`` are special tokens.
-        whole: the part is the whole text.
+        whole: the part's tokens are all the text's: it is the whole text, or it was cut
+            inside a long word that runs to the text's other end (WordPiece makes that word
+            one ``[UNK]`` however much of it the part holds).
         exact: tokens of the text's own (no special tokens) proven equal to the whole text's,
             counted from the cut side (all of them when ``whole``).
     """
@@ -177,19 +219,20 @@ class Ends:
     Args:
         encode_batch: the tokenizer's batch call (``encode_batch_fast``), special tokens added.
         specials: special tokens one text gets (before, after).
-        enabled: cutting is safe for this tokenizer (:func:`bounded_reason`); otherwise every
-            text is tokenised whole.
+        rule: where this tokenizer's texts may be cut (:func:`models.text.cuts.cut_rule`), or
+            None when cutting is not safe for it (:func:`bounded_reason`): every text is then
+            tokenised whole.
     """
 
     def __init__(
         self,
         encode_batch: Callable[[list[str]], list[Any]],
         specials: tuple[int, int],
-        enabled: bool,
+        rule: CutRule | None,
     ) -> None:
         self._encode = encode_batch
         self._specials = sum(specials)
-        self.enabled = enabled
+        self.rule = rule
 
     def __call__(
         self,
@@ -215,23 +258,26 @@ class Ends:
         # token of English: the first round usually suffices, and each miss doubles the part.
         targets = [4 * min(need, cap if cap is not None else need) + 64 for need in needs]
         pending = list(range(len(texts)))
+        complete = [False] * len(texts)
         while pending:
             pieces = []
             for i in pending:
-                text, x = texts[i], None
-                if self.enabled:
+                text, found = texts[i], None
+                if self.rule is not None:
                     # A cut part over half the text would save less than a second round costs.
-                    while x is None and 2 * targets[i] < len(text):
-                        x = _cut(text, targets[i], side)
-                        if x is None:
+                    while found is None and 2 * targets[i] < len(text):
+                        found = _cut(self.rule, text, targets[i], side)
+                        if found is None:
                             targets[i] *= 2
+                complete[i] = found is None or found[1]
+                x = None if found is None else found[0]
                 pieces.append(text if x is None else text[:x] if side == "head" else text[x:])
             encodings = self._encode(pieces)
             still = []
             for i, piece, enc in zip(pending, pieces, encodings, strict=True):
-                whole = len(piece) == len(texts[i])
+                whole = complete[i]
                 own = len(enc.ids) - self._specials
-                exact = own if whole else max(0, own - margin(piece, side))
+                exact = own  # every token of a part cut at a cut point (the lemma)
                 parts[i] = Part(piece, list(enc.ids), list(enc.special_tokens_mask), whole, exact)
                 if not whole and exact < needs[i]:
                     targets[i] *= 2

@@ -17,6 +17,7 @@ from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
 from models.text.bounded import WHOLE, Ends, OverTokenBudget, bounded_reason
+from models.text.cuts import cut_rule
 
 # The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
 # out of the tokenizer makes Python objects per token under the GIL, a hold that grows with the
@@ -94,7 +95,8 @@ class TextTokenizer:
         # Long texts: tokenise only the prefix or suffix that decides what is kept; the reason
         # when that is not safe for this tokenizer (None: it is).
         self.bounded_fallback = bounded_reason(self._tokenizer.to_str())
-        self._ends = Ends(self._encode_batch, self._specials, self.bounded_fallback is None)
+        rule = cut_rule(self._tokenizer.to_str()) if self.bounded_fallback is None else None
+        self._ends = Ends(self._encode_batch, self._specials, rule)
 
     def special_tokens(self) -> int:
         """How many special tokens one text gets (``[CLS]`` and ``[SEP]``: 2)."""
