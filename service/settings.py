@@ -76,9 +76,7 @@ class Settings(BaseSettings):
     max_batch_tokens: int = Field(
         default=16384,
         ge=1,
-        description=(
-            "Most padded tokens (texts) or time steps (series) in one batch: rows x longest row."
-        ),
+        description="Most padded tokens or time steps (rows x longest row) per batch.",
     )
     max_batch_memory_mb: int | None = Field(
         default=None,
@@ -100,9 +98,7 @@ class Settings(BaseSettings):
         description="Longest a request waits for others to fill its batch before it runs anyway.",
     )
     max_queue: int = Field(
-        default=256,
-        ge=1,
-        description="Requests that may wait per model; past this new ones get a 429.",
+        default=256, ge=1, description="Requests that may wait per model; past this, a 429."
     )
     request_timeout_s: float = Field(
         default=30.0, gt=0, description="A request not answered within this time gets a 504."
@@ -144,9 +140,7 @@ class Settings(BaseSettings):
         ),
     )
     max_body_bytes: int = Field(
-        default=4 * 1024 * 1024,
-        ge=1024,
-        description="Largest accepted request body; larger gets a 413.",
+        default=4 * 1024 * 1024, ge=1024, description="Largest accepted request body, else a 413."
     )
     body_parse_processes: int = Field(
         default=1,
@@ -187,9 +181,7 @@ class Settings(BaseSettings):
         "headers, however it trickles in; otherwise a 408 and the connection is closed.",
     )
     keep_alive_timeout_s: int = Field(
-        default=15,
-        ge=1,
-        description="An idle keep-alive connection is closed after this time.",
+        default=15, ge=1, description="An idle keep-alive connection is closed after this time."
     )
     max_connection_age_s: float = Field(
         default=60.0,
@@ -200,17 +192,15 @@ class Settings(BaseSettings):
     max_connections: int = Field(
         default=1024,
         ge=1,
-        description="Most connections held at once per process. A new one past it closes the "
-        "connection that has waited longest on its client (idle, or part-way through its "
-        "headers or body); only when every connection has a request at work is the new one "
-        "refused (503 too_many_connections).",
+        description="Most connections held at once per process. A new one past it closes the one "
+        "that has waited longest on its client (idle, or part-way through its headers or "
+        "body), or is refused (503 too_many_connections) when every one has a request at work.",
     )
     max_connections_per_client: int = Field(
         default=256,
         ge=1,
-        description="Most connections held at once per process from one client IP address; a "
-        "new one past it closes that address's longest-waiting connection, or is refused (503) "
-        "when all of them have a request at work. Clients behind one NAT or proxy share it.",
+        description="Most connections per process from one client IP address (clients behind "
+        "one NAT or proxy share it); past it as past max_connections, among its own.",
     )
     max_inputs_per_request: int = Field(
         default=64, ge=1, description="Most texts (encode) or series (forecast) in one request."

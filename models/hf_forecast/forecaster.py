@@ -267,9 +267,7 @@ class HFForecaster:
     def compile(self, backends: list[str], *args: Any, **kwargs: Any) -> None:
         """transformers' classes are served eagerly (``torch.compile`` is not wired for them)."""
         if backends:
-            log.info(
-                "%s: torch.compile is not used for transformers folders; serving eagerly", self.name
-            )
+            log.info("%s: transformers folders are served eagerly (no torch.compile)", self.name)
 
     def check_horizon(self, horizon: int | None) -> int:
         """The horizon to return (the model's when None); ``ModelInputError`` when out of range."""
@@ -311,14 +309,8 @@ class HFForecaster:
         return out
 
     def check_future(self, window: HFWindow, steps: int) -> None:
-        """``ModelInputError`` when ``steps`` forecast timestamps after ``window`` would run past
-        the largest date (nothing to check for a history sent without timestamps)."""
-        if window.last_timestamp is None or window.step_seconds is None:
-            return
-        try:
-            check_future_fits(window.last_timestamp, steps, window.step_seconds)
-        except ValueError as exc:
-            raise ModelInputError(str(exc)) from None
+        """``ModelInputError`` when ``steps`` forecasts after ``window`` pass the largest date."""
+        check_future_fits(window.last_timestamp, steps, window.step_seconds)
 
     def with_precision(self, precision: str) -> HFForecaster:
         """This forecaster in ``precision``: itself in its own, else a new forecaster over a

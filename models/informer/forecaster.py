@@ -209,10 +209,7 @@ class InformerForecaster:
     def check_future(self, window: ForecastWindow, steps: int) -> None:
         """``ModelInputError`` when ``steps`` forecast timestamps after ``window`` would run past
         the largest date (see :func:`~models.informer.timefeatures.check_future_fits`)."""
-        try:
-            check_future_fits(window.last_timestamp, steps, step_seconds(self.freq))
-        except ValueError as exc:
-            raise ModelInputError(str(exc)) from None
+        check_future_fits(window.last_timestamp, steps, step_seconds(self.freq))
 
     # ------------------------------------------------------------------ compilation
 

@@ -26,6 +26,8 @@ import pandas as pd
 from pandas.tseries.frequencies import to_offset
 from pandas.tseries.offsets import Day, Tick
 
+from models.errors import ModelInputError
+
 # Legacy model frequencies that are not pandas aliases (or mean something else there).
 _LEGACY_STEPS = {"t": pd.Timedelta(minutes=15)}  # ETTm's step; pandas' "t"/"T" was one minute
 # Features per step resolution, finest first: a step that is not a whole number of minutes needs
@@ -309,9 +311,12 @@ def check_regular(stamps: Stamps, freq: str) -> None:
 LAST_STAMP = np.datetime64("9999-12-31T23:59:59", "s")
 
 
-def check_future_fits(last: np.datetime64, steps: int, step_s: int) -> None:
-    """Raise ``ValueError`` when ``steps`` stamps of ``step_s`` seconds after ``last`` run past
-    :data:`LAST_STAMP` (the message names the history's end and the horizon that fits)."""
+def check_future_fits(last: np.datetime64 | None, steps: int, step_s: int | None) -> None:
+    """Raise ``ModelInputError`` when ``steps`` stamps of ``step_s`` seconds after ``last`` run
+    past :data:`LAST_STAMP` (the message names the history's end and the horizon that fits);
+    nothing to check without a clock (``last`` or ``step_s`` None)."""
+    if last is None or step_s is None:
+        return
     room = int((LAST_STAMP - as_stamps(last)).astype(np.int64)) // step_s
     if steps <= room:
         return
@@ -321,7 +326,7 @@ def check_future_fits(last: np.datetime64, steps: int, step_s: int) -> None:
         if room > 0
         else "an earlier history (no horizon fits after this one)"
     )
-    raise ValueError(
+    raise ModelInputError(
         f"the history ends at {end}, so the forecast's {steps} timestamps would run past "
         f"9999-12-31 23:59:59, the largest date a timestamp can hold; send {fits}"
     )
