@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--bytes", type=int, default=TARGET_BYTES, help="size of each script's text")
     p.add_argument("--big-series", type=int, default=32, help="series of the large forecast")
     p.add_argument("--log", type=Path, default=Path("/tmp/attacks.log"))
-    args = cli.parse(p, argv, seconds=2.0, sockets=40, repeats=1, bytes=200_000, big_series=2)
+    args = cli.parse(p, argv, seconds=2.0, sockets=40, repeats=1, bytes=20_000, big_series=2)
     report = Report("benchmarks.service.attacks", argv)
     models = [TEXT_MODEL, BIG_MODEL, SMALL_MODEL]
     server = attnserve(models, args.threads, 32, args.log, workers=args.workers)

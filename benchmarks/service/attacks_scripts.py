@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__, cli.repeats(5), cli.out(OUT))
     p.add_argument("--bytes", type=int, default=TARGET_BYTES)
     p.add_argument("--log", type=Path, default=Path("/tmp/attacks-scripts.log"))
-    args = cli.parse(p, argv, repeats=1, bytes=200_000)
+    args = cli.parse(p, argv, repeats=1, bytes=20_000)
     report = Report("benchmarks.service.attacks_scripts", argv)
     server = attnserve([MODEL], threads=0, max_batch_size=32, log=args.log)
     try:
