@@ -11,11 +11,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from types import SimpleNamespace
 
 import psutil
 import pytest
 
 from benchmarks.harness.load import HOST, build_request
+from service.http.memory_trim import TrimAfterLargeBodies
 from tests.service.server_process import ServerProcess
 from tests.utils.floods import flood
 
@@ -55,3 +57,28 @@ def test_refused_floods_leave_resident_memory_where_it_was(server: ServerProcess
         after = rss_mb(pid)
     assert peak < baseline + 1024, (baseline, peak)
     assert after <= baseline + 100, (baseline, peak, after)
+
+
+@pytest.mark.parametrize(
+    ("method", "headers", "trims"),
+    [
+        ("POST", [(b"content-length", b"1048576")], 1),  # large: answered or refused alike
+        ("POST", [(b"transfer-encoding", b"chunked")], 1),  # size unknown
+        ("POST", [(b"content-length", b"300")], 0),
+        ("GET", [], 0),
+    ],
+)
+def test_a_large_request_arms_a_trim_whatever_its_answer(
+    method: str, headers: list[tuple[bytes, bytes]], trims: int
+) -> None:
+    calls: list[None] = []
+    state = SimpleNamespace(runtime=SimpleNamespace(trim_later=lambda: calls.append(None)))
+
+    async def refusing_app(scope: dict, receive: object, send: object) -> None:
+        raise ValueError("the app failed")  # the trim is armed all the same
+
+    middleware = TrimAfterLargeBodies(refusing_app, state)  # type: ignore[arg-type]
+    scope = {"type": "http", "method": method, "headers": headers}
+    with pytest.raises(ValueError):
+        asyncio.run(middleware(scope, None, None))  # type: ignore[arg-type]
+    assert len(calls) == trims
