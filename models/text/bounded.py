@@ -40,6 +40,14 @@ outside ``WS``. The rule per family:
   turns into U+0020 (NFKC does so for U+00A0, U+2000..U+200A, U+202F, U+205F, U+3000; a newline
   or tab stays inside the piece), ``s[x-1]`` a letter, digit, punctuation or symbol (a letter or
   digit under ``Precompiled``), ``s[x-1]`` no Prepend and ``s[x+1]`` no grapheme extender.
+- **Unigram under Metaspace**, head side only, also (e) inside a piece: ``s[x-1]`` and ``s[x]``
+  each kept as it is by the normalizer (alone and under its NF form), ``s[x]`` a letter,
+  digit, punctuation or symbol of combining class 0 that composes with nothing before it, no
+  Hangul jamo, Prepend, grapheme extender or added-token character, ``s[x-1]`` one too or a
+  white space the normalizer keeps (newline, tab), ``s[x-2]`` no Prepend or CR, ``s[x+1]`` no
+  mark, jamo or extender; and no vocabulary piece holds ``s[x-1]s[x]`` in a row (normalizers
+  limited to NF forms, ``Precompiled``, ``Lowercase`` and ``Replace`` on spaces; with byte
+  fallback all 256 byte tokens present; the lowest score under 10).
 
 Character classes come from :mod:`unicodedata`, kept to the characters Unicode 3.2 already
 classed alike, so the library's tables agree with them whatever Unicode version it carries.
@@ -80,17 +88,41 @@ otherwise. So the pieces of ``s`` are those of ``s[:x]`` followed by those of ``
 pair of lowest rank, then lowest position, and a merge only reads and rewrites its two symbols
 and their neighbours' pairs; no pair across ``x`` is ever a merge (its bytes at ``x`` are the
 two no merge joins), so the merges left of ``x`` and right of it run as they would alone, in
-the same relative order, and the piece's tokens are those of its two halves. For (d), the piece holding ``x`` has over
+the same relative order, and the piece's tokens are those of its two halves. For (e), the
+normalized ``s[:x]`` ends in ``s[x-1]`` and the normalized ``s`` continues it with ``s[x]``
+(``x`` is a normalization and grapheme cluster boundary, both characters clusters of their
+own), no added token holds either, and Metaspace splits neither: the prefix's pieces are
+``s``'s up to the one holding ``x``, cut there. Unigram (``encode_optimized`` in
+models/unigram/model.rs) walks the piece's positions in order; an edge from position ``i`` is
+a vocabulary piece the text continues with at ``i`` (in the trie's order) or, when no
+one-character piece starts there, an ``<unk>`` of one character, and it updates the best
+path ending where it ends when strictly better. No piece holds ``s[x-1]s[x]``, so no edge
+crosses ``x``: the updates to every node up to ``x`` read only ``s[:x]``, in the same order,
+with the same floating-point sums, in the piece and in its prefix; and the backtrack from the
+piece's end reaches node ``x`` (no edge jumps it) and follows the same pointers from there.
+So the prefix's segments are the first segments of the piece. ``fuse_unk`` (always on when
+loaded) joins neighbouring ``<unk>`` segments, and ``tokenize`` looks each string up (with
+byte fallback, its bytes): a run crosses ``x`` only when neither ``s[x-1]`` nor ``s[x]`` has
+a one-character piece; then the prefix ends with the run's part before ``x``, no piece (it
+would score at least the lowest score, above its ``<unk>`` characters at 10 below it each,
+and the path would have taken it), so it is ``<unk>`` as the whole run is (with byte fallback:
+the first of the run's bytes). The prefix's ids are thus the first of the piece's, every one
+exact. If every character from ``x-1`` on is in no vocabulary piece (unchanged by the
+normalizer, no composition second: a run of them only reorders), the rest is part of that one
+``<unk>`` (no byte fallback) and the prefix holds every token; a text made only of such
+characters is ``▁`` and one ``<unk>`` for any suffix as well. A suffix cut at (e) is not
+used: Metaspace would prepend a ``▁`` the text lacks there, and the Viterbi sums after ``x``
+would start from another value (floating-point addition does not shift ties alike).
+For (d), the piece holding ``x`` has over
 ``max_input_chars_per_word`` characters in ``s`` and still on the kept side of ``x`` (each
 counted character normalizes to at least one character that is not a mark), so WordPiece maps
 both to one ``[UNK]``; the pieces before it (head) or after it (tail) are as above. ∎
 
-No cut is proven inside a run of letters for Unigram (the Viterbi path may cross any point of
-it), nor inside one for BPE where the vocabulary merges across every character boundary in
-reach (64 candidates a window), nor at a newline or tab under Metaspace (it splits at U+0020
-only): such texts (CJK or Thai for Unigram, newline- or tab-separated text for Unigram, one
-long word for Unigram, and for BPE wherever its merges cover the run) are tokenised whole,
-which ``benchmarks/results/truncation-scripts-cpu.md`` measures. A WordPiece cut (d) inside a
+No cut is proven inside a piece for Unigram where a vocabulary piece holds every pair of
+characters in reach (64 candidates a window), nor on the tail side inside a piece, nor inside
+a run for BPE where the vocabulary merges across every character boundary in reach: such
+texts (for Unigram keeping the end of newline-, tab- or comma-separated text or of one long
+word) are tokenised whole, which ``benchmarks/results/truncation-scripts-cpu.md`` measures. A WordPiece cut (d) inside a
 word that runs to the far end of the text leaves a part holding every token of the text.
 
 Exactness. Keeping the first ``k`` tokens: if ``|T(s[:x])| ≥ k`` then ``T(s)[:k] =
@@ -201,7 +233,7 @@ class Part:
         special: which of ``ids`` are special tokens.
         whole: the part's tokens are all the text's: it is the whole text, or it was cut
             inside a long word that runs to the text's other end (WordPiece makes that word
-            one ``[UNK]`` however much of it the part holds).
+            one ``[UNK]`` however much of it the part holds; Unigram one fused ``<unk>``).
         exact: tokens of the text's own (no special tokens) proven equal to the whole text's,
             counted from the cut side (all of them when ``whole``).
     """
