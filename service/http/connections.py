@@ -14,6 +14,9 @@ down. Here a connection is in one of four states:
 * ``BODY``: headers in, the body still arriving.
 * ``ACTIVE``: a whole request in, the app at work or its response being written. Never dropped:
   a connection limit must not throw away work the server has taken on.
+* ``LINGER``: answered and closing, still reading and discarding the rest of a request body so
+  the client reads the answer rather than a reset (:mod:`service.http.linger`). A courtesy, not
+  work: dropped before any other connection.
 
 The first three are *waiting* on the client, since the connection was made or its last response
 was sent (sending a few bytes of headers or body does not restart the clock: a trickle stays
@@ -41,6 +44,7 @@ class State(enum.IntEnum):
     HEADERS = 1
     BODY = 2
     ACTIVE = 3
+    LINGER = 4
 
 
 @dataclass
@@ -77,6 +81,7 @@ class ConnectionRegistry:
         # The connections waiting on their client, longest-waiting first: choosing whom to drop
         # costs O(1).
         self._waiting: OrderedDict[Hashable, None] = OrderedDict()
+        self._lingering: OrderedDict[Hashable, None] = OrderedDict()  # dropped before those
         self._by_client: dict[str, set[Hashable]] = {}
         self.shed_total = 0
         self.refused_total = 0
@@ -124,7 +129,10 @@ class ConnectionRegistry:
         entry = self._entries.get(conn)
         if entry is None or entry.state is state:
             return
-        if state is State.ACTIVE:
+        if state is State.LINGER:  # the connection's last state
+            self._waiting.pop(conn, None)
+            self._lingering[conn] = None
+        elif state is State.ACTIVE:
             del self._waiting[conn]
         elif entry.state is State.ACTIVE:  # waiting on its client again, from now
             entry.since = self.clock()
@@ -137,19 +145,20 @@ class ConnectionRegistry:
         if entry is None:
             return
         self._waiting.pop(conn, None)
+        self._lingering.pop(conn, None)
         held = self._by_client[entry.client]
         held.discard(conn)
         if not held:
             del self._by_client[entry.client]
 
     def _oldest(self) -> Hashable | None:
-        return next(iter(self._waiting), None)
+        return next(iter(self._lingering or self._waiting), None)
 
     def _oldest_of_client(self, client: str) -> Hashable | None:
         # At most max_per_client connections to look through.
         candidates = [
-            (e.since, i, c)
+            (e.state is not State.LINGER, e.since, i, c)
             for i, c in enumerate(self._by_client.get(client, ()))
             if (e := self._entries[c]).state is not State.ACTIVE
         ]
-        return min(candidates)[2] if candidates else None
+        return min(candidates)[3] if candidates else None

@@ -205,11 +205,12 @@ class BodyLimit:
     """Refuses bodies over ``max_bytes`` with a 413 before any route runs: from
     ``Content-Length`` at once, or, for chunked bodies, by reading at most ``max_bytes + 1``
     bytes first and replaying them to the app (the server enforces ``Content-Length`` framing,
-    so a declared length cannot be exceeded). A body not all in within ``timeout_s`` of the
-    request reaching the app (just after its headers) gets a 408: one deadline for the whole
-    body, not one per chunk, since a byte every few seconds would otherwise hold the connection
-    for as long as the client liked (issue 50 item 2). After the body, ``receive`` waits for a
-    disconnect untimed."""
+    so a declared length cannot be exceeded). The 413 closes the connection after a lingering
+    close (:mod:`service.http.linger`): the client reads it, not a reset. A body not all in
+    within ``timeout_s`` of the request reaching the app (just after its headers) gets a 408:
+    one deadline for the whole body, not one per chunk, since a byte every few seconds would
+    otherwise hold the connection for as long as the client liked (issue 50 item 2). After the
+    body, ``receive`` waits for a disconnect untimed."""
 
     def __init__(
         self, app: ASGIApp, max_bytes: int, metrics: Metrics, timeout_s: float = 30.0
@@ -240,7 +241,13 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         self.metrics.rejections.labels("", "body_too_large").inc()
-        exc = BodyTooLarge(f"request body is over the limit of {self.max_bytes} bytes")
+        # Connection: close, so the rest of the body is not parsed as long as the client likes:
+        # the server reads and discards it for a bounded time (a lingering close), then closes
+        # (service.http.linger), and the client reads this answer, not a reset.
+        exc = BodyTooLarge(
+            f"request body is over the limit of {self.max_bytes} bytes",
+            headers={"connection": "close"},
+        )
         await error_response(exc)(scope, receive, send)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -21,6 +21,10 @@ headers, sending a body, active) to the server's :class:`ConnectionRegistry`, wh
 to drop for a new one, longest-waiting first. uvicorn's own ``limit_concurrency`` is not used:
 it answers every new request a plain-text 503 once the process holds that many connections,
 whatever they are doing, so a thousand trickling sockets kept ``/healthz`` down (issue 50).
+
+An answer that ends the connection while the request's body is still arriving (a 413) is
+followed by a lingering close (:mod:`service.http.linger`), so the client reads it rather than a
+connection reset.
 """
 
 from __future__ import annotations
@@ -30,12 +34,13 @@ import importlib.util
 import json
 import logging
 import time
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from service.http.connections import ConnectionRegistry, State
+from service.http.linger import Linger, LingeringTransport, expects_continue
 
 log = logging.getLogger("attnserve")
 
@@ -96,6 +101,7 @@ class HeaderGuard:
     header_timeout_s: ClassVar[float] = 10.0
     max_header_bytes: ClassVar[int] = 16 * 1024
     body_timeout_s: ClassVar[float] = 30.0
+    linger_bytes: ClassVar[int] = 8 * 1024 * 1024  # discarded at most in a lingering close
     registry: ClassVar[ConnectionRegistry | None] = None  # one per server (guarded_protocol)
 
     loop: asyncio.AbstractEventLoop
@@ -109,6 +115,7 @@ class HeaderGuard:
         self._header_bytes = 0  # of the request whose headers are arriving
         self._tail = b""  # its last 3 bytes, to find a terminator split between two reads
         self._conn_state = State.IDLE
+        self._linger: Linger | None = None
 
     def _awaiting_headers(self) -> bool:
         """Whether the next byte belongs to a request's line or headers."""
@@ -120,13 +127,17 @@ class HeaderGuard:
 
     # The protocol's own connection callbacks, with the deadline armed from the first moment.
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[misc]
+        self._raw_transport = cast(asyncio.Transport, transport)
+        lingering = LingeringTransport(self._raw_transport, self._start_linger)
+        super().connection_made(cast(asyncio.Transport, lingering))  # type: ignore[misc]
         self._arm()
         self._admit()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
         self._disarm_body()
+        if self._linger is not None:
+            self._linger.cancel()
         if self.registry is not None:
             self.registry.forget(self)
         super().connection_lost(exc)  # type: ignore[misc]
@@ -134,6 +145,34 @@ class HeaderGuard:
     def on_response_complete(self) -> None:
         super().on_response_complete()  # type: ignore[misc]
         self._sync_state()
+
+    # Lingering close (service.http.linger).
+    def _start_linger(self) -> bool:
+        """Asked by the transport's ``close()``: linger (True) when an answer is complete and
+        the request's body is still arriving, unless the client awaits ``100 Continue``."""
+        cycle = self.cycle
+        if (
+            self._raw_transport.is_closing()
+            or cycle is None
+            or not cycle.response_complete
+            or not self._receiving_body()
+            or expects_continue(cycle.scope["headers"])
+        ):
+            return False
+        self._disarm()
+        self._disarm_body()
+        self._linger = Linger(self.loop, self._raw_transport, self.linger_bytes)
+        self._conn_state = State.LINGER
+        if self.registry is not None:
+            self.registry.move(self, State.LINGER)
+        return True
+
+    def _discarded(self, data: bytes) -> bool:
+        """Whether ``data`` came while lingering (and was discarded)."""
+        if self._linger is None:
+            return False
+        self._linger.feed(len(data))
+        return True
 
     # Connection limits.
     def _admit(self) -> None:
@@ -156,6 +195,9 @@ class HeaderGuard:
         retry, RFC 9112 section 9.3.1)."""
         self._disarm()
         self._disarm_body()
+        if self._linger is not None:
+            self._linger.close()
+            return
         if self.transport.is_closing():
             return
         started = self.cycle is not None and self.cycle.response_started
@@ -211,7 +253,7 @@ class HeaderGuard:
             return
         if self.cycle is None or not self.cycle.response_started:
             self.transport.write(BODY_TIMEOUT_RESPONSE)
-        self.transport.close()
+        self._raw_transport.close()  # no lingering for a trickle
 
     def feed(self, data: bytes) -> bool:
         """Count ``data`` (received while awaiting headers); False: refused, stop reading."""
@@ -272,6 +314,8 @@ class GuardedH11Protocol(HeaderGuard, H11Protocol):
         return self.conn.their_state is h11.SEND_BODY
 
     def data_received(self, data: bytes) -> None:
+        if self._discarded(data):
+            return
         if self._awaiting_headers() and not self.feed(data):
             return
         super().data_received(data)
@@ -302,6 +346,8 @@ def _httptools_protocol() -> type:
             return not self._between_requests
 
         def data_received(self, data: bytes) -> None:
+            if self._discarded(data):
+                return
             if self._awaiting_headers() and not self.feed(data):
                 return
             super().data_received(data)
@@ -332,15 +378,17 @@ def guarded_protocol(
     parser: HttpParser = "auto",
     body_timeout_s: float = 30.0,
     registry: ConnectionRegistry | None = None,
+    linger_bytes: int = 8 * 1024 * 1024,
 ) -> type:
     """The protocol class for uvicorn's ``http=`` with this header deadline and size limit, the
     body backstop, and (when given) the connection limits of ``registry``: one class, and one
-    registry, per server."""
+    registry, per server. ``linger_bytes``: the most a lingering close discards."""
     base = _httptools_protocol() if resolve_parser(parser) == "httptools" else GuardedH11Protocol
     limits = {
         "header_timeout_s": header_timeout_s,
         "max_header_bytes": max_header_bytes,
         "body_timeout_s": body_timeout_s,
         "registry": registry,
+        "linger_bytes": linger_bytes,
     }
     return type(base.__name__, (base,), limits)

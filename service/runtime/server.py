@@ -145,6 +145,9 @@ def build_server(
             registry=ConnectionRegistry(
                 settings.max_connections, settings.max_connections_per_client
             ),
+            # A client refused a body a little over the limit may finish sending it; one that
+            # sends twice the limit after a 413 is cut off (service.http.linger).
+            linger_bytes=2 * settings.max_body_bytes,
         ),
         h11_max_incomplete_event_size=settings.max_header_bytes,
         timeout_keep_alive=settings.keep_alive_timeout_s,

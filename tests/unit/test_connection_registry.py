@@ -77,3 +77,26 @@ def test_forget_is_idempotent_and_frees_the_client() -> None:
     r.forget("a")
     assert r.count() == 0 and r.count(client="c") == 0
     assert r.admit("b", "c").shed == ()
+
+
+def test_a_lingering_connection_is_dropped_before_any_waiting_one() -> None:
+    # Lingering (answered, discarding the rest of a refused body) is a courtesy, not work: it
+    # goes first, even before a connection that has waited longer, for any client's newcomer.
+    r = registry(3, 2)
+    for name in ("stalled", "idle", "lingering"):
+        r.admit(name, "a" if name != "idle" else "b")
+    r.move("stalled", State.BODY)
+    r.move("lingering", State.ACTIVE)
+    r.move("lingering", State.LINGER)
+    assert r.admit("new", "c").shed == ("lingering",)
+    assert r.state("stalled") is State.BODY
+
+
+def test_a_client_past_its_cap_loses_its_lingering_connection_first() -> None:
+    r = registry(100, 2)
+    for name in ("stalled", "lingering"):
+        r.admit(name, "a")
+    r.move("stalled", State.HEADERS)
+    r.move("lingering", State.ACTIVE)
+    r.move("lingering", State.LINGER)
+    assert r.admit("new", "a").shed == ("lingering",)
