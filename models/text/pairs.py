@@ -178,6 +178,7 @@ class PairTokenizer(TextTokenizer):
         if max_tokens is not None:
             room = self.max_tokens - int(self._tokenizer.num_special_tokens_to_add(True))
             docs = [pair[1] for pair in prepared]
+            self._refuse_by_floor(docs, max_tokens, room)  # without tokenising, when it can
             self._ends(docs, [WHOLE] * len(docs), cap=max_tokens, over=room)
         rows: list[PairRow] = []
         owners: list[int] = []

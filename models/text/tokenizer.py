@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from models.errors import ModelInputError
 from models.text.bounded import WHOLE, Ends, OverTokenBudget, bounded_reason
 from models.text.cuts import cut_rule
+from models.text.token_floor import token_floor
 
 # The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
 # out of the tokenizer makes Python objects per token under the GIL, a hold that grows with the
@@ -97,6 +98,9 @@ class TextTokenizer:
         self.bounded_fallback = bounded_reason(self._tokenizer.to_str())
         rule = cut_rule(self._tokenizer.to_str()) if self.bounded_fallback is None else None
         self._ends = Ends(self._encode_batch, self._specials, rule)
+        # A lower bound of a text's tokens without tokenising (None: none proven for this
+        # pipeline): texts far over a cap are refused for the cost of a few regex scans.
+        self._floor = token_floor(self._tokenizer.to_str())
 
     def special_tokens(self) -> int:
         """How many special tokens one text gets (``[CLS]`` and ``[SEP]``: 2)."""
@@ -141,8 +145,21 @@ class TextTokenizer:
         """
         self._check(texts)
         over = self.max_tokens - sum(self._specials)
-        parts = self._ends(self._prepare(texts), [WHOLE] * len(texts), cap=max_tokens, over=over)
+        prepared = self._prepare(texts)
+        if max_tokens is not None:
+            self._refuse_by_floor(prepared, max_tokens, over)
+        parts = self._ends(prepared, [WHOLE] * len(texts), cap=max_tokens, over=over)
         return [(p.ids, p.special) for p in parts]
+
+    def _refuse_by_floor(self, texts: list[str], cap: int, over: int) -> None:
+        """Raise :class:`OverTokenBudget` when the texts' floors (:mod:`models.text.token_floor`)
+        already pass ``cap`` while one passes ``over`` - Ends' condition, on bounds that never
+        exceed the counts, so without tokenising. Texts too short to pass it are not read."""
+        if self._floor is None or 4 * sum(map(len, texts)) <= cap:
+            return  # a floor is at most the UTF-8 bytes, at most 4 a character
+        floors = [self._floor(t, cap) for t in texts]
+        if sum(floors) > cap and max(floors, default=0) > over:
+            raise OverTokenBudget(sum(floors), cap)
 
     def _check(self, texts: list[str], names: list[str] | None = None) -> None:
         """Strings of valid Unicode; ``names[i]`` says what ``texts[i]`` is in an error
@@ -250,6 +267,7 @@ class TextTokenizer:
             # over the cap are refused after reading about the cap's worth of text, not all of
             # it (the offsets call below costs several times the fast one).
             try:
+                self._refuse_by_floor(prepared, limit, -1)
                 self._ends(prepared, [WHOLE] * len(prepared), cap=limit, over=-1)
             except OverTokenBudget as exc:
                 raise _too_many_to_list(f"at least {exc.tokens}", limit) from None
