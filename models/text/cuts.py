@@ -11,142 +11,26 @@ carries agree with ours on every character a cut depends on.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 import unicodedata
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-Form = Literal["NFC", "NFD", "NFKC", "NFKD"]
-
-# Unicode's White_Space property: Rust's char::is_whitespace, and oniguruma's \s in the
-# ByteLevel regex (checked against the pre-tokenizer in the tests). Python's str.isspace also
-# takes U+001C..U+001F, which neither splits at.
-WHITE_SPACE = "\t\n\x0b\x0c\r \x85\xa0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000"
-_WS = re.compile(f"[{WHITE_SPACE}]")
-# BertNormalizer's is_chinese_char (normalizers/bert.rs): padded with spaces when
-# handle_chinese_chars is on (the ranges checked against the normalizer in the tests).
-CJK = (
-    "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002a6df\U0002a700-\U0002b81f"
-    "\U0002b920-\U0002ceaf\U0002f800-\U0002fa1f"
+from models.text.char_classes import (
+    _CJK,
+    _EXTEND,
+    _PREPEND,
+    _WS,
+    CJK,
+    WHITE_SPACE,
+    Form,
+    _bert_classes,
+    _byte_level_classes,
+    _byte_of_char,
+    _class,
+    _solid,
 )
-_CJK = re.compile(f"[{CJK}]")
-# Grapheme_Cluster_Break=Prepend letters and the characters that extend the cluster before
-# them (UAX #29 GB9, GB9a, GB9b): SentencePiece's Precompiled normalizer rewrites whole
-# grapheme clusters, so a cut must fall between two clusters.
-_PREPEND = (
-    "\u0600-\u0605\u06dd\u070f\u0890\u0891\u08e2\u0d4e\U000110bd\U000110cd\U000111c2\U000111c3"
-)
-_EXTEND = (
-    "\u0300-\u036f\u200c\u200d\u0e33\u0eb3\uff9e\uff9f\U0001f3fb-\U0001f3ff\U000e0020-\U000e007f"
-)
-_HANGUL_VT = range(0x1161, 0x11C3)  # vowel and trailing jamo: NFC composes them with the one before
-
-
-def _class(codes: list[int]) -> str:
-    """A regex character class body for the code points ``codes`` (sorted), as ranges."""
-    out, i = [], 0
-    while i < len(codes):
-        j = i
-        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
-            j += 1
-        lo, hi = re.escape(chr(codes[i])), re.escape(chr(codes[j]))
-        out.append(lo if i == j else f"{lo}-{hi}")
-        i = j + 1
-    return "".join(out) or r"\x00-\x00"  # an empty class would not compile; NUL never cuts
-
-
-def _stable(c: str) -> bool:
-    """Same category in Unicode 3.2 as now: assigned, and classed alike by any table since."""
-    cat = unicodedata.category(c)
-    return cat != "Cn" and unicodedata.ucd_3_2_0.category(c) == cat
-
-
-def _kind(c: str) -> str:
-    """The ByteLevel regex's class of one character: L (``\\p{L}``), N, S (``\\s``), O."""
-    if _WS.match(c):
-        return "S"
-    cat = unicodedata.category(c)[0]
-    return cat if cat in "LN" else "O"
-
-
-@functools.cache
-def _composition_seconds() -> frozenset[int]:
-    """Characters that NFC or NFKC may compose with the character before them: the second of
-    every two-character canonical decomposition (planes 0 and 1 hold them all), and Hangul
-    vowel and trailing jamo (composed by rule, not by table)."""
-    seconds = set(_HANGUL_VT)
-    for code in range(0x20000):
-        parts = unicodedata.decomposition(chr(code)).split()
-        if len(parts) == 2 and not parts[0].startswith("<"):
-            seconds.add(int(parts[1], 16))
-    return frozenset(seconds)
-
-
-def _composes_back(c: str, form: str | None) -> bool:
-    """``c`` may reorder or compose with the character before it under ``form``: combining
-    class other than 0, or the second of a composition (also after a compatibility
-    decomposition: U+FF9E is U+3099 under NFKC)."""
-    if form is None:
-        return False
-    first = unicodedata.normalize("NFKD" if "K" in form else "NFD", c)[:1] or c
-    return unicodedata.combining(first) != 0 or (
-        "C" in form and ord(first) in _composition_seconds()
-    )
-
-
-@functools.cache
-def _byte_level_classes(form: Form | None) -> dict[str, str]:
-    """Class bodies over the BMP for ByteLevel cuts under normal form ``form`` (None: none):
-    ``{k}_last`` holds the characters whose normalized form ends in class ``k`` and that start
-    a normalization segment; ``{k}_first`` those whose normalized form starts in class ``k``."""
-    sets: dict[str, list[int]] = {f"{k}_{e}": [] for k in "LNO" for e in ("first", "last")}
-    for code in range(0x20, 0x10000):
-        c = chr(code)
-        if 0xD800 <= code < 0xE000 or _WS.match(c) or not _stable(c):
-            continue
-        n = c if form is None else unicodedata.normalize(form, c)
-        if form is not None and unicodedata.ucd_3_2_0.normalize(form, c) != n:
-            continue
-        if not n or _composes_back(c, form) or _WS.search(n):
-            continue
-        # An apostrophe ends no left side: "'s", "'t", ... are matched across it.
-        if not n.endswith("'"):
-            sets[f"{_kind(n[-1])}_last"].append(code)
-        sets[f"{_kind(n[0])}_first"].append(code)
-    return {k: _class(v) for k, v in sets.items()}
-
-
-@functools.cache
-def _bert_classes() -> dict[str, tuple[int, ...]]:
-    """Code points of the BMP for BertPreTokenizer: ``punct`` (each one a piece), ``word``
-    (kept in a piece as one or more normalized characters, not all marks, whatever lowercasing
-    and accent stripping do) and ``silent`` (kept in a piece, or removed: never a split)."""
-    punct: list[int] = []
-    word: list[int] = []
-    silent: list[int] = []
-    for code in range(0x00, 0x10000):
-        c = chr(code)
-        if 0xD800 <= code < 0xE000 or _WS.match(c):
-            continue
-        cat = unicodedata.category(c)
-        if cat in ("Mn", "Cf", "Cc") or code == 0xFFFD:
-            silent.append(code)  # stripped (Mn) or removed by clean_text
-        elif not _stable(c) or _CJK.match(c):
-            continue
-        elif (code < 0x80 and not c.isalnum()) or cat[0] == "P":
-            punct.append(code)  # Rust's is_ascii_punctuation() || is_punctuation()
-        elif cat[0] in "LNMS":
-            n = unicodedata.normalize("NFD", c.lower())
-            if any(unicodedata.category(x) != "Mn" for x in n) and all(
-                unicodedata.category(x)[0] in "LNMS"
-                and not _CJK.match(x)
-                and not (ord(x) < 0x80 and not x.isalnum())
-                for x in n
-            ):
-                word.append(code)
-    return {"punct": tuple(punct), "word": tuple(word), "silent": tuple(silent)}
 
 
 @dataclass(frozen=True)
@@ -335,126 +219,12 @@ def cut_rule(tokenizer_json: str) -> CutRule:
     pattern = f"(?<={left})(?<![{_PREPEND}])(?=[{cuts}](?![{_EXTEND}]))(?!\\r\\n)"
     name = "white space after a letter, digit, punctuation or symbol"
     both = re.compile(pattern)
-    if kind != "Metaspace" or model.get("type") != "Unigram" or not _piece_normalizers(norms):
+    # (Imported here: the Unigram rule builds on CutRule, defined above.)
+    from models.text.unigram_cuts import piece_normalizers, unigram_rule
+
+    if kind != "Metaspace" or model.get("type") != "Unigram" or not piece_normalizers(norms):
         return CutRule(name, both)
-    return _unigram_rule(name, both, tokenizer, kinds, pre, model, added_chars)
-
-
-def _piece_normalizers(norms: list[dict[str, Any]]) -> bool:
-    """Normalizers acting per character, per normalization segment, per grapheme cluster or
-    on runs of spaces only (XLM-R's ``Replace`` of `` {2,}``): what a cut inside a piece
-    between two characters each kept as it is may rely on."""
-    for n in norms:
-        kind = n.get("type")
-        if kind == "Replace":
-            pattern = (n.get("pattern") or {}).get("Regex") or (n.get("pattern") or {}).get(
-                "String", "x"
-            )
-            if re.sub(r"\{\d*,?\d*\}|[+*]", "", pattern).strip(" ") or " " not in pattern:
-                return False  # (a run of anything but spaces could span the cut)
-        elif kind not in ("NFC", "NFD", "NFKC", "NFKD", "Precompiled", "Lowercase"):
-            return False
-    return True
-
-
-_JAMO = "\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff"
-
-
-def _unigram_rule(
-    name: str,
-    both: re.Pattern[str],
-    tokenizer: Any,
-    kinds: list[str],
-    pre: dict[str, Any],
-    model: dict[str, Any],
-    added_chars: set[str],
-) -> CutRule:
-    """Metaspace + Unigram: besides ``both``, a head-side cut inside a piece between two
-    characters that no vocabulary piece holds in a row (the lemma's Unigram case)."""
-    vocab = [str(v[0]) for v in model.get("vocab") or []]
-    scores = [float(v[1]) for v in model.get("vocab") or []]
-    pieces = set(vocab)
-    fallback = bool(model.get("byte_fallback"))
-    # A fused run of unknown characters is looked up whole: with byte fallback every byte must
-    # have its token (else the run is one <unk> or bytes depending on its length), and a run
-    # must never be a piece: k >= 2 unknown characters score k x (min - 10), below any piece
-    # (>= min) when min < 10, so a piece holding them would have won the Viterbi path.
-    if (fallback and any(f"<0x{b:02X}>" not in pieces for b in range(256))) or (
-        not scores or min(scores) >= 10
-    ):
-        return CutRule(name, both)
-    precompiled = "Precompiled" in kinds
-    normalize = tokenizer.normalizer.normalize_str if tokenizer.normalizer else (lambda c: c)
-    replacement = str(pre.get("replacement", "\u2581"))
-    held = {c for p in vocab for c in p}
-    joins = re.compile(f"[{_JAMO}{_PREPEND}{_EXTEND}\u200d]")
-    seconds = _composition_seconds()
-    forms = [cast(Form, k) for k in kinds if k in ("NFC", "NFD", "NFKC", "NFKD")]
-    cut: list[int] = []
-    after: list[int] = []
-    marks: list[int] = []
-    for code in range(0x21, 0x10000):
-        c = chr(code)
-        if 0xD800 <= code < 0xE000:
-            continue
-        cat = unicodedata.category(c)
-        if cat[0] == "M" or unicodedata.combining(c) or joins.match(c) or not _stable(c):
-            after.append(code)  # may join the character before it (cluster, segment)
-            if cat[0] != "M" or joins.match(c) or not _stable(c) or code in seconds:
-                continue
-        elif any(_composes_back(c, f) for f in ("NFC", "NFKC")):
-            after.append(code)
-            continue
-        if cat[0] not in "LNPSM" or _WS.match(c) or c == replacement or c in added_chars:
-            continue
-        if normalize(c) != c or any(
-            unicodedata.normalize(f, c) != c or unicodedata.ucd_3_2_0.normalize(f, c) != c
-            for f in forms
-        ):
-            continue
-        (marks if cat[0] == "M" else cut).append(code)
-    # White space the normalizer keeps as it is (a newline, a tab: Metaspace splits at U+0020
-    # only) may end the prefix; it never starts the suffix, where an added token's lstrip
-    # could take it (no cut after a CR: CR LF is one cluster).
-    kept = [c for c in (9, 10, 11, 12, 0x85, 0x2028, 0x2029) if normalize(chr(c)) == chr(c)]
-    body = _class(cut)
-    pattern = (
-        f"(?<=[{_class(sorted(cut + kept))}])(?<![{_PREPEND}\\r].)(?=[{body}](?![{_class(after)}]))"
-    )
-    bigrams = frozenset(p[i : i + 2] for p in vocab for i in range(len(p) - 1))
-    # Unknown characters, fused into one <unk> (no byte fallback): under Precompiled only
-    # those of the cut class (one grapheme cluster each); otherwise marks too (no composition
-    # second among them, so a run of them only reorders under any normal form).
-    unknown = [c for c in (cut if precompiled else sorted(cut + marks)) if chr(c) not in held]
-    name += "; inside a piece between two characters no vocabulary piece holds in a row (head)"
-    return CutRule(
-        name,
-        both,
-        piece=re.compile(pattern),
-        bigrams=bigrams,
-        unknown=None if fallback or not unknown else re.compile(f"[{_class(unknown)}]*"),
-    )
-
-
-@functools.cache
-def _solid() -> str:
-    """Letters, digits, punctuation and symbols of the BMP that no normal form, lowercasing,
-    accent stripping or clean_text removes or ends in white space (U+00A8 does not qualify:
-    NFKC makes it a space and a mark, and stripping the mark leaves the space)."""
-    return _class([code for code in range(0x21, 0x10000) if _is_solid(chr(code))])
-
-
-def _is_solid(c: str) -> bool:
-    if c == "\ufffd" or 0xD800 <= ord(c) < 0xE000 or not _stable(c):
-        return False  # (U+FFFD: clean_text removes it)
-    if unicodedata.category(c)[0] not in "LNPS":
-        return False
-    for form in ("NFC", "NFD", "NFKC", "NFKD"):
-        n = unicodedata.normalize(form, c.lower())
-        kept = "".join(x for x in n if unicodedata.category(x) != "Mn")
-        if not kept or _WS.match(kept[-1]) or _WS.match(n[-1]):
-            return False
-    return True
+    return unigram_rule(name, both, tokenizer, kinds, pre, model, added_chars)
 
 
 def _bert_rule(
@@ -536,15 +306,6 @@ def _byte_level_rule(
     return CutRule(
         "ByteLevel", both, inner=re.compile("|".join(inner)), junctions=junctions, form=form
     )
-
-
-@functools.cache
-def _byte_of_char() -> dict[str, int]:
-    """GPT-2's map from byte-level characters back to bytes (``bytes_to_unicode``): printable
-    Latin-1 bytes stand for themselves, the others for U+0100 onwards."""
-    shown = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-    rest = [b for b in range(256) if b not in shown]
-    return {chr(b): b for b in shown} | {chr(0x100 + i): b for i, b in enumerate(rest)}
 
 
 def _merge_junctions(model: dict[str, Any]) -> frozenset[int] | None:

@@ -5,7 +5,7 @@ its tokens: :func:`token_floor` reads a ``tokenizer.json`` once and returns a
 :class:`TokenFloor` whose call counts, with a few regex scans in C, something every
 tokenisation of the text must hold at least as many tokens as. Write ``T(s)`` for the tokens of
 ``s`` without special tokens (the notation of :mod:`models.text.bounded`), and ``WS`` for
-Unicode's White_Space (:data:`~models.text.cuts.WHITE_SPACE`).
+Unicode's White_Space (:data:`~models.text.char_classes.WHITE_SPACE`).
 
 Counted characters. ``K`` holds the letters and digits of the BMP (``str.isalnum``) that
 Unicode 3.2 already classed alike (so the library's tables, whatever their version, do not
@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.text.bounded import bounded_reason
-from models.text.cuts import CJK, WHITE_SPACE
+from models.text.char_classes import CJK, WHITE_SPACE
 
 _WS = re.compile(f"[{WHITE_SPACE}]")
 _WS_LIST = [chr(c) for c in (9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, 0x2028, 0x2029)] + [

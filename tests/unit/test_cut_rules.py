@@ -1,4 +1,4 @@
-"""The character classes behind the cut rules (models/text/cuts.py) agree with what the
+"""The character classes behind the cut rules (models/text/char_classes.py, cuts.py) agree with what the
 tokenizers library's own normalizers and pre-tokenizers do, character by character: the facts
 the lemma in models/text/bounded.py rests on."""
 
@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 from tokenizers import normalizers, pre_tokenizers
 
-from models.text import cuts
+from models.text import char_classes, cuts
 from tests.utils.tiny_tokenizers import KINDS, tokenizer_json
 
 BMP = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000]
@@ -27,7 +27,7 @@ def test_white_space_is_what_byte_level_and_bert_split_at() -> None:
     BertPreTokenizer, over the whole BMP (not Python's isspace, which adds U+001C..U+001F)."""
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bert = pre_tokenizers.BertPreTokenizer()
-    ours = set(_members(cuts.WHITE_SPACE))
+    ours = set(_members(char_classes.WHITE_SPACE))
     # "a", then c twice, then "a": four pieces exactly when c is \s (a run before a non-space
     # leaves its last space to a piece of its own), but for U+0020, which joins the "a" after.
     four = {c for c in BMP if len(byte_level.pre_tokenize_str(f"a{c}{c}a")) == 4}
@@ -40,7 +40,7 @@ def test_white_space_is_what_byte_level_and_bert_split_at() -> None:
 def test_cjk_ranges_are_what_bert_normalizer_pads() -> None:
     normalizer = normalizers.BertNormalizer(clean_text=False, lowercase=False)
     padded = {c for c in BMP if normalizer.normalize_str(c) == f" {c} "}
-    assert padded == set(_members(cuts.CJK))
+    assert padded == set(_members(char_classes.CJK))
     for code in (0x20000, 0x2A6DF, 0x2A700, 0x2B81F, 0x2B920, 0x2CEAF, 0x2F800, 0x2FA1F):
         assert normalizer.normalize_str(chr(code)) == f" {chr(code)} "
     for code in (0x2A6E0, 0x2B820, 0x2CEB0, 0x2FA20, 0x1FFFF):
@@ -48,7 +48,7 @@ def test_cjk_ranges_are_what_bert_normalizer_pads() -> None:
 
 
 def test_bert_punctuation_is_isolated_and_long_word_characters_stay_in_the_word() -> None:
-    classes = cuts._bert_classes()
+    classes = char_classes._bert_classes()
     bert = pre_tokenizers.BertPreTokenizer()
     for code in classes["punct"]:
         assert len(bert.pre_tokenize_str(f"a{chr(code)}a")) == 3, hex(code)
@@ -69,7 +69,7 @@ def test_bert_punctuation_is_isolated_and_long_word_characters_stay_in_the_word(
 def test_byte_level_classes_split_where_the_library_splits(form: str | None) -> None:
     """A character of a ``_last`` class followed by one of another class's ``_first``, both
     normalized as the library does: the pre-tokenizer cuts between them."""
-    classes = cuts._byte_level_classes(form)
+    classes = char_classes._byte_level_classes(form)
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False)
     normalizer = {"NFC": normalizers.NFC(), "NFKC": normalizers.NFKC()}.get(form or "")
     probe = {"L": "a", "N": "1", "O": "!"}
@@ -95,8 +95,8 @@ def test_solid_characters_neither_vanish_nor_end_in_white_space() -> None:
     normalizer = normalizers.Sequence(
         [normalizers.NFKC(), normalizers.BertNormalizer(lowercase=True)]
     )
-    white = re.compile(f"[{cuts.WHITE_SPACE}]")
-    for c in _members(cuts._solid()):
+    white = re.compile(f"[{char_classes.WHITE_SPACE}]")
+    for c in _members(char_classes._solid()):
         for form in ("NFC", "NFD", "NFKC", "NFKD"):
             n = unicodedata.normalize(form, c)
             assert n and not white.match(n[-1]), (form, hex(ord(c)))
@@ -116,7 +116,7 @@ def test_each_tiny_tokenizer_gets_its_family_rule() -> None:
 
 def test_byte_level_characters_map_back_to_the_bytes() -> None:
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    byte = cuts._byte_of_char()
+    byte = char_classes._byte_of_char()
     assert sorted(byte) == sorted(pre_tokenizers.ByteLevel.alphabet())
     text = "a \t\n東京ภาษา🙂\x00\x7f\u00ad\u00a0é"
     [(piece, _)] = byte_level.pre_tokenize_str(text)
