@@ -33,7 +33,7 @@ from typing import Any
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model, load_average
-from benchmarks.harness.process import TEXT_MODEL, attnserve
+from benchmarks.harness.process import TEXT_MODEL, attnserve, neighbour
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.service.attacks_memory import CJK_WINDOWS, flood_memory
 from benchmarks.service.attacks_probes import BIG_MODEL, SMALL_MODEL, cross_model, probe_latency
@@ -114,6 +114,27 @@ def cross_rows(seen: dict[str, Any]) -> list[list[object]]:
 COLUMNS = ["attack", "target", "measured", "detail", "verdict"]
 
 
+def attack(server: Any, args: Any, rows: list[list[object]], data: dict[str, Any]) -> None:
+    """The five attacks in turn against ``server``, their rows and figures into ``rows`` and
+    ``data``."""
+    data["memory"] = flood_memory(server, CJK_WINDOWS, 16, args.seconds, args.seconds)
+    rows += memory_rows(data["memory"])
+    print(rows[-2:], flush=True)
+    data["slow_sockets"] = slow_sockets(server.url, args.sockets, args.seconds)
+    rows += socket_rows(data["slow_sockets"])
+    print(rows[-4:], flush=True)
+    data["scripts"] = script_costs(server.url, args.repeats, args.bytes)
+    rows += script_rows(data["scripts"])
+    data["probes"] = [
+        probe_latency(server.url, "cjk-windows", 16, args.seconds),
+        probe_latency(server.url, "token-listing", 4, args.seconds),
+    ]
+    for seen in data["probes"]:
+        rows += probe_rows(seen)
+    data["cross_model"] = cross_model(server.url, args.seconds, args.big_series)
+    rows += cross_rows(data["cross_model"])
+
+
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__, cli.seconds(30.0, "seconds per flood and per idle wait"), cli.out(OUT))
     p.add_argument("--workers", type=int, default=0, help="server processes (0: auto)")
@@ -122,6 +143,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--repeats", type=int, default=3, help="requests per script and mode")
     p.add_argument("--bytes", type=int, default=TARGET_BYTES, help="size of each script's text")
     p.add_argument("--big-series", type=int, default=32, help="series of the large forecast")
+    p.add_argument(
+        "--neighbour", action="store_true", help="a process spinning one core the whole time"
+    )
     p.add_argument("--log", type=Path, default=Path("/tmp/attacks.log"))
     args = cli.parse(p, argv, seconds=2.0, sockets=40, repeats=1, bytes=20_000, big_series=2)
     report = Report("benchmarks.service.attacks", argv)
@@ -131,29 +155,16 @@ def main(argv: list[str] | None = None) -> None:
     data: dict[str, Any] = {}
     try:
         server.wait_ready()
-        data["memory"] = flood_memory(server, CJK_WINDOWS, 16, args.seconds, args.seconds)
-        rows += memory_rows(data["memory"])
-        print(rows[-2:], flush=True)
-        data["slow_sockets"] = slow_sockets(server.url, args.sockets, args.seconds)
-        rows += socket_rows(data["slow_sockets"])
-        print(rows[-4:], flush=True)
-        data["scripts"] = script_costs(server.url, args.repeats, args.bytes)
-        rows += script_rows(data["scripts"])
-        data["probes"] = [
-            probe_latency(server.url, "cjk-windows", 16, args.seconds),
-            probe_latency(server.url, "token-listing", 4, args.seconds),
-        ]
-        for seen in data["probes"]:
-            rows += probe_rows(seen)
-        data["cross_model"] = cross_model(server.url, args.seconds, args.big_series)
-        rows += cross_rows(data["cross_model"])
+        with neighbour(args.neighbour):
+            attack(server, args, rows, data)
     finally:
         server.stop()
+    beside = "; a neighbour process spinning one core throughout" if args.neighbour else ""
     report.add(
         f"CPU: {cpu_model()}; load average at the end {load_average()}; one `attnserve serve` "
         f"(--workers {args.workers} --torch-threads {args.threads}; 0: auto) with "
         f"{', '.join(models)}; resident memory is the sum over its processes; the load "
-        "generators on the same host."
+        f"generators on the same host{beside}."
     )
     report.table(COLUMNS, rows)
     report.write(args.out, "No request can hurt the server: the attacks of issue 50", data)

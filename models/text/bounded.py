@@ -15,7 +15,7 @@ the model (WordPiece, BPE, Unigram, WordLevel) tokenizes every piece on its own.
 are added after that, and truncation cuts ``T(s)`` before they are.
 
 A *cut* of ``s`` is an index ``0 < x < len(s)`` that the tokenizer's :class:`CutRule
-<models.text.cuts.CutRule>` matches (built once per tokenizer by
+<models.text.cut_rule.CutRule>` matches (built once per tokenizer by
 :func:`~models.text.cuts.cut_rule` from its ``tokenizer.json``). Write ``WS`` for Unicode's
 White_Space (Rust's ``char::is_whitespace``, oniguruma's ``\\s``); every cut has ``s[x-1]``
 outside ``WS``. The rule per family:
@@ -149,7 +149,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from models.text.cuts import CutRule
+from models.text.cut_rule import CutRule
 
 _NORMALIZERS = {"BertNormalizer", "Lowercase", "StripAccents", "NFC", "NFD", "NFKC", "NFKD"}
 _PRE_TOKENIZERS = {"BertPreTokenizer", "Whitespace", "WhitespaceSplit", "Punctuation", "Digits"}

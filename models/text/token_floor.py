@@ -65,7 +65,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.text.bounded import bounded_reason
-from models.text.char_classes import CJK, WHITE_SPACE
+from models.text.char_classes import CJK, WHITE_SPACE, _byte_of_char, _class
 
 _WS = re.compile(f"[{WHITE_SPACE}]")
 _WS_LIST = [chr(c) for c in (9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, 0x2028, 0x2029)] + [
@@ -77,20 +77,6 @@ _WS_LIST = [chr(c) for c in (9, 10, 11, 12, 13, 32, 0x85, 0xA0, 0x1680, 0x2028, 
 _JOINING = "\u0d4e\u0e33\u0eb3\uff9e\uff9f\u1100-\u11ff\ua960-\ua97f\ud7b0-\ud7ff"
 _JOINING_RE = re.compile(f"[{_JOINING}]")
 _CHUNK = 1 << 16  # characters read at a time (a bound past the cap stops the reading)
-_BYTES_SHOWN = [*range(0x21, 0x7F), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
-
-
-def _class(codes: list[int]) -> str:
-    """A regex character class body for the sorted code points ``codes``, as ranges."""
-    out, i = [], 0
-    while i < len(codes):
-        j = i
-        while j + 1 < len(codes) and codes[j + 1] == codes[j] + 1:
-            j += 1
-        lo, hi = re.escape(chr(codes[i])), re.escape(chr(codes[j]))
-        out.append(lo if i == j else f"{lo}-{hi}")
-        i = j + 1
-    return "".join(out) or r"\x00-\x00"  # NUL is never counted: no alnum
 
 
 def _stable(c: str) -> bool:
@@ -247,7 +233,7 @@ def _floor(tokenizer_json: str) -> TokenFloor | None:
         return TokenFloor("WordPiece", units)
     if pres == ["ByteLevel"] and set(norms) <= {"NFC", "NFD", "NFKC", "NFKD", "Lowercase"}:
         vocab = tokenizer.get_vocab(with_added_tokens=False)
-        shown = {chr(b) for b in _BYTES_SHOWN} | {chr(0x100 + i) for i in range(256 - 188)}
+        shown = set(_byte_of_char())  # the 256 byte-level characters
         if model.get("type") != "BPE" or not shown <= set(vocab):
             return None
         longest = max(

@@ -20,7 +20,7 @@ from models.text.char_classes import (
     _composition_seconds,
     _stable,
 )
-from models.text.cuts import CutRule
+from models.text.cut_rule import CutRule
 
 
 def piece_normalizers(norms: list[dict[str, Any]]) -> bool:
