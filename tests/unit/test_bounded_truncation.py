@@ -431,7 +431,8 @@ _GLUED = st.lists(
 @given(text=_GLUED, data=st.data())
 def test_unigram_cuts_inside_a_piece_keep_the_whole_texts_tokens(text: str, data: Any) -> None:
     """A head cut leaves a prefix whose tokens start the whole text's (all of them when the
-    rule says so); a tail cut only ever comes with a text that is one unknown run."""
+    rule says so); a tail cut falls at white space (its suffix's tokens end the text's) or comes
+    with a text that is one unknown run, never inside a piece."""
     from models.text.cuts import cut_rule
 
     rule = cut_rule(tokenizer_json("unigram"))
@@ -450,8 +451,10 @@ def test_unigram_cuts_inside_a_piece_keep_the_whole_texts_tokens(text: str, data
         part = tok.encode(text[:x] if side == "head" else text[x:], add_special_tokens=False).ids
         if every:
             assert part == whole, (x, side)
-        else:
-            assert side == "head" and whole[: len(part)] == part, x
+        elif side == "head":
+            assert whole[: len(part)] == part, x
+        else:  # never inside a piece: only at white space, where the suffix's tokens end the text's
+            assert text[x].isspace() and whole[len(whole) - len(part) :] == part, x
 
 
 @pytest.mark.parametrize("limit", LIMITS)
