@@ -162,6 +162,9 @@ class Backend:
     # Extra device/dtype/option rules a capability table cannot express (e.g. SDPA fused
     # kernels); called with the input and the resolved options.
     extra_check: Callable[[InputSpec, Mapping[str, Any]], list[str]] | None = None
+    # The integer option that buys accuracy with time (larger: closer to exact, slower), which
+    # quality-against-time sweeps vary; None for the exact backends.
+    budget: str | None = None
 
     def resolve_options(self, options: Mapping[str, Any] | None) -> dict[str, Any]:
         """Validate ``options`` and fill in defaults; raise :class:`AttentionError` if invalid."""

@@ -261,6 +261,7 @@ BACKEND = Backend(
     ),
     citation="Xiong et al., Nyströmformer, AAAI 2021",
     kernel=nystrom_attention,
+    budget="num_landmarks",
     memory=nystrom_bytes,
     work=nystrom_work,
     capabilities=LANDMARK_CAPABILITIES,

@@ -220,6 +220,7 @@ BACKEND = Backend(
     ),
     citation="Choromanski et al., Rethinking Attention with Performers, ICLR 2021",
     kernel=performer_attention,
+    budget="num_features",
     memory=performer_bytes,
     work=performer_work,
     capabilities=Capabilities(causal_cross_attention=False),

@@ -383,6 +383,7 @@ BACKEND = Backend(
     ),
     citation="Zhou et al., Informer, AAAI 2021",
     kernel=probsparse_attention,
+    budget="factor",
     memory=probsparse_bytes,
     work=probsparse_work,
     capabilities=Capabilities(score_bias=True),

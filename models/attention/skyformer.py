@@ -355,6 +355,7 @@ BACKEND = Backend(
     ),
     citation="Chen, Zeng, Ji, Yang, Skyformer, NeurIPS 2021",
     kernel=skyformer_attention,
+    budget="num_landmarks",
     memory=skyformer_bytes,
     work=skyformer_work,
     capabilities=LANDMARK_CAPABILITIES,

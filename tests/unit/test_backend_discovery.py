@@ -83,3 +83,16 @@ def test_two_backends_with_one_order_are_refused(tmp_path: Path) -> None:
     _backend_file(tmp_path, "other", 7)
     with pytest.raises(ValueError, match="share an order"):
         discover_backends(tmp_path)
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_approximation_names_its_budget_and_exact_backends_none(name: str) -> None:
+    """Quality-against-time sweeps vary each approximation's ``budget`` option: it must be one
+    of its integer options, with a default the sweep can start from."""
+    backend = get_backend(name)
+    if backend.exact:
+        assert backend.budget is None
+        return
+    assert backend.budget in backend.options, f"{name}: budget {backend.budget!r} is no option"
+    spec = backend.options[backend.budget]
+    assert spec.describe()["type"] == "integer"
