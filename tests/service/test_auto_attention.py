@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
+from models.attention import BACKENDS
 from service.engine.batching.worker import ModelWorker
 from service.engine.servables.base import Call
 from tests.service.conftest import metric
@@ -47,10 +48,13 @@ SECONDS = {
 def pin(worker: ModelWorker, seconds: dict[str, float], rows: int, length: int) -> None:
     """Rates such that ``rows`` rows of ``length`` cost ``seconds[backend]`` under each backend."""
     servable = worker.servable
+    # Backends without a pinned price cost more than every pinned one: the machine's own
+    # measured rate must never decide which backend is cheapest.
+    priced = {b: 10 * max(seconds.values()) for b in BACKENDS} | seconds
     worker.cost.rates.update(
         {
             (b, None, "float32"): servable.work_estimate(servable.default_call(b), rows, length) / s
-            for b, s in seconds.items()
+            for b, s in priced.items()
         }
     )
 
