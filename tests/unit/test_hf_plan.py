@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 import torch
 
+from models.attention import BACKENDS
 from models.hf_forecast import bridge
 from models.hf_forecast.forecaster import PLAN_CACHE_SIZE, HFForecaster
 from tests.utils.tiny_forecasters import build, patchtst_config, seq2seq_config
 
-BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
 CONFIGS = {
     "patchtst": lambda: patchtst_config(),
     "patchtst-channel-attention": lambda: patchtst_config(channel_attention=True),
