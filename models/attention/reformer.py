@@ -1,0 +1,365 @@
+"""Reformer attention: angular LSH buckets, sorted and chunked (Kitaev, Kaiser, Levskaya,
+"Reformer: The Efficient Transformer", ICLR 2020, §2), with the asymmetric transform of SMYRF
+for separate queries and keys (Daras, Kitaev, Odena, Dimakis, "SMYRF: Efficient Attention using
+Asymmetric Clustering", NeurIPS 2020, §3).
+
+One hash round: random rotations R ``[d', n_buckets/2]``; a vector x goes to bucket
+argmax([xR; −xR]). Queries and keys are each sorted by (bucket, position) and cut into chunks of
+``bucket_size``; query chunk c attends to key chunks c and c − 1. ``num_hashes`` rounds are
+combined by their log-sum-exp weights (the paper's eq. for multi-round attention), and a key a
+query reaches in several rounds counts once: its score loses log(number of rounds in which the
+pair is co-located), so with ``bucket_size`` ≥ the length the output is exact attention.
+
+Pretrained models have separate queries and keys (the paper ties them), so by default
+(``hashing="asymmetric"``) both are hashed with the same rotations after SMYRF's transform,
+which turns maximum inner product into nearest neighbour on a sphere: with
+M² = max‖q‖² + max‖k‖² over the row's real tokens (per row and head),
+F(q) = [q, √(M² − ‖q‖²), 0] and G(k) = [k, 0, √(M² − ‖k‖²)], both of norm M, so
+‖F(q) − G(k)‖² = 2M² − 2 q·k. ``hashing="shared"`` hashes q/‖q‖ and k/‖k‖ with the same
+rotations and no transform. Self-attention only (Lq == Lk): query i always sees key i (a causal
+query then has at least one key), counted once with the chunks' copies.
+
+Choices that keep a row's output independent of its batch and of the call:
+    * rotations come from one fixed seed per (buckets, dimension, round, device)
+      (:func:`_rotation`), never the global RNG;
+    * the number of buckets, ≈ 2·n/``bucket_size`` rounded to an even number ≥ 2 (the paper's
+      n_buckets ~ L / chunk), follows the row's own real length n; rows batched with others
+      of another count take their own rotations' columns, the rest masked out of the argmax;
+    * padded tokens sort after every real one, so the real tokens' chunks are those of the row
+      alone; a query at a padded position attends to the row's last real chunk.
+The shared-QK form of the paper, as transformers' ``LSHSelfAttention`` computes it, is
+:func:`models.attention.lsh.lsh_shared_qk_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any, Literal
+
+import torch
+from torch import Tensor
+from torch.nn import functional as F
+
+from models.attention.base import (
+    Backend,
+    Capabilities,
+    ChoiceOption,
+    IntOption,
+    working_precision,
+)
+from models.attention.pricing import (
+    ELEMENTWISE,
+    HEAD_MATMUL,
+    INDEX,
+    AttentionCall,
+    in_float32,
+)
+
+Hashing = Literal["asymmetric", "shared"]
+ROTATION_SEED = 2020  # the one seed every rotation is drawn from (offset by the round)
+
+
+@lru_cache(maxsize=128)
+def _rotation(n_buckets: int, dim: int, round_: int, device: str, dtype: torch.dtype) -> Tensor:
+    """The fixed rotations ``[dim, n_buckets / 2]`` of one hash round (read-only, cached).
+
+    Drawn in float64 from a private generator, so float32 and float64 callers hash alike and
+    round r is the same whatever ``num_hashes`` (more rounds only add rounds)."""
+    g = torch.Generator().manual_seed(ROTATION_SEED + 7919 * round_)
+    rot = torch.randn(dim, n_buckets // 2, generator=g, dtype=torch.float64)
+    return rot.to(device=device, dtype=dtype)
+
+
+def bucket_counts(real_count: Tensor, bucket_size: int) -> Tensor:
+    """Buckets per row: 2·n/``bucket_size`` rounded to an even number, at least 2 (``[b]``)."""
+    return (
+        2 * torch.div(real_count + bucket_size // 2, bucket_size, rounding_mode="floor")
+    ).clamp_min(2)
+
+
+def angular_buckets(x: Tensor, real: Tensor, n_buckets: Tensor, round_: int) -> Tensor:
+    """Bucket of every vector in one round: argmax([xR; −xR]) with the row's own rotations.
+
+    x: ``[b, h, L, d']``; real: bool ``[b, L]``; n_buckets: ``[b]`` (even). Returns int64
+    ``[b, h, L]``; a padded position gets a bucket after every real one, so it sorts last.
+    Rows of one bucket count share a rotation; a row with fewer buckets than another in the
+    batch uses the first columns of a zero-padded stack, the others masked out of the argmax.
+    """
+    dim = x.shape[-1]
+    counts = sorted(set(n_buckets.tolist()))
+    half = counts[-1] // 2
+    stack = torch.stack(
+        [
+            F.pad(_rotation(n, dim, round_, str(x.device), x.dtype), (0, half - n // 2))
+            for n in counts
+        ]
+    )  # [U, d', half]
+    which = torch.searchsorted(torch.tensor(counts, device=x.device), n_buckets)
+    proj = x @ stack[which][:, None]  # [b, h, L, half]
+    # argmax over [xR; −xR] without the concatenation: the larger of max(xR) and −min(xR),
+    # the first half winning a tie (as argmax takes the first maximum).
+    if len(counts) == 1:
+        high, up = proj.max(dim=-1)
+        low, down = proj.min(dim=-1)
+    else:
+        unused = torch.arange(half, device=x.device)[None, :] >= (n_buckets // 2)[:, None]
+        unused = unused[:, None, None, :]
+        high, up = proj.masked_fill(unused, float("-inf")).max(dim=-1)
+        low, down = proj.masked_fill_(unused, float("inf")).min(dim=-1)
+    del proj
+    bucket = torch.where(high >= -low, up, down + half)
+    return bucket.masked_fill_(~real[:, None, :], 2 * half)
+
+
+def _hash_inputs(q: Tensor, k: Tensor, real: Tensor, hashing: Hashing) -> tuple[Tensor, Tensor]:
+    """What is hashed: SMYRF's F(q), G(k) (``[..., d+2]``), or q and k themselves (the angle
+    of q/‖q‖ is that of q)."""
+    if hashing == "shared":
+        return q, k
+    qn, kn = q.square().sum(dim=-1), k.square().sum(dim=-1)  # [b, h, L]
+    pad = ~real[:, None, :]
+    # M² per row and head over real tokens only: padding cannot change a row's hashes.
+    m2 = qn.masked_fill(pad, 0).amax(dim=-1, keepdim=True) + kn.masked_fill(pad, 0).amax(
+        dim=-1, keepdim=True
+    )
+    zero = torch.zeros_like(qn)[..., None]
+    fq = torch.cat([q, (m2 - qn).clamp_min(0).sqrt()[..., None], zero], dim=-1)
+    gk = torch.cat([k, zero, (m2 - kn).clamp_min(0).sqrt()[..., None]], dim=-1)
+    return fq, gk
+
+
+def _inverse(perm: Tensor) -> Tensor:
+    """The rank of every position in a permutation along the last dimension."""
+    ranks = torch.arange(perm.shape[-1], device=perm.device).expand_as(perm)
+    return torch.empty_like(perm).scatter_(-1, perm, ranks)
+
+
+def _colocated(cq: Tensor, ck: Tensor) -> Tensor:
+    """Whether a query in chunk ``cq`` sees a key in chunk ``ck``: ck ∈ {cq, cq − 1}, i.e.
+    (cq − ck) | 1 == 1 (−1 and every other difference has another bit set)."""
+    diff = cq[..., :, None] - ck[..., None, :]
+    return diff.bitwise_or_(1) == 1
+
+
+def _sort_rounds(
+    x: Tensor, real: Tensor, n_buckets: Tensor, rounds: int, bucket_size: int
+) -> tuple[list[Tensor], list[Tensor]]:
+    """Per round: the order sorting ``x`` by (bucket, position) (stable, so ties keep position
+    order), ``[b, h, L]`` int64, and each position's chunk in it (int16 while chunk ids fit)."""
+    small = torch.int16 if x.shape[-2] // bucket_size < 2**15 - 1 else torch.int32
+    perms, chunk_ids = [], []
+    for r in range(rounds):  # a few rounds; everything inside is batched
+        perm = torch.argsort(angular_buckets(x, real, n_buckets, r), dim=-1, stable=True)
+        perms.append(perm)
+        chunk_ids.append(torch.div(_inverse(perm), bucket_size, rounding_mode="floor").to(small))
+    return perms, chunk_ids
+
+
+def reformer_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    bucket_size: int = 64,
+    num_hashes: int = 2,
+    hashing: Hashing = "asymmetric",
+) -> Tensor:
+    """LSH attention, ``[b,h,L,d] x [b,h,L,d] x [b,h,L,d] -> [b,h,L,d]`` (self-attention).
+
+    Exact when ``bucket_size`` ≥ L. ``causal``: a query sees its own key and earlier keys of
+    its chunks only.
+    """
+    if q.shape[-2] != k.shape[-2]:  # the registry refuses this first; kept for direct callers
+        raise ValueError("reformer needs Lq == Lk")
+    out_dtype = q.dtype
+    q, k, v = working_precision(q, k, v)
+    b, h, n, d = q.shape
+    bs, rounds, dev = bucket_size, num_hashes, q.device
+    real = (
+        torch.ones(b, n, dtype=torch.bool, device=dev)
+        if key_padding_mask is None
+        else key_padding_mask
+    )
+    count = real.sum(dim=-1)  # [b]
+    chunks = -(-n // bs)
+    padded = chunks * bs
+    scale = 1.0 / math.sqrt(d)
+
+    # Hash, sort and find every token's chunk in every round.
+    with torch.no_grad():
+        fq, gk = _hash_inputs(q.detach(), k.detach(), real, hashing)
+        n_buckets = bucket_counts(count, bs)
+        perm_q, chunk_q = _sort_rounds(fq, real, n_buckets, rounds, bs)
+        del fq
+        perm_k, chunk_k = _sort_rounds(gk, real, n_buckets, rounds, bs)
+        del gk
+        # Window of query chunk c: key slots of chunks c − 1 (none before chunk 0) and c. Real
+        # tokens sort first; chunks past a row's last real one (padded positions only) reuse
+        # that chunk's window, so a padded position still averages real values.
+        last = torch.div((count - 1).clamp_min(0), bs, rounding_mode="floor")  # [b]
+        chunk = torch.minimum(torch.arange(chunks, device=dev)[None, :], last[:, None])
+        offsets = torch.arange(-bs, bs, device=dev)
+        window = chunk[:, :, None] * bs + offsets  # [b, C, 2bs] key slots
+        key_ok = (window >= 0) & (window < count[:, None, None])
+        window = window.clamp_min(0).view(b, 1, -1).expand(b, h, -1)
+        # The self slot (key i for query i) counts once with its copies in the chunks.
+        self_count = torch.ones(b, h, n, device=dev, dtype=q.dtype)
+        for r in range(rounds):
+            self_count += (chunk_q[r] - chunk_k[r]).bitwise_or_(1) == 1
+
+    outs, lses = [], []
+    for r in range(rounds):
+        with torch.no_grad():
+            qperm = F.pad(perm_q[r], (0, padded - n))  # [b, h, Lp]; pad slots masked below
+            kperm = torch.gather(F.pad(perm_k[r], (0, padded - n)), -1, window)  # [b, h, C·2bs]
+            qpos, kpos = qperm.view(b, h, chunks, bs), kperm.view(b, h, chunks, 2 * bs)
+            # Rounds (and the self slot) in which each pair meets: log of it leaves the score.
+            meets = (qpos[..., :, None] == kpos[..., None, :]).to(q.dtype).add_(1.0)
+            for other in range(rounds):
+                if other != r:
+                    cq = torch.gather(chunk_q[other], -1, qperm).view(b, h, chunks, bs)
+                    ck = torch.gather(chunk_k[other], -1, kperm).view(b, h, chunks, 2 * bs)
+                    meets += _colocated(cq, ck)
+            penalty = meets.log_()
+            allowed = key_ok[:, None, :, None, :]
+            if causal:
+                allowed = allowed & (qpos[..., :, None] >= kpos[..., None, :])
+            penalty.masked_fill_(~allowed, float("inf"))  # the score becomes −inf
+            del meets, allowed
+        qs = torch.gather(q, 2, qperm[..., None].expand(-1, -1, -1, d)).view(b, h, chunks, bs, d)
+        index = kperm[..., None].expand(-1, -1, -1, d)
+        kw = torch.gather(k, 2, index).view(b, h, chunks, 2 * bs, d)
+        scores = (qs @ kw.transpose(-1, -2)).mul_(scale).sub_(penalty)
+        del qs, kw, penalty
+        # The shift is a constant for the gradient (softmax and log-sum-exp do not depend on it).
+        top = scores.detach().amax(dim=-1, keepdim=True)
+        top = torch.where(torch.isfinite(top), top, 0.0)  # a query seeing nothing: no -inf − -inf
+        weights = scores.sub_(top).exp_()
+        del scores
+        total = weights.sum(dim=-1, keepdim=True)
+        seen = total > 0
+        vw = torch.gather(v, 2, index).view(b, h, chunks, 2 * bs, d)
+        out = (weights @ vw) / torch.where(seen, total, 1.0)
+        del weights, vw
+        lse = torch.where(seen, torch.where(seen, total, 1.0).log() + top, float("-inf"))
+        # Back to positions: a query's output sits at its rank in this round's order.
+        rank = _inverse(perm_q[r])
+        outs.append(
+            torch.gather(out.view(b, h, padded, d), 2, rank[..., None].expand(-1, -1, -1, d))
+        )
+        lses.append(torch.gather(lse.view(b, h, padded), 2, rank))
+        del out, lse
+    self_score = (q * k).sum(dim=-1) * scale - self_count.log()
+    lses.append(self_score.masked_fill(~real[:, None, :], float("-inf")))
+    outs.append(v)
+    # Rounds weighted by their log-sum-exp: together, one softmax over the union of keys.
+    lse_all = torch.stack(lses)  # [T, b, h, L]
+    top = lse_all.amax(dim=0)
+    top = torch.where(torch.isfinite(top), top, 0.0)
+    w = torch.exp(lse_all - top)
+    total = w.sum(dim=0)
+    result = torch.zeros_like(v)
+    for weight, out in zip(w, outs, strict=True):
+        result += weight[..., None] * out
+    result = result / torch.where(total > 0, total, 1.0)[..., None]
+    return result.to(out_dtype)
+
+
+def _sizes(call: AttentionCall, options: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """(chunked length Lp, score elements S = b·h·Lp·2·bucket_size, hash columns n_buckets/2,
+    hashed dimension d') of a call: the sizes the kernel's tensors are made of."""
+    bs = options["bucket_size"]
+    padded = -(-call.lq // bs) * bs
+    half = max(2, 2 * ((call.lk + bs // 2) // bs)) // 2
+    dim = call.d + (2 if options["hashing"] == "asymmetric" else 0)
+    return padded, call.heads * padded * 2 * bs, half, dim
+
+
+def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
+    """Peak bytes: linear in length for a fixed ``bucket_size`` (the hash projection aside).
+
+    Alive throughout: every round's sort orders (int64) and chunk ids (int16), ``[b, h, L]``
+    each, and the self slot's count. Then the busiest of: hashing (the hashed q and k
+    ``[b, h, L, d']`` and one round's projection ``[b, h, L, n_buckets/2]``, twice when rows
+    of different real lengths mask columns); a round's scores ``[b, h, Lp, 2·bucket_size]``
+    beside the duplicate penalty of the same size (the pair masks and chunk-id differences
+    before it are smaller), the gathered queries and key window ``3·b·h·Lp·d`` and the gather
+    indices, with the earlier rounds' outputs and log-sum-exps; the combination (every round's
+    output, the running sum and its temporaries).
+    """
+    work, cast = in_float32(call)
+    rounds = options["num_hashes"]
+    padded, scores, half, dim = _sizes(call, options)
+    bh, n = call.heads, call.heads * call.lq
+    kept = 2 * rounds * n * (INDEX + 2) + n * work
+    hashing = 2 * n * dim * work + n * half * work * (2 if call.padded else 1) + 4 * n * INDEX
+    chunked = (
+        2 * scores * work
+        + 3 * bh * padded * call.d * work
+        + 3 * bh * padded * INDEX
+        + (rounds - 1) * (call.queries + n) * work
+    )
+    combine = (rounds + 3) * call.queries * work + 3 * (rounds + 1) * n * work
+    return cast + kept + max(hashing, chunked, combine)
+
+
+def reformer_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
+    """Flop-equivalents per round: hashing q and k (a ``[L, d'] x [d', n_buckets/2]`` product
+    and max/min passes) and their sorts, the score and value products over each query's
+    ``2·bucket_size`` keys, the elementwise passes over the scores (self test, co-location with
+    every other round, log, mask, scale, penalty, shift, exp, sum) and the gathers; then the
+    combination of the rounds."""
+    rounds = options["num_hashes"]
+    padded, scores, half, dim = _sizes(call, options)
+    n = call.lq
+    hashing = 2 * (HEAD_MATMUL * n * dim * half + ELEMENTWISE * (2 * n * half + n * dim))
+    sorting = 2 * ELEMENTWISE * n * max(1.0, math.log2(n))
+    per_head = scores / call.heads
+    chunked = HEAD_MATMUL * 2 * per_head * call.d + ELEMENTWISE * per_head * (8 + 3 * (rounds - 1))
+    gathers = ELEMENTWISE * 6 * padded * call.d
+    combine = ELEMENTWISE * 3 * (rounds + 1) * n * call.d
+    return call.heads * (rounds * (hashing + sorting + chunked + gathers) + combine)
+
+
+BACKEND = Backend(
+    name="reformer",
+    order=8,
+    exact=False,
+    summary=(
+        "Reformer: angular LSH buckets (SMYRF's asymmetric transform for separate queries and "
+        "keys), sorted and cut into chunks; each query chunk attends to its own key chunk and "
+        "the one before, over num_hashes rounds. O(L·bucket_size·d); exact when bucket_size "
+        ">= L. Self-attention only."
+    ),
+    citation=(
+        "Kitaev, Kaiser, Levskaya, Reformer, ICLR 2020; Daras, Kitaev, Odena, Dimakis, SMYRF, "
+        "NeurIPS 2020"
+    ),
+    kernel=reformer_attention,
+    memory=reformer_bytes,
+    work=reformer_work,
+    capabilities=Capabilities(cross_attention=False, causal_cross_attention=False),
+    budget="bucket_size",
+    options={
+        "bucket_size": IntOption(
+            default=64,
+            minimum=4,
+            maximum=4096,
+            description="Chunk length: each query chunk sees this many keys and the chunk before.",
+        ),
+        "num_hashes": IntOption(
+            default=2, minimum=1, maximum=16, description="Hash rounds, combined by log-sum-exp."
+        ),
+        "hashing": ChoiceOption(
+            default="asymmetric",
+            choices=("asymmetric", "shared"),
+            description=(
+                "asymmetric: SMYRF's transform, so buckets follow q·k; shared: the same "
+                "rotations on q/|q| and k/|k|, no transform."
+            ),
+        ),
+    },
+)
