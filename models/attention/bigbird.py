@@ -1,0 +1,379 @@
+"""BigBird block-sparse attention (Zaheer et al., "Big Bird: Transformers for Longer
+Sequences", NeurIPS 2020, section 2 and appendix D: the ITC layout).
+
+The sequence is cut into blocks of ``B`` tokens (the last one padded inside the kernel, so any
+length works). Query block ``i`` attends to:
+    * its window, key blocks ``i - w .. i + w`` (``window_blocks``; 1, i.e. three blocks, as the
+      paper and transformers);
+    * the global blocks, the first and the last ``g`` blocks of the row (``global_blocks``);
+      the global *query* blocks attend to every key, in one separate exact call;
+    * ``r`` random blocks (``num_random_blocks``) among the blocks not already in the window or
+      global.
+A key block reached twice (a window overlapping a global block on a short row) is counted once.
+When the global blocks cover the row (at most ``2g`` blocks) or the window covers it, the result
+is exact attention.
+
+Batch invariance: the layout of a row is computed from the row's own length, the last real key
+plus one (the "last" global blocks are the row's own last real blocks), and the random blocks
+come from a fixed hash of (query block, key block) rather than from any generator's state: block
+``i`` takes the ``r`` candidates with the smallest hash (:func:`random_blocks`). The choice
+therefore never depends on the other rows, the call, or (causal form) on the length.
+
+Causal form (``causal=True``, ``Lq == Lk``): the window looks back only (``i - w .. i``, token
+masked inside the diagonal block), the first ``g`` blocks stay global keys ("sinks"), and the
+random blocks are drawn among past blocks outside the window. The first ``g`` query blocks see
+their whole past through the window and sinks; the last blocks are *not* global in this form,
+so that a query's keys depend only on its position, never on how long the input is.
+
+Differences from transformers' ``BigBirdBlockSparseAttention``: any length and any window or
+global count (it needs a multiple of the block size, at least ``2r + 5`` blocks, one window
+block and one global block each side); random blocks from a fixed hash, the same for every head
+(it draws per head with numpy, and only in training mode); a causal form. With its random
+layout (:func:`block_sparse_attention` takes one, per head if wanted) the results agree.
+
+Dimension legend: ``b`` rows, ``h`` heads, ``L`` length, ``d`` head dim, ``B`` block size,
+``n = ceil(L / B)`` blocks, ``K`` key blocks per query block (window, global, random).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from functools import lru_cache
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.attention.base import Backend, Capabilities, IntOption
+from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, INDEX, AttentionCall
+
+HASH_SEED = 20200728  # the fixed seed of the random-block hash (the paper's arXiv date)
+_MODULUS = 2**31 - 1  # products below stay far under 2**63
+CHUNK_BYTES = 4 * 2**20  # gathered keys per SDPA call: a few query blocks (see the kernel)
+
+
+def _pair_hash(rows: Tensor, cols: Tensor) -> Tensor:
+    """A fixed pseudo-random int64 in [0, 2³¹) per (query block, key block) pair: a few rounds
+    of a multiplicative congruential step with xor-shifts, the same on every device."""
+    x = (rows * 92821 + cols * 68917 + HASH_SEED) % _MODULUS
+    for _ in range(3):
+        x = (x * 48271 + 12345) % _MODULUS
+        x = x ^ (x >> 13)
+    return x
+
+
+@lru_cache(maxsize=256)
+def random_blocks(
+    num_blocks: int, window: int, global_blocks: int, num_random: int, causal: bool
+) -> Tensor:
+    """``[n, r]`` random key blocks of each query block of an ``n``-block row (-1: none).
+
+    Candidates of block ``i``: non-causal, the blocks outside its window and outside the first
+    and last ``g``; causal, the past blocks ``g <= j < i - w``. Block ``i`` takes the ``r``
+    candidates with the smallest :func:`_pair_hash`, fewer when there are fewer candidates.
+    Global query blocks take none (they see every key). Cached: read-only, on the CPU.
+    """
+    r = min(num_random, num_blocks)
+    if r == 0:
+        return torch.full((num_blocks, num_random), -1, dtype=torch.long)
+    i = torch.arange(num_blocks)[:, None]
+    j = torch.arange(num_blocks)[None, :]
+    if causal:
+        allowed = (j >= global_blocks) & (j < i - window)
+    else:
+        not_global = (j >= global_blocks) & (j < num_blocks - global_blocks)
+        query_global = (i < global_blocks) | (i >= num_blocks - global_blocks)
+        allowed = not_global & ((i - j).abs() > window) & ~query_global
+    # Disallowed pairs sort last; the block number breaks (unlikely) ties deterministically.
+    key = torch.where(allowed, _pair_hash(i, j), _MODULUS) * num_blocks + j
+    chosen = key.topk(r, dim=-1, largest=False).indices  # [n, r]
+    chosen = torch.where(allowed.gather(1, chosen), chosen, -1)
+    return F.pad(chosen, (0, num_random - r), value=-1)
+
+
+def _row_blocks(key_padding_mask: Tensor | None, b: int, length: int, block: int, device) -> Tensor:
+    """``[b]`` blocks of each row: up to its last real key (0 for a row of padding only)."""
+    if key_padding_mask is None:
+        return torch.full((b,), math.ceil(length / block), dtype=torch.long, device=device)
+    positions = torch.arange(1, length + 1, device=device)
+    last = (key_padding_mask * positions).amax(dim=-1)  # last real key + 1, 0 if none
+    return torch.div(last + block - 1, block, rounding_mode="floor")
+
+
+def _tokens(x: Tensor, padded_length: int, block: int) -> Tensor:
+    """``[b, h, L, d] -> [b, n, B·h·d]``: token-major blocks (a view for a head-split input
+    whose length is a multiple of the block)."""
+    b, h, length, d = x.shape
+    t = x.transpose(1, 2)  # [b, L, h, d]
+    if padded_length != length:
+        t = F.pad(t, (0, 0, 0, 0, 0, padded_length - length))
+    return t.reshape(b, padded_length // block, block * h * d)
+
+
+def _gather_blocks(x: Tensor, index: Tensor) -> Tensor:
+    """``x[b, index[b, m]]`` for ``x`` ``[b, n, e]`` and ``index`` ``[b, m]``: ``[b, m, e]``.
+    One ``index_select`` of whole rows (a copy per block), far faster than an elementwise
+    ``gather`` through an expanded index."""
+    b, n, e = x.shape
+    rows = index + torch.arange(b, device=index.device)[:, None] * n
+    return x.reshape(b * n, e).index_select(0, rows.reshape(-1)).view(b, -1, e)
+
+
+def _zero_blind(out: Tensor, sees: Tensor) -> Tensor:
+    """``out`` with zeros where ``sees`` is False (skipped when every query sees a key)."""
+    if out.device.type == "cpu" and bool(sees.all()):
+        return out
+    return torch.where(sees, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
+def _layout(
+    row_blocks: Tensor, num_blocks: int, window: int, global_blocks: int, rand: Tensor, causal: bool
+) -> tuple[Tensor, Tensor]:
+    """Key blocks ``[b, n, K]`` of each query block and which are used (in range, not a repeat)."""
+    b, device = row_blocks.shape[0], row_blocks.device
+    i = torch.arange(num_blocks, device=device)
+    offsets = torch.arange(-window, (0 if causal else window) + 1, device=device)
+    parts = [(i[:, None] + offsets).expand(b, -1, -1)]
+    first = torch.arange(global_blocks, device=device)
+    parts.append(first.expand(b, num_blocks, -1))
+    if not causal:  # the row's own last blocks
+        last = row_blocks[:, None] - global_blocks + first
+        parts.append(last[:, None, :].expand(-1, num_blocks, -1))
+    parts.append(rand)
+    index = torch.cat(parts, dim=-1)  # [b, n, K]
+    ends = row_blocks[:, None, None]
+    # Query blocks past the row's end (padding) keep their slots: they see the row's global
+    # blocks, so their weights still sum to one over real keys, as in exact attention.
+    used = (index >= 0) & (index < ends)
+    if causal:
+        used &= index <= i[:, None]
+    # A block reached by an earlier slot is counted there only.
+    k = index.shape[-1]
+    earlier = torch.ones(k, k, dtype=torch.bool, device=device).tril(-1)
+    repeat = (index[..., :, None] == index[..., None, :]) & used[..., None, :] & earlier
+    used &= ~repeat.any(dim=-1)
+    return torch.where(used, index, 0), used
+
+
+def block_sparse_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    block_size: int,
+    random_layout: Tensor,
+    window_blocks: int = 1,
+    global_blocks: int = 1,
+) -> Tensor:
+    """BigBird attention with an explicit random layout, ``[b,h,L,d]`` x3 -> ``[b,h,L,d]``.
+
+    ``random_layout``: long ``[b or 1, h or 1, n, r]``, the random key blocks of each query
+    block (-1: none; ignored for global query blocks), the same for every head or one per head
+    (heads are then folded into rows). Window and global blocks follow the module docstring.
+    """
+    b, h, length, d = q.shape
+    if random_layout.shape[1] > 1:  # one layout per head: each head becomes a one-head row
+        fq, fk, fv = (t.reshape(b * h, 1, length, d) for t in (q, k, v))
+        mask = None if key_padding_mask is None else key_padding_mask.repeat_interleave(h, 0)
+        rand = random_layout.expand(b, h, -1, -1).reshape(b * h, 1, *random_layout.shape[2:])
+        out = block_sparse_attention(
+            fq, fk, fv, mask, causal, block_size, rand, window_blocks, global_blocks
+        )
+        return out.reshape(b, h, length, d)
+    nb, bs, g = math.ceil(length / block_size), block_size, global_blocks
+    padded = nb * bs
+    row_blocks = _row_blocks(key_padding_mask, b, length, bs, q.device)
+    rand = random_layout[:, 0].expand(b, -1, -1).to(q.device)
+    index, used = _layout(row_blocks, nb, window_blocks, g, rand, causal)
+    kk = index.shape[-1]
+    # Which gathered keys each query may see: used slots, real keys, (causal) not in the future.
+    real = torch.ones(b, padded, dtype=torch.bool, device=q.device)
+    if key_padding_mask is not None:
+        real[:, :length] = key_padding_mask
+    real[:, length:] = False
+    visible = _gather_blocks(real.view(b, nb, bs), index.view(b, nb * kk)).view(b, nb, kk, bs)
+    visible = (visible & used[..., None]).view(b * nb, 1, 1, kk * bs)
+    if causal:
+        q_pos = torch.arange(padded, device=q.device).view(1, nb, bs, 1)
+        k_pos = (index[..., None] * bs + torch.arange(bs, device=q.device)).view(b, nb, 1, -1)
+        visible = visible & (k_pos <= q_pos).view(b * nb, 1, bs, kk * bs)
+    # Token-major blocks [b·n, B·h·d]: a query block's K key blocks are K whole rows, and SDPA
+    # reads the gathered [·, K·B, h, d] keys through a transposed view. The gather runs a few
+    # query blocks at a time (CHUNK_BYTES): one copy of every block's keys at once costs more in
+    # fresh pages than the products themselves, and peak memory stays small.
+    rows = (index + torch.arange(b, device=q.device)[:, None, None] * nb).view(b * nb, kk)
+    kt = _tokens(k, padded, bs).view(b * nb, bs * h * d)
+    vt = _tokens(v, padded, bs).view(b * nb, bs * h * d)
+    q_tokens = _tokens(q, padded, bs)  # [b, n, B·h·d]
+    qb = q_tokens.view(b * nb, bs, h, d)
+    out = q.new_empty(b * nb, bs, h, d)
+    step = max(1, CHUNK_BYTES // (kk * bs * h * d * q.element_size()))
+    for s in range(0, b * nb, step):
+        n, picked = min(step, b * nb - s), rows[s : s + step].reshape(-1)
+        kb = kt.index_select(0, picked).view(n, kk * bs, h, d).transpose(1, 2)
+        vb = vt.index_select(0, picked).view(n, kk * bs, h, d).transpose(1, 2)
+        part = F.scaled_dot_product_attention(
+            qb[s : s + n].transpose(1, 2), kb, vb, attn_mask=visible[s : s + n]
+        )
+        out[s : s + n] = part.transpose(1, 2)
+    out = _zero_blind(out, visible.any(dim=-1).transpose(1, 2)[..., None])
+    out = out.view(b, nb, bs * h * d)  # token-major, as q_tokens
+    if g > 0 and not causal:
+        # Global query blocks (the first and the row's last g) attend to every key at once.
+        first = torch.arange(g, device=q.device)
+        ends = row_blocks.clamp_min(1)[:, None]
+        glob = torch.cat([first.expand(b, g).minimum(ends - 1), (ends - g + first).clamp_min(0)], 1)
+        gq = _gather_blocks(q_tokens, glob).view(b, 2 * g * bs, h, d).transpose(1, 2)
+        if key_padding_mask is None:
+            gout = F.scaled_dot_product_attention(gq, k, v)
+        else:
+            key_mask = key_padding_mask[:, None, None, :]
+            gout = F.scaled_dot_product_attention(gq, k, v, attn_mask=key_mask)
+            gout = _zero_blind(gout, key_padding_mask.any(dim=-1)[:, None, None, None])
+        gout = gout.transpose(1, 2).reshape(b, 2 * g, bs * h * d)
+        target = glob[:, :, None].expand(-1, -1, bs * h * d)
+        out.scatter_(1, target, gout)
+    return out.view(b, padded, h, d)[:, :length].transpose(1, 2)
+
+
+def bigbird_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None = None,
+    causal: bool = False,
+    block_size: int = 64,
+    num_random_blocks: int = 3,
+    window_blocks: int = 1,
+    global_blocks: int = 1,
+) -> Tensor:
+    """BigBird attention, ``[b,h,L,d]`` x3 -> ``[b,h,L,d]`` (self-attention, ``Lq == Lk``).
+
+    Each row's layout follows its own length (last real key + 1) and the fixed random blocks of
+    :func:`random_blocks`; rows whose blocks are all global (non-causal: at most ``2g`` blocks;
+    causal: at most ``g``) get exact attention.
+    """
+    b, _, length, _ = q.shape
+    nb = math.ceil(length / block_size)
+    if nb <= (global_blocks if causal else 2 * global_blocks):
+        return _exact(q, k, v, key_padding_mask, causal)
+    row_blocks = _row_blocks(key_padding_mask, b, length, block_size, q.device)
+    rand = torch.full((b, 1, nb, num_random_blocks), -1, dtype=torch.long)
+    for n in sorted(set(row_blocks.tolist()) - {0}):  # one layout per distinct row length
+        layout = random_blocks(n, window_blocks, global_blocks, num_random_blocks, causal)
+        rand[(row_blocks == n).cpu(), 0, :n] = layout
+    return block_sparse_attention(
+        q, k, v, key_padding_mask, causal, block_size, rand, window_blocks, global_blocks
+    )
+
+
+def _exact(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool):
+    """Exact SDPA attention (every block global), zeros for queries that see no key."""
+    if key_padding_mask is None:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    mask = key_padding_mask[:, None, None, :]
+    if causal:
+        n = q.shape[-2]
+        mask = mask & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+    return _zero_blind(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), mask.any(-1, True))
+
+
+def _slots(options: Mapping[str, Any], causal: bool) -> int:
+    """``K``: key blocks gathered per query block (window, global, random)."""
+    w, g, r = options["window_blocks"], options["global_blocks"], options["num_random_blocks"]
+    return (w + 1 if causal else 2 * w + 1) + (g if causal else 2 * g) + r
+
+
+def _all_global(call: AttentionCall, options: Mapping[str, Any]) -> bool:
+    nb = math.ceil(call.lk / options["block_size"])
+    g = options["global_blocks"]
+    return nb <= (g if call.causal else 2 * g)
+
+
+def bigbird_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
+    """Peak bytes, following the kernel: the padded token-major copies of q, k, v (none for a
+    head-split input whose length is a multiple of the block size), the blocked output
+    ``[b, n·B, h, d]``, the boolean visibility mask ``[b·n, 1, 1 or B, K·B]`` and the layout's
+    indices; then, per chunk of query blocks, the gathered key and value blocks, SDPA's output
+    and its additive copy of the mask, and each CPU thread's score tile. Non-causal, the global
+    query blocks add their gathered queries and output ``[b, h, 2g·B, d]``. When every block is
+    global: exact SDPA's output (and its mask when padded)."""
+    e = call.itemsize
+    b, h, d = call.b, call.h, call.d
+    tiles = torch.get_num_threads() * 256 * (512 + d) * FLOAT32 if call.device_type == "cpu" else 0
+    if _all_global(call, options):
+        mask = call.b * call.lk * (1 + e) * (call.lq if call.causal else 1) if call.padded else 0
+        where = call.padded and call.device_type != "cpu"  # CPU skips it when every row sees
+        return call.queries * e * (2 if where else 1) + mask + tiles
+    bs = options["block_size"]
+    nb = math.ceil(call.lq / bs)
+    padded, kk = nb * bs, _slots(options, call.causal)
+    rows = bs if call.causal else 1
+    copies = 3 * b * padded * h * d if padded != call.lq else 0
+    blocked = b * h * padded * d
+    masks = b * nb * rows * kk * bs + b * nb * kk * (3 * INDEX + kk)
+    n = min(max(1, CHUNK_BYTES // (kk * bs * h * d * e)), b * nb)
+    chunk = (2 * kk + 1) * n * bs * h * d * e + n * rows * kk * bs * e + tiles
+    glob = 0
+    if not call.causal and options["global_blocks"] > 0:
+        glob = 2 * b * h * 2 * options["global_blocks"] * bs * d * e + tiles
+        glob += call.b * call.lk * (1 + e) if call.padded else 0
+    return (copies + blocked) * e + masks + max(chunk, glob)
+
+
+def bigbird_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
+    """Flop-equivalents: the two per-head products of each query block with its ``K·B``
+    gathered keys and the fused softmax and mask over them, the copies that gather the key and
+    value blocks, and (non-causal) the global query blocks' products with every key."""
+    if _all_global(call, options):
+        s = call.scores / (2 if call.causal else 1)
+        return HEAD_MATMUL * 2 * s * call.d + ELEMENTWISE * s
+    bs = options["block_size"]
+    nb = math.ceil(call.lq / bs)
+    keys = _slots(options, call.causal) * bs
+    scores = call.heads * nb * bs * keys
+    gathers = 2 * call.heads * nb * keys * call.d
+    glob = 0 if call.causal else call.heads * 2 * options["global_blocks"] * bs * call.lk
+    return HEAD_MATMUL * 2 * (scores + glob) * call.d + ELEMENTWISE * (2 * scores + glob + gathers)
+
+
+BACKEND = Backend(
+    name="bigbird",
+    order=7,
+    exact=False,
+    summary=(
+        "BigBird block-sparse attention: each block of B queries sees its window of blocks, "
+        "the first and last (global) blocks and r fixed random blocks; global blocks see every "
+        "key. O(L·K·B·d); exact when the global or window blocks cover the row. Causal form: "
+        "past window, first blocks and past random blocks. Self-attention only."
+    ),
+    citation="Zaheer et al., Big Bird: Transformers for Longer Sequences, NeurIPS 2020",
+    kernel=bigbird_attention,
+    budget="block_size",
+    memory=bigbird_bytes,
+    work=bigbird_work,
+    capabilities=Capabilities(cross_attention=False, causal_cross_attention=False),
+    options={
+        "block_size": IntOption(
+            default=64, minimum=8, maximum=1024, description="Tokens per block B."
+        ),
+        "num_random_blocks": IntOption(
+            default=3, minimum=0, maximum=32, description="Random key blocks r per query block."
+        ),
+        "window_blocks": IntOption(
+            default=1,
+            minimum=0,
+            maximum=32,
+            description="Window blocks w on each side of a query block (1: three blocks).",
+        ),
+        "global_blocks": IntOption(
+            default=1,
+            minimum=0,
+            maximum=16,
+            description="Global blocks g at each end of a row (causal: the first g only).",
+        ),
+    },
+)
