@@ -1,7 +1,7 @@
 """Reformer attention: angular LSH buckets, sorted and chunked (Kitaev, Kaiser, Levskaya,
-"Reformer: The Efficient Transformer", ICLR 2020, §2), with the asymmetric transform of SMYRF
-for separate queries and keys (Daras, Kitaev, Odena, Dimakis, "SMYRF: Efficient Attention using
-Asymmetric Clustering", NeurIPS 2020, §3).
+"Reformer: The Efficient Transformer", ICLR 2020, §2), for separate queries and keys,
+optionally with the asymmetric transform of SMYRF (Daras, Kitaev, Odena, Dimakis, "SMYRF:
+Efficient Attention using Asymmetric Clustering", NeurIPS 2020, §3).
 
 One hash round: random rotations R ``[d', n_buckets/2]``; a vector x goes to bucket
 argmax([xR; −xR]). Queries and keys are each sorted by (bucket, position) and cut into chunks of
@@ -10,14 +10,19 @@ combined by their log-sum-exp weights (the paper's eq. for multi-round attention
 query reaches in several rounds counts once: its score loses log(number of rounds in which the
 pair is co-located), so with ``bucket_size`` ≥ the length the output is exact attention.
 
-Pretrained models have separate queries and keys (the paper ties them), so by default
-(``hashing="asymmetric"``) both are hashed with the same rotations after SMYRF's transform,
-which turns maximum inner product into nearest neighbour on a sphere: with
-M² = max‖q‖² + max‖k‖² over the row's real tokens (per row and head),
-F(q) = [q, √(M² − ‖q‖²), 0] and G(k) = [k, 0, √(M² − ‖k‖²)], both of norm M, so
-‖F(q) − G(k)‖² = 2M² − 2 q·k. ``hashing="shared"`` hashes q/‖q‖ and k/‖k‖ with the same
-rotations and no transform. Self-attention only (Lq == Lk): query i always sees key i (a causal
-query then has at least one key), counted once with the chunks' copies.
+Pretrained models have separate queries and keys (the paper ties them). By default
+(``hashing="shared"``) both are hashed with the same rotations, on q/‖q‖ and k/‖k‖.
+``hashing="asymmetric"`` first applies SMYRF's transform, which turns maximum inner product into
+nearest neighbour on a sphere: with M² = max‖q‖² + max‖k‖² over the row's real tokens (per row
+and head), F(q) = [q, √(M² − ‖q‖²), 0] and G(k) = [k, 0, √(M² − ‖k‖²)], both of norm M, so
+‖F(q) − G(k)‖² = 2M² − 2 q·k. Why not the default: under angular (argmax) hashing the large
+extra coordinate decides the bucket (on ``structured_qkv``, 2,048 tokens, 92 % of the queries
+share one bucket), so the sort falls back to position order and the chunks become local windows;
+its mean relative row error there is higher than shared hashing's (2.78 against 2.74 at scale
+0.8, 2.19 against 2.04 at 1.5, 1.32 against 1.22 with log-normal q and k norms), though on the
+MiniLM text encoder, whose attention is local, it scores better (mean cosine 0.987 against
+0.976 on ``length_spread(2)``). Self-attention only (Lq == Lk): query i always sees key i (a
+causal query then has at least one key), counted once with the chunks' copies.
 
 Choices that keep a row's output independent of its batch and of the call:
     * rotations come from one fixed seed per (buckets, dimension, round, device)
@@ -165,7 +170,7 @@ def reformer_attention(
     causal: bool = False,
     bucket_size: int = 64,
     num_hashes: int = 2,
-    hashing: Hashing = "asymmetric",
+    hashing: Hashing = "shared",
 ) -> Tensor:
     """LSH attention, ``[b,h,L,d] x [b,h,L,d] x [b,h,L,d] -> [b,h,L,d]`` (self-attention).
 
@@ -329,10 +334,10 @@ BACKEND = Backend(
     order=8,
     exact=False,
     summary=(
-        "Reformer: angular LSH buckets (SMYRF's asymmetric transform for separate queries and "
-        "keys), sorted and cut into chunks; each query chunk attends to its own key chunk and "
-        "the one before, over num_hashes rounds. O(L·bucket_size·d); exact when bucket_size "
-        ">= L. Self-attention only."
+        "Reformer: angular LSH buckets of the queries and keys (shared rotations, or SMYRF's "
+        "asymmetric transform), sorted and cut into chunks; each query chunk attends to its own "
+        "key chunk and the one before, over num_hashes rounds. O(L·bucket_size·d); exact when "
+        "bucket_size >= L. Self-attention only."
     ),
     citation=(
         "Kitaev, Kaiser, Levskaya, Reformer, ICLR 2020; Daras, Kitaev, Odena, Dimakis, SMYRF, "
@@ -354,11 +359,12 @@ BACKEND = Backend(
             default=2, minimum=1, maximum=16, description="Hash rounds, combined by log-sum-exp."
         ),
         "hashing": ChoiceOption(
-            default="asymmetric",
-            choices=("asymmetric", "shared"),
+            default="shared",
+            choices=("shared", "asymmetric"),
             description=(
-                "asymmetric: SMYRF's transform, so buckets follow q·k; shared: the same "
-                "rotations on q/|q| and k/|k|, no transform."
+                "shared: the same rotations on q/|q| and k/|k|; asymmetric: SMYRF's transform "
+                "first (max inner product as nearest neighbour), whose extra coordinate "
+                "dominates angular buckets."
             ),
         ),
     },

@@ -117,7 +117,7 @@ def test_error_falls_as_num_hashes_grows(hashing):
         ({"bucket_size": 8192}, r"'bucket_size' must be in \[4, 4096\], got 8192"),
         ({"num_hashes": 0}, r"reformer: option 'num_hashes' must be in \[1, 16\], got 0"),
         ({"num_hashes": 1.5}, r"'num_hashes' must be an integer in \[1, 16\]"),
-        ({"hashing": "angular"}, r"'hashing' must be one of 'asymmetric', 'shared'"),
+        ({"hashing": "angular"}, r"'hashing' must be one of 'shared', 'asymmetric'"),
     ],
 )
 def test_bad_options_are_refused(options, message):
