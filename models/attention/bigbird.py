@@ -52,6 +52,10 @@ from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, INDEX, A
 HASH_SEED = 20200728  # the fixed seed of the random-block hash (the paper's arXiv date)
 _MODULUS = 2**31 - 1  # products below stay far under 2**63
 CHUNK_BYTES = 4 * 2**20  # gathered keys per SDPA call: a few query blocks (see the kernel)
+# Elementwise passes one gathered key or value element costs, fitted on CPU: kernel time against
+# block_size at 8K tokens is linear with an intercept (the part that does not grow with B: the
+# gathers and SDPA's per-row work) about eight times one pass over the gathered blocks.
+GATHER_PASSES = 8
 
 
 def _pair_hash(rows: Tensor, cols: Tensor) -> Tensor:
@@ -327,7 +331,8 @@ def bigbird_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
 def bigbird_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
     """Flop-equivalents: the two per-head products of each query block with its ``K·B``
     gathered keys and the fused softmax and mask over them, the copies that gather the key and
-    value blocks, and (non-causal) the global query blocks' products with every key."""
+    value blocks (:data:`GATHER_PASSES` each), and (non-causal) the global query blocks'
+    products with every key."""
     if _all_global(call, options):
         s = call.scores / (2 if call.causal else 1)
         return HEAD_MATMUL * 2 * s * call.d + ELEMENTWISE * s
@@ -337,7 +342,8 @@ def bigbird_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
     scores = call.heads * nb * bs * keys
     gathers = 2 * call.heads * nb * keys * call.d
     glob = 0 if call.causal else call.heads * 2 * options["global_blocks"] * bs * call.lk
-    return HEAD_MATMUL * 2 * (scores + glob) * call.d + ELEMENTWISE * (2 * scores + glob + gathers)
+    products = HEAD_MATMUL * 2 * (scores + glob) * call.d
+    return products + ELEMENTWISE * (2 * scores + glob + GATHER_PASSES * gathers)
 
 
 BACKEND = Backend(
