@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import lru_cache
 from typing import Any
 
 import torch
@@ -47,63 +46,14 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.attention.base import Backend, Capabilities, IntOption
+from models.attention.block_layout import block_layout, random_blocks, row_blocks_of
 from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, INDEX, AttentionCall
 
-HASH_SEED = 20200728  # the fixed seed of the random-block hash (the paper's arXiv date)
-_MODULUS = 2**31 - 1  # products below stay far under 2**63
 CHUNK_BYTES = 4 * 2**20  # gathered keys per SDPA call: a few query blocks (see the kernel)
 # Elementwise passes one gathered key or value element costs, fitted on CPU: kernel time against
 # block_size at 8K tokens is linear with an intercept (the part that does not grow with B: the
 # gathers and SDPA's per-row work) about eight times one pass over the gathered blocks.
 GATHER_PASSES = 8
-
-
-def _pair_hash(rows: Tensor, cols: Tensor) -> Tensor:
-    """A fixed pseudo-random int64 in [0, 2³¹) per (query block, key block) pair: a few rounds
-    of a multiplicative congruential step with xor-shifts, the same on every device."""
-    x = (rows * 92821 + cols * 68917 + HASH_SEED) % _MODULUS
-    for _ in range(3):
-        x = (x * 48271 + 12345) % _MODULUS
-        x = x ^ (x >> 13)
-    return x
-
-
-@lru_cache(maxsize=256)
-def random_blocks(
-    num_blocks: int, window: int, global_blocks: int, num_random: int, causal: bool
-) -> Tensor:
-    """``[n, r]`` random key blocks of each query block of an ``n``-block row (-1: none).
-
-    Candidates of block ``i``: non-causal, the blocks outside its window and outside the first
-    and last ``g``; causal, the past blocks ``g <= j < i - w``. Block ``i`` takes the ``r``
-    candidates with the smallest :func:`_pair_hash`, fewer when there are fewer candidates.
-    Global query blocks take none (they see every key). Cached: read-only, on the CPU.
-    """
-    r = min(num_random, num_blocks)
-    if r == 0:
-        return torch.full((num_blocks, num_random), -1, dtype=torch.long)
-    i = torch.arange(num_blocks)[:, None]
-    j = torch.arange(num_blocks)[None, :]
-    if causal:
-        allowed = (j >= global_blocks) & (j < i - window)
-    else:
-        not_global = (j >= global_blocks) & (j < num_blocks - global_blocks)
-        query_global = (i < global_blocks) | (i >= num_blocks - global_blocks)
-        allowed = not_global & ((i - j).abs() > window) & ~query_global
-    # Disallowed pairs sort last; the block number breaks (unlikely) ties deterministically.
-    key = torch.where(allowed, _pair_hash(i, j), _MODULUS) * num_blocks + j
-    chosen = key.topk(r, dim=-1, largest=False).indices  # [n, r]
-    chosen = torch.where(allowed.gather(1, chosen), chosen, -1)
-    return F.pad(chosen, (0, num_random - r), value=-1)
-
-
-def _row_blocks(key_padding_mask: Tensor | None, b: int, length: int, block: int, device) -> Tensor:
-    """``[b]`` blocks of each row: up to its last real key (0 for a row of padding only)."""
-    if key_padding_mask is None:
-        return torch.full((b,), math.ceil(length / block), dtype=torch.long, device=device)
-    positions = torch.arange(1, length + 1, device=device)
-    last = (key_padding_mask * positions).amax(dim=-1)  # last real key + 1, 0 if none
-    return torch.div(last + block - 1, block, rounding_mode="floor")
 
 
 def _tokens(x: Tensor, padded_length: int, block: int) -> Tensor:
@@ -130,35 +80,6 @@ def _zero_blind(out: Tensor, sees: Tensor) -> Tensor:
     if out.device.type == "cpu" and bool(sees.all()):
         return out
     return torch.where(sees, out, torch.zeros((), dtype=out.dtype, device=out.device))
-
-
-def _layout(
-    row_blocks: Tensor, num_blocks: int, window: int, global_blocks: int, rand: Tensor, causal: bool
-) -> tuple[Tensor, Tensor]:
-    """Key blocks ``[b, n, K]`` of each query block and which are used (in range, not a repeat)."""
-    b, device = row_blocks.shape[0], row_blocks.device
-    i = torch.arange(num_blocks, device=device)
-    offsets = torch.arange(-window, (0 if causal else window) + 1, device=device)
-    parts = [(i[:, None] + offsets).expand(b, -1, -1)]
-    first = torch.arange(global_blocks, device=device)
-    parts.append(first.expand(b, num_blocks, -1))
-    if not causal:  # the row's own last blocks
-        last = row_blocks[:, None] - global_blocks + first
-        parts.append(last[:, None, :].expand(-1, num_blocks, -1))
-    parts.append(rand)
-    index = torch.cat(parts, dim=-1)  # [b, n, K]
-    ends = row_blocks[:, None, None]
-    # Query blocks past the row's end (padding) keep their slots: they see the row's global
-    # blocks, so their weights still sum to one over real keys, as in exact attention.
-    used = (index >= 0) & (index < ends)
-    if causal:
-        used &= index <= i[:, None]
-    # A block reached by an earlier slot is counted there only.
-    k = index.shape[-1]
-    earlier = torch.ones(k, k, dtype=torch.bool, device=device).tril(-1)
-    repeat = (index[..., :, None] == index[..., None, :]) & used[..., None, :] & earlier
-    used &= ~repeat.any(dim=-1)
-    return torch.where(used, index, 0), used
 
 
 def block_sparse_attention(
@@ -189,15 +110,17 @@ def block_sparse_attention(
         return out.reshape(b, h, length, d)
     nb, bs, g = math.ceil(length / block_size), block_size, global_blocks
     padded = nb * bs
-    row_blocks = _row_blocks(key_padding_mask, b, length, bs, q.device)
+    row_blocks = row_blocks_of(key_padding_mask, b, length, bs, q.device)
     rand = random_layout[:, 0].expand(b, -1, -1).to(q.device)
-    index, used = _layout(row_blocks, nb, window_blocks, g, rand, causal)
+    index, used = block_layout(row_blocks, nb, window_blocks, g, rand, causal)
     kk = index.shape[-1]
     # Which gathered keys each query may see: used slots, real keys, (causal) not in the future.
     real = torch.ones(b, padded, dtype=torch.bool, device=q.device)
     if key_padding_mask is not None:
         real[:, :length] = key_padding_mask
     real[:, length:] = False
+    if kk * bs >= padded:  # gathering would copy every key per query block: one masked call
+        return _dense(q, k, v, real[:, :length], causal, bs, g, row_blocks, index, used)
     visible = _gather_blocks(real.view(b, nb, bs), index.view(b, nb * kk)).view(b, nb, kk, bs)
     visible = (visible & used[..., None]).view(b * nb, 1, 1, kk * bs)
     if causal:
@@ -243,6 +166,26 @@ def block_sparse_attention(
     return out.view(b, padded, h, d)[:, :length].transpose(1, 2)
 
 
+def _dense(q, k, v, real, causal, bs, g, row_blocks, index, used) -> Tensor:
+    """Short inputs (``K·B >= n·B``): the same layout as one SDPA call under its ``[L, L]`` mask."""
+    b, nb = index.shape[:2]
+    length = q.shape[-2]
+    blocks = torch.zeros(b, nb, nb + 1, dtype=torch.bool, device=q.device)
+    blocks.scatter_(2, torch.where(used, index, nb), True)  # unused slots land in column n
+    blocks = blocks[..., :nb]
+    if not causal and g > 0:  # global query blocks see every block of the row
+        i = torch.arange(nb, device=q.device)
+        ends = row_blocks[:, None]
+        glob = (i < g) | ((i >= ends - g) & (i < ends))
+        blocks |= glob[:, :, None] & (i < ends)[:, None, :]
+    mask = blocks.repeat_interleave(bs, 1)[:, :length].repeat_interleave(bs, 2)[..., :length]
+    mask = (mask & real[:, None, :])[:, None]  # [b, 1, L, L]
+    if causal:
+        mask &= torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return _zero_blind(out, mask.any(dim=-1, keepdim=True))
+
+
 def bigbird_attention(
     q: Tensor,
     k: Tensor,
@@ -264,7 +207,7 @@ def bigbird_attention(
     nb = math.ceil(length / block_size)
     if nb <= (global_blocks if causal else 2 * global_blocks):
         return _exact(q, k, v, key_padding_mask, causal)
-    row_blocks = _row_blocks(key_padding_mask, b, length, block_size, q.device)
+    row_blocks = row_blocks_of(key_padding_mask, b, length, block_size, q.device)
     rand = torch.full((b, 1, nb, num_random_blocks), -1, dtype=torch.long)
     for n in sorted(set(row_blocks.tolist()) - {0}):  # one layout per distinct row length
         layout = random_blocks(n, window_blocks, global_blocks, num_random_blocks, causal)
@@ -297,6 +240,15 @@ def _all_global(call: AttentionCall, options: Mapping[str, Any]) -> bool:
     return nb <= (g if call.causal else 2 * g)
 
 
+def _tiles(call: AttentionCall, lq: int, lk: int) -> int:
+    """Bytes of the CPU SDPA kernel's per-thread score blocks for ``lq`` queries over ``lk``
+    keys (query blocks of 256 / 64 / 32 rows by length, key blocks of 512); none on CUDA."""
+    if call.device_type != "cpu":
+        return 0
+    rows = 256 if lq >= 768 else 64 if lq >= 192 else 32
+    return torch.get_num_threads() * min(lq, rows) * (min(lk, 512) + call.d) * FLOAT32
+
+
 def bigbird_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     """Peak bytes, following the kernel: the padded token-major copies of q, k, v (none for a
     head-split input whose length is a multiple of the block size), the blocked output
@@ -304,26 +256,31 @@ def bigbird_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     indices; then, per chunk of query blocks, the gathered key and value blocks, SDPA's output
     and its additive copy of the mask, and each CPU thread's score tile. Non-causal, the global
     query blocks add their gathered queries and output ``[b, h, 2g·B, d]``. When every block is
-    global: exact SDPA's output (and its mask when padded)."""
+    global: exact SDPA's output (and its mask when padded); when ``K >= n``, the one masked call's
+    ``[b, L, L]`` masks."""
     e = call.itemsize
     b, h, d = call.b, call.h, call.d
-    tiles = torch.get_num_threads() * 256 * (512 + d) * FLOAT32 if call.device_type == "cpu" else 0
     if _all_global(call, options):
         mask = call.b * call.lk * (1 + e) * (call.lq if call.causal else 1) if call.padded else 0
         where = call.padded and call.device_type != "cpu"  # CPU skips it when every row sees
-        return call.queries * e * (2 if where else 1) + mask + tiles
+        return call.queries * e * (2 if where else 1) + mask + _tiles(call, call.lq, call.lk)
     bs = options["block_size"]
     nb = math.ceil(call.lq / bs)
     padded, kk = nb * bs, _slots(options, call.causal)
+    if kk >= nb:  # one SDPA call under the [b, 1, L, L] mask: booleans, SDPA's float copy
+        square = b * call.lq * call.lq
+        causal = call.lq**2 if call.causal else 0
+        return square * (2 + e) + causal + call.queries * e + _tiles(call, call.lq, call.lk)
     rows = bs if call.causal else 1
     copies = 3 * b * padded * h * d if padded != call.lq else 0
     blocked = b * h * padded * d
     masks = b * nb * rows * kk * bs + b * nb * kk * (3 * INDEX + kk)
     n = min(max(1, CHUNK_BYTES // (kk * bs * h * d * e)), b * nb)
-    chunk = (2 * kk + 1) * n * bs * h * d * e + n * rows * kk * bs * e + tiles
+    chunk = (2 * kk + 1) * n * bs * h * d * e + n * rows * kk * bs * e + _tiles(call, bs, kk * bs)
     glob = 0
     if not call.causal and options["global_blocks"] > 0:
-        glob = 2 * b * h * 2 * options["global_blocks"] * bs * d * e + tiles
+        span = 2 * options["global_blocks"] * bs
+        glob = 2 * b * h * span * d * e + _tiles(call, span, call.lk)
         glob += call.b * call.lk * (1 + e) if call.padded else 0
     return (copies + blocked) * e + masks + max(chunk, glob)
 
@@ -339,6 +296,10 @@ def bigbird_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
     bs = options["block_size"]
     nb = math.ceil(call.lq / bs)
     keys = _slots(options, call.causal) * bs
+    if keys >= nb * bs:  # one masked call over every pair, and the mask built per row
+        return HEAD_MATMUL * 2 * call.scores * call.d + ELEMENTWISE * (
+            call.scores + 3 * call.b * call.lq * call.lk
+        )
     scores = call.heads * nb * bs * keys
     gathers = 2 * call.heads * nb * keys * call.d
     glob = 0 if call.causal else call.heads * 2 * options["global_blocks"] * bs * call.lk

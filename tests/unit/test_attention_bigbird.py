@@ -76,6 +76,10 @@ def _padded(b: int, length: int, cut: int) -> torch.Tensor:
         (256, {"block_size": 16, "num_random_blocks": 2}),
         (300, {"block_size": 8, "window_blocks": 2, "global_blocks": 2, "num_random_blocks": 4}),
         (130, {"block_size": 16, "window_blocks": 0, "global_blocks": 0}),
+        # K·B >= the padded length: the kernel's one-call path under the [L, L] mask
+        (100, {"block_size": 16}),
+        (70, {"block_size": 8, "window_blocks": 3, "num_random_blocks": 2}),
+        (40, {"block_size": 8, "window_blocks": 2, "global_blocks": 0, "num_random_blocks": 1}),
     ],
 )
 def test_equals_the_dense_reference_of_its_layout(length, options, causal, padded):
