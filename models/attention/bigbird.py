@@ -10,8 +10,12 @@ length works). Query block ``i`` attends to:
     * ``r`` random blocks (``num_random_blocks``) among the blocks not already in the window or
       global.
 A key block reached twice (a window overlapping a global block on a short row) is counted once.
-When the global blocks cover the row (at most ``2g`` blocks) or the window covers it, the result
-is exact attention.
+Queries are computed a few blocks at a time against their gathered key blocks (fused SDPA under
+a boolean mask); an input so short that a query block's ``K`` key blocks would be at least all
+of it runs the same layout as one SDPA call under its ``[L, L]`` mask.
+When a row's blocks are all covered (at most ``2g`` blocks, a window that spans the row, or the
+random blocks taking every block left: with the defaults, rows of up to 7 blocks, 448 tokens;
+causal, 6 blocks, 384 tokens) the result is exact attention.
 
 Batch invariance: the layout of a row is computed from the row's own length, the last real key
 plus one (the "last" global blocks are the row's own last real blocks), and the random blocks
