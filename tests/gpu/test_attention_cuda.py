@@ -23,6 +23,10 @@ BF16_TOLERANCE = {
     "performer": 0.03,
     "nystrom": 0.03,
     "skyformer": 0.03,
+    "bigbird": 0.02,  # SDPA on the gathered blocks, in the input's dtype, as flash
+    # bf16 rounding moves a few tokens across a hash bucket's boundary, so they meet other
+    # keys: 0.078 on CPU at this shape (flash 0.0034)
+    "reformer": 0.12,
 }
 
 

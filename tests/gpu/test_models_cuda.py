@@ -12,6 +12,7 @@ import pytest
 import torch
 from fastapi.testclient import TestClient
 
+from models.attention import BACKENDS
 from models.informer import InformerForecaster
 from models.text import SentenceEncoder
 from service.app import create_app
@@ -41,6 +42,8 @@ BF16_MIN_COSINE = {
     "performer": 0.98,
     "nystrom": 0.99,
     "skyformer": 0.99,
+    "bigbird": 0.999,  # exact on these short texts (its blocks cover them)
+    "reformer": 0.98,  # bf16 can move a token across a hash bucket's boundary
 }
 
 
@@ -50,7 +53,7 @@ def encoder() -> SentenceEncoder:
 
 
 @needs_minilm
-@pytest.mark.parametrize("backend", list(BF16_MIN_COSINE))
+@pytest.mark.parametrize("backend", BACKENDS)  # a new backend without a floor fails here
 def test_text_encoder_bf16_matches_fp32_on_cuda(encoder, backend):
     ids = encoder.tokenize(TEXTS, truncate=True)
     options = encoder.check_attention(backend, None)
