@@ -96,15 +96,19 @@ def block_sparse_attention(
     random_layout: Tensor,
     window_blocks: int = 1,
     global_blocks: int = 1,
+    attn_bias: Tensor | None = None,
 ) -> Tensor:
     """BigBird attention with an explicit random layout, ``[b,h,L,d]`` x3 -> ``[b,h,L,d]``.
 
     ``random_layout``: long ``[b or 1, h or 1, n, r]``, the random key blocks of each query
     block (-1: none; ignored for global query blocks), the same for every head or one per head
     (heads are then folded into rows). Window and global blocks follow the module docstring.
+    ``attn_bias`` (broadcastable to ``[b, h, L, L]``) is added to the scores the layout keeps.
     """
     b, h, length, d = q.shape
-    if random_layout.shape[1] > 1:  # one layout per head: each head becomes a one-head row
+    if (
+        random_layout.shape[1] > 1 and attn_bias is None
+    ):  # one layout per head: each head becomes a one-head row
         fq, fk, fv = (t.reshape(b * h, 1, length, d) for t in (q, k, v))
         mask = None if key_padding_mask is None else key_padding_mask.repeat_interleave(h, 0)
         rand = random_layout.expand(b, h, -1, -1).reshape(b * h, 1, *random_layout.shape[2:])
@@ -123,8 +127,11 @@ def block_sparse_attention(
     if key_padding_mask is not None:
         real[:, :length] = key_padding_mask
     real[:, length:] = False
-    if kk * bs >= padded:  # gathering would copy every key per query block: one masked call
-        return _dense(q, k, v, real[:, :length], causal, bs, g, row_blocks, index, used)
+    # Gathering would copy every key per query block, or a score bias is given (an [L, L]
+    # tensor already, as the one masked call's mask is): the layout as one masked call.
+    if kk * bs >= padded or attn_bias is not None:
+        args = (real[:, :length], causal, bs, g, row_blocks, index, used, attn_bias)
+        return _dense(q, k, v, *args)
     visible = _gather_blocks(real.view(b, nb, bs), index.view(b, nb * kk)).view(b, nb, kk, bs)
     visible = (visible & used[..., None]).view(b * nb, 1, 1, kk * bs)
     if causal:
@@ -170,8 +177,9 @@ def block_sparse_attention(
     return out.view(b, padded, h, d)[:, :length].transpose(1, 2)
 
 
-def _dense(q, k, v, real, causal, bs, g, row_blocks, index, used) -> Tensor:
-    """Short inputs (``K·B >= n·B``): the same layout as one SDPA call under its ``[L, L]`` mask."""
+def _dense(q, k, v, real, causal, bs, g, row_blocks, index, used, bias=None) -> Tensor:
+    """Short inputs (``K·B >= n·B``), or a score bias: the same layout as one SDPA call under
+    its ``[L, L]`` mask (with the bias: the bias where the layout keeps a score, -inf elsewhere)."""
     b, nb = index.shape[:2]
     length = q.shape[-2]
     blocks = torch.zeros(b, nb, nb + 1, dtype=torch.bool, device=q.device)
@@ -186,8 +194,20 @@ def _dense(q, k, v, real, causal, bs, g, row_blocks, index, used) -> Tensor:
     mask = (mask & real[:, None, :])[:, None]  # [b, 1, L, L]
     if causal:
         mask &= torch.ones(length, length, dtype=torch.bool, device=q.device).tril()
+    return _masked_sdpa(q, k, v, mask, bias)
+
+
+def _masked_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None) -> Tensor:
+    """SDPA under a boolean ``mask`` (plus ``bias`` where it is True); zeros for blind queries."""
+    if bias is not None:
+        mask = torch.where(mask, bias.to(q.dtype), float("-inf"))
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return _zero_blind(out, mask.any(dim=-1, keepdim=True))
+    return _zero_blind(
+        out,
+        mask.isfinite().any(dim=-1, keepdim=True)
+        if bias is not None
+        else mask.any(dim=-1, keepdim=True),
+    )
 
 
 def bigbird_attention(
@@ -200,36 +220,47 @@ def bigbird_attention(
     num_random_blocks: int = 3,
     window_blocks: int = 1,
     global_blocks: int = 1,
+    attn_bias: Tensor | None = None,
 ) -> Tensor:
     """BigBird attention, ``[b,h,L,d]`` x3 -> ``[b,h,L,d]`` (self-attention, ``Lq == Lk``).
 
     Each row's layout follows its own length (last real key + 1) and the fixed random blocks of
     :func:`random_blocks`; rows whose blocks are all global (non-causal: at most ``2g`` blocks;
-    causal: at most ``g``) get exact attention.
+    causal: at most ``g``) get exact attention. ``attn_bias`` (a relative position bias,
+    broadcastable to ``[b, h, L, L]``) is added to every score the layout keeps.
     """
     b, _, length, _ = q.shape
     nb = math.ceil(length / block_size)
     if nb <= (global_blocks if causal else 2 * global_blocks):
-        return _exact(q, k, v, key_padding_mask, causal)
+        return _exact(q, k, v, key_padding_mask, causal, attn_bias)
     row_blocks = row_blocks_of(key_padding_mask, b, length, block_size, q.device)
     rand = torch.full((b, 1, nb, num_random_blocks), -1, dtype=torch.long)
     for n in sorted(set(row_blocks.tolist()) - {0}):  # one layout per distinct row length
         layout = random_blocks(n, window_blocks, global_blocks, num_random_blocks, causal)
         rand[(row_blocks == n).cpu(), 0, :n] = layout
     return block_sparse_attention(
-        q, k, v, key_padding_mask, causal, block_size, rand, window_blocks, global_blocks
+        q, k, v, key_padding_mask, causal, block_size, rand, window_blocks, global_blocks, attn_bias
     )
 
 
-def _exact(q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None, causal: bool):
+def _exact(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    bias: Tensor | None = None,
+) -> Tensor:
     """Exact SDPA attention (every block global), zeros for queries that see no key."""
-    if key_padding_mask is None:
+    if key_padding_mask is None and bias is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-    mask = key_padding_mask[:, None, None, :]
+    n = q.shape[-2]
+    mask = torch.ones(1, 1, 1, n, dtype=torch.bool, device=q.device)
+    if key_padding_mask is not None:
+        mask = key_padding_mask[:, None, None, :]
     if causal:
-        n = q.shape[-2]
         mask = mask & torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-    return _zero_blind(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), mask.any(-1, True))
+    return _masked_sdpa(q, k, v, mask, bias)
 
 
 def _slots(options: Mapping[str, Any], causal: bool) -> int:
@@ -326,7 +357,8 @@ BACKEND = Backend(
     budget="block_size",
     memory=bigbird_bytes,
     work=bigbird_work,
-    capabilities=Capabilities(cross_attention=False, causal_cross_attention=False),
+    # A score bias is added to the scores the layout keeps (MPNet's relative positions).
+    capabilities=Capabilities(cross_attention=False, causal_cross_attention=False, score_bias=True),
     options={
         "block_size": IntOption(
             default=64, minimum=8, maximum=1024, description="Tokens per block B."

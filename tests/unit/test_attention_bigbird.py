@@ -34,9 +34,10 @@ def _allowed_blocks(nb: int, n_row: int, causal: bool, w: int, g: int, rand) -> 
     return allowed
 
 
-def dense_reference(q, k, v, mask, causal, bs, w=1, g=1, r=3, layout=None):
+def dense_reference(q, k, v, mask, causal, bs, w=1, g=1, r=3, layout=None, bias=None):
     """Float64 masked softmax attention under BigBird's block mask; ``layout`` ``[h, nb, r]``
-    (one random layout per head) or None: each row's own :func:`random_blocks`."""
+    (one random layout per head) or None: each row's own :func:`random_blocks`; ``bias``
+    ``[1, h, L, L]`` added to the scores."""
     q, k, v = q.double(), k.double(), v.double()
     b, h, length, d = q.shape
     nb = math.ceil(length / bs)
@@ -56,6 +57,8 @@ def dense_reference(q, k, v, mask, causal, bs, w=1, g=1, r=3, layout=None):
             if causal:
                 tokens &= torch.ones(length, length, dtype=torch.bool).tril()
             scores = q[row, head] @ k[row, head].T / math.sqrt(d)
+            if bias is not None:
+                scores = scores + bias[0, head].double()
             weights = scores.masked_fill(~tokens, float("-inf")).softmax(-1).nan_to_num(0.0)
             out[row, head] = weights @ v[row, head]
     return out
@@ -93,6 +96,23 @@ def test_equals_the_dense_reference_of_its_layout(length, options, causal, padde
     r = options.get("num_random_blocks", 3)
     want = dense_reference(q, k, v, mask, causal, options["block_size"], w, g, r)
     assert torch.allclose(out, want, atol=1e-6, rtol=0), float((out - want).abs().max())
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("length", [60, 200])  # the all-global path, and a sparse layout
+def test_a_score_bias_is_added_to_the_scores_the_layout_keeps(length, causal):
+    """MPNet's relative position bias: added where the layout keeps a score, as in the dense
+    reference (exact where every block is global)."""
+    q, k, v = (t.double() for t in structured_qkv(2, 2, length, length, 16, scale=0.8, seed=3))
+    bias = 2.0 * torch.randn(1, 2, length, length, dtype=torch.float64)
+    mask = _padded(2, length, length - 25)
+    options = {"block_size": 16} if length > 100 else {"block_size": 32}
+    out = attend(q, k, v, backend="bigbird", key_padding_mask=mask, causal=causal,
+                 attn_bias=bias, **options)  # fmt: skip
+    want = dense_reference(q, k, v, mask, causal, options["block_size"], bias=bias)
+    assert torch.allclose(out, want, atol=1e-6, rtol=0), float((out - want).abs().max())
+    plain = attend(q, k, v, backend="bigbird", key_padding_mask=mask, causal=causal, **options)
+    assert float((plain - want).abs().max()) > 1e-2  # the bias matters at this scale
 
 
 def test_random_blocks_are_new_distinct_and_fixed():
