@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from models.attention import BACKENDS, get_backend
 from tests.service.helpers import (
     TINY_FORECAST,
     TINY_TEXT,
@@ -367,3 +368,22 @@ def test_bad_requests_do_not_harm_the_batch_beside_them(
         alone = client.post("/encode", json=body).json()["embeddings"][0]
         got = r.json()["embeddings"][0]
         assert max(abs(a - b) for a, b in zip(got, alone, strict=True)) < 1e-5
+
+
+APPROXIMATIONS = [b for b in BACKENDS if get_backend(b).budget is not None]
+
+
+@pytest.mark.parametrize("backend", APPROXIMATIONS)
+@pytest.mark.parametrize("route", ["/encode", "/forecast"])
+def test_a_budget_out_of_range_names_the_option_and_its_range(
+    client: TestClient, backend: str, route: str
+) -> None:
+    """Every approximation's budget option (block size, bucket size, landmarks, ...) one past
+    its maximum: a 422 naming the option and its range, on a text model and a forecaster."""
+    name = get_backend(backend).budget
+    assert name is not None
+    spec = get_backend(backend).options[name].describe()
+    options = {"attention": backend, "attention_options": {name: spec["maximum"] + 1}}
+    body = {"inputs": ["x"], **options} if route == "/encode" else forecast_body(**options)
+    r = client.post(route, json=body)
+    assert_error(r, 422, "invalid_request", name, f"[{spec['minimum']}, {spec['maximum']}]")
