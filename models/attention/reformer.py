@@ -214,47 +214,74 @@ def reformer_attention(
         self_count = torch.ones(b, h, n, device=dev, dtype=q.dtype)
         for r in range(rounds):
             self_count += (chunk_q[r] - chunk_k[r]).bitwise_or_(1) == 1
+        # Per pair, meets = 1 + [the self pair] + Σ over the other rounds [co-located]: small
+        # integers, exact in float, built in place in one buffer (no bool-to-float copies).
+        # It starts at 1 + 3/2·(rounds − 1) (each other round then takes 1/2 or 3/2 off).
+        meets = torch.empty(b, h, chunks, bs, 2 * bs, device=dev, dtype=q.dtype)
+        temp = torch.empty_like(meets) if causal or rounds > 1 else None
+        # Masks stay out of log and exp (their slow paths at ±inf): a masked pair's score is
+        # capped at −inf (cap +inf elsewhere) only for the maximum, and its weight multiplied
+        # by 0 (keep), before exp (so exp sees a finite 0) and after (so exp(0) = 1 becomes 0).
+        key_cap = torch.full_like(meets[:, :1, :, :1], float("inf"))  # [b, 1, C, 1, 2bs]
+        key_cap.masked_fill_(~key_ok[:, None, :, None, :], float("-inf"))
+        key_keep = key_ok[:, None, :, None, :].to(q.dtype)
+        # Query slot i's window starts at key slot (chunk(i) − 1)·bs.
+        start = ((chunk - 1) * bs).repeat_interleave(bs, dim=1)[:, None, :]  # [b, 1, Lp]
+        rank_k = [_inverse(perm) for perm in perm_k]
 
+    # Gathers are whole-row index_selects on [b·h·L, d] (far faster than an elementwise gather
+    # through an expanded index): row of position p of (batch, head) bh is bh·L + p.
+    q_rows, k_rows, v_rows = (x.reshape(b * h * n, d) for x in (q, k, v))
+    first = torch.arange(0, b * h * n, n, device=dev).view(b, h, 1)
+    first_out = torch.arange(0, b * h * padded, padded, device=dev).view(b, h, 1)
+    tracking = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     outs, lses = [], []
     for r in range(rounds):
         with torch.no_grad():
             qperm = F.pad(perm_q[r], (0, padded - n))  # [b, h, Lp]; pad slots masked below
             kperm = torch.gather(F.pad(perm_k[r], (0, padded - n)), -1, window)  # [b, h, C·2bs]
-            qpos, kpos = qperm.view(b, h, chunks, bs), kperm.view(b, h, chunks, 2 * bs)
-            # Rounds (and the self slot) in which each pair meets: log of it leaves the score.
-            meets = (qpos[..., :, None] == kpos[..., None, :]).to(q.dtype).add_(1.0)
+            meets.fill_(1 + 1.5 * (rounds - 1))
             for other in range(rounds):
-                if other != r:
-                    cq = torch.gather(chunk_q[other], -1, qperm).view(b, h, chunks, bs)
-                    ck = torch.gather(chunk_k[other], -1, kperm).view(b, h, chunks, 2 * bs)
-                    meets += _colocated(cq, ck)
-            penalty = meets.log_()
-            allowed = key_ok[:, None, :, None, :]
-            if causal:
-                allowed = allowed & (qpos[..., :, None] >= kpos[..., None, :])
-            penalty.masked_fill_(~allowed, float("inf"))  # the score becomes −inf
-            del meets, allowed
-        qs = torch.gather(q, 2, qperm[..., None].expand(-1, -1, -1, d)).view(b, h, chunks, bs, d)
-        index = kperm[..., None].expand(-1, -1, -1, d)
-        kw = torch.gather(k, 2, index).view(b, h, chunks, 2 * bs, d)
+                if other != r:  # cq − ck ∈ {0, 1} iff |cq − 1/2 − ck| = 1/2 (else ≥ 3/2)
+                    cq = torch.gather(chunk_q[other], -1, qperm).to(q.dtype).sub_(0.5)
+                    ck = torch.gather(chunk_k[other], -1, kperm).to(q.dtype)
+                    cq, ck = cq.view(b, h, chunks, bs, 1), ck.view(b, h, chunks, 1, 2 * bs)
+                    meets.sub_(torch.sub(cq, ck, out=temp).abs_().clamp_max_(1.5))
+            # The self pair: the query's own position sits at its key rank, if in the window.
+            slot = torch.gather(rank_k[r], -1, qperm).sub_(start)  # [b, h, Lp]
+            hit = ((slot >= 0) & (slot < 2 * bs)).to(q.dtype).view(-1, 1)
+            meets.view(-1, 2 * bs).scatter_add_(1, slot.clamp_(0, 2 * bs - 1).view(-1, 1), hit)
+            penalty = meets.log_()  # log of the rounds in which the pair meets leaves the score
+            cap, keep = key_cap, key_keep
+            if causal:  # (qpos + 1/2 − kpos)·inf: +inf for an earlier key, −inf for a later
+                qpos = qperm.to(q.dtype).add_(0.5).view(b, h, chunks, bs, 1)
+                kpos = kperm.to(q.dtype).view(b, h, chunks, 1, 2 * bs)
+                cap = torch.sub(qpos, kpos, out=temp).mul_(float("inf"))
+                cap = torch.minimum(cap, key_cap, out=cap)
+        qs = q_rows.index_select(0, (qperm + first).view(-1)).view(b, h, chunks, bs, d)
+        index = (kperm + first).view(-1)
+        kw = k_rows.index_select(0, index).view(b, h, chunks, 2 * bs, d)
         scores = (qs @ kw.transpose(-1, -2)).mul_(scale).sub_(penalty)
-        del qs, kw, penalty
+        del qs, kw
         # The shift is a constant for the gradient (softmax and log-sum-exp do not depend on it).
-        top = scores.detach().amax(dim=-1, keepdim=True)
-        top = torch.where(torch.isfinite(top), top, 0.0)  # a query seeing nothing: no -inf − -inf
-        weights = scores.sub_(top).exp_()
+        with torch.no_grad():
+            top = torch.minimum(scores, cap, out=penalty).amax(dim=-1, keepdim=True)
+            top = torch.where(torch.isfinite(top), top, 0.0)  # a query seeing nothing
+            if causal:
+                keep = cap.clamp_(0, 1) if not tracking else cap.clamp(0, 1)
+        weights = scores.sub_(top).mul_(keep).exp_()
+        # In place unless autograd keeps exp's result for the backward pass.
+        weights = weights * keep if tracking else weights.mul_(keep)
         del scores
         total = weights.sum(dim=-1, keepdim=True)
         seen = total > 0
-        vw = torch.gather(v, 2, index).view(b, h, chunks, 2 * bs, d)
+        vw = v_rows.index_select(0, index).view(b, h, chunks, 2 * bs, d)
         out = (weights @ vw) / torch.where(seen, total, 1.0)
         del weights, vw
         lse = torch.where(seen, torch.where(seen, total, 1.0).log() + top, float("-inf"))
         # Back to positions: a query's output sits at its rank in this round's order.
         rank = _inverse(perm_q[r])
-        outs.append(
-            torch.gather(out.view(b, h, padded, d), 2, rank[..., None].expand(-1, -1, -1, d))
-        )
+        outs.append(out.view(-1, d).index_select(0, (rank + first_out).view(-1)).view(b, h, n, d))
         lses.append(torch.gather(lse.view(b, h, padded), 2, rank))
         del out, lse
     self_score = (q * k).sum(dim=-1) * scale - self_count.log()
