@@ -141,13 +141,6 @@ def _inverse(perm: Tensor) -> Tensor:
     return torch.empty_like(perm).scatter_(-1, perm, ranks)
 
 
-def _colocated(cq: Tensor, ck: Tensor) -> Tensor:
-    """Whether a query in chunk ``cq`` sees a key in chunk ``ck``: ck ∈ {cq, cq − 1}, i.e.
-    (cq − ck) | 1 == 1 (−1 and every other difference has another bit set)."""
-    diff = cq[..., :, None] - ck[..., None, :]
-    return diff.bitwise_or_(1) == 1
-
-
 def _sort_rounds(
     x: Tensor, real: Tensor, n_buckets: Tensor, rounds: int, bucket_size: int
 ) -> tuple[list[Tensor], list[Tensor]]:
@@ -183,11 +176,8 @@ def reformer_attention(
     q, k, v = working_precision(q, k, v)
     b, h, n, d = q.shape
     bs, rounds, dev = bucket_size, num_hashes, q.device
-    real = (
-        torch.ones(b, n, dtype=torch.bool, device=dev)
-        if key_padding_mask is None
-        else key_padding_mask
-    )
+    real = torch.ones(b, n, dtype=torch.bool, device=dev)
+    real = real if key_padding_mask is None else key_padding_mask
     count = real.sum(dim=-1)  # [b]
     chunks = -(-n // bs)
     padded = chunks * bs
@@ -222,9 +212,8 @@ def reformer_attention(
         # Masks stay out of log and exp (their slow paths at ±inf): a masked pair's score is
         # capped at −inf (cap +inf elsewhere) only for the maximum, and its weight multiplied
         # by 0 (keep), before exp (so exp sees a finite 0) and after (so exp(0) = 1 becomes 0).
-        key_cap = torch.full_like(meets[:, :1, :, :1], float("inf"))  # [b, 1, C, 1, 2bs]
-        key_cap.masked_fill_(~key_ok[:, None, :, None, :], float("-inf"))
-        key_keep = key_ok[:, None, :, None, :].to(q.dtype)
+        key_keep = key_ok[:, None, :, None, :].to(q.dtype)  # [b, 1, C, 1, 2bs]
+        key_cap = (key_keep - 0.5) * float("inf")
         # Query slot i's window starts at key slot (chunk(i) − 1)·bs.
         start = ((chunk - 1) * bs).repeat_interleave(bs, dim=1)[:, None, :]  # [b, 1, Lp]
         rank_k = [_inverse(perm) for perm in perm_k]
@@ -235,6 +224,13 @@ def reformer_attention(
     first = torch.arange(0, b * h * n, n, device=dev).view(b, h, 1)
     first_out = torch.arange(0, b * h * padded, padded, device=dev).view(b, h, 1)
     tracking = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
+    # Without autograd, every round writes its big tensors into the same buffers (a fresh one
+    # of that size costs page faults each time): the gathered queries, then the round's output;
+    # the key window, then its values; the scores.
+    qo = kvw = sbuf = None
+    if not tracking:
+        qo, kvw = (torch.empty(b * h * padded * m, d, dtype=q.dtype, device=dev) for m in (1, 2))
+        sbuf = torch.empty_like(meets)
     outs, lses = [], []
     for r in range(rounds):
         with torch.no_grad():
@@ -258,10 +254,11 @@ def reformer_attention(
                 kpos = kperm.to(q.dtype).view(b, h, chunks, 1, 2 * bs)
                 cap = torch.sub(qpos, kpos, out=temp).mul_(float("inf"))
                 cap = torch.minimum(cap, key_cap, out=cap)
-        qs = q_rows.index_select(0, (qperm + first).view(-1)).view(b, h, chunks, bs, d)
+        qs = torch.index_select(q_rows, 0, (qperm + first).view(-1), out=qo)
         index = (kperm + first).view(-1)
-        kw = k_rows.index_select(0, index).view(b, h, chunks, 2 * bs, d)
-        scores = (qs @ kw.transpose(-1, -2)).mul_(scale).sub_(penalty)
+        kw = torch.index_select(k_rows, 0, index, out=kvw).view(b, h, chunks, 2 * bs, d)
+        qs = qs.view(b, h, chunks, bs, d)
+        scores = torch.matmul(qs, kw.transpose(-1, -2), out=sbuf).mul_(scale).sub_(penalty)
         del qs, kw
         # The shift is a constant for the gradient (softmax and log-sum-exp do not depend on it).
         with torch.no_grad():
@@ -275,15 +272,18 @@ def reformer_attention(
         del scores
         total = weights.sum(dim=-1, keepdim=True)
         seen = total > 0
-        vw = v_rows.index_select(0, index).view(b, h, chunks, 2 * bs, d)
-        out = (weights @ vw) / torch.where(seen, total, 1.0)
+        vw = torch.index_select(v_rows, 0, index, out=kvw).view(b, h, chunks, 2 * bs, d)
+        out = torch.matmul(weights, vw, out=None if qo is None else qo.view(b, h, chunks, bs, d))
+        total = torch.where(seen, total, 1.0)
+        out = out / total if tracking else out.div_(total)
         del weights, vw
-        lse = torch.where(seen, torch.where(seen, total, 1.0).log() + top, float("-inf"))
+        lse = torch.where(seen, total.log() + top, float("-inf"))
         # Back to positions: a query's output sits at its rank in this round's order.
         rank = _inverse(perm_q[r])
         outs.append(out.view(-1, d).index_select(0, (rank + first_out).view(-1)).view(b, h, n, d))
         lses.append(torch.gather(lse.view(b, h, padded), 2, rank))
         del out, lse
+    del meets, temp, sbuf, qo, kvw
     self_score = (q * k).sum(dim=-1) * scale - self_count.log()
     lses.append(self_score.masked_fill(~real[:, None, :], float("-inf")))
     outs.append(v)
@@ -314,43 +314,45 @@ def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     """Peak bytes: linear in length for a fixed ``bucket_size`` (the hash projection aside).
 
     Alive throughout: every round's sort orders (int64) and chunk ids (int16), ``[b, h, L]``
-    each, and the self slot's count. Then the busiest of: hashing (the hashed q and k
-    ``[b, h, L, d']`` and one round's projection ``[b, h, L, n_buckets/2]``, twice when rows
-    of different real lengths mask columns); a round's scores ``[b, h, Lp, 2·bucket_size]``
-    beside the duplicate penalty of the same size (the pair masks and chunk-id differences
-    before it are smaller), the gathered queries and key window ``3·b·h·Lp·d`` and the gather
-    indices, with the earlier rounds' outputs and log-sum-exps; the combination (every round's
-    output, the running sum and its temporaries).
+    each, the keys' ranks and the self slot's count. Then the busiest of: hashing (the hashed
+    q and k ``[b, h, L, d']`` and one round's projection ``[b, h, L, n_buckets/2]``, twice when
+    rows of different real lengths mask columns); the rounds: q, k and v as rows (a copy of
+    strided inputs, such as a projection's head split), three buffers the size of a round's
+    scores ``[b, h, Lp, 2·bucket_size]`` (scores, duplicate counts and a temporary for the
+    chunk-id differences or the causal cap; two with one round and no causal mask), the
+    gathered queries and key window ``3·b·h·Lp·d`` and the gather indices, with the earlier
+    rounds' outputs and log-sum-exps; the combination (rows, round outputs, sum, temporaries).
     """
     work, cast = in_float32(call)
     rounds = options["num_hashes"]
     padded, scores, half, dim = _sizes(call, options)
     bh, n = call.heads, call.heads * call.lq
-    kept = 2 * rounds * n * (INDEX + 2) + n * work
+    kept = 2 * rounds * n * (INDEX + 2) + rounds * n * INDEX + n * work
     hashing = 2 * n * dim * work + n * half * work * (2 if call.padded else 1) + 4 * n * INDEX
+    rows = 0 if cast else (call.queries + 2 * call.keys) * work
     chunked = (
-        2 * scores * work
+        (3 if call.causal or rounds > 1 else 2) * scores * work
         + 3 * bh * padded * call.d * work
         + 3 * bh * padded * INDEX
         + (rounds - 1) * (call.queries + n) * work
     )
     combine = (rounds + 3) * call.queries * work + 3 * (rounds + 1) * n * work
-    return cast + kept + max(hashing, chunked, combine)
+    return cast + kept + max(hashing, rows + chunked, rows + combine)
 
 
 def reformer_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
     """Flop-equivalents per round: hashing q and k (a ``[L, d'] x [d', n_buckets/2]`` product
     and max/min passes) and their sorts, the score and value products over each query's
-    ``2·bucket_size`` keys, the elementwise passes over the scores (self test, co-location with
-    every other round, log, mask, scale, penalty, shift, exp, sum) and the gathers; then the
-    combination of the rounds."""
+    ``2·bucket_size`` keys, the elementwise passes over the scores (count fill, co-location with
+    every other round, log, scale, penalty, capped maximum, shift, mask twice, exp, sum) and the
+    row gathers; then the combination of the rounds."""
     rounds = options["num_hashes"]
     padded, scores, half, dim = _sizes(call, options)
     n = call.lq
     hashing = 2 * (HEAD_MATMUL * n * dim * half + ELEMENTWISE * (2 * n * half + n * dim))
     sorting = 2 * ELEMENTWISE * n * max(1.0, math.log2(n))
     per_head = scores / call.heads
-    chunked = HEAD_MATMUL * 2 * per_head * call.d + ELEMENTWISE * per_head * (8 + 3 * (rounds - 1))
+    chunked = HEAD_MATMUL * 2 * per_head * call.d + ELEMENTWISE * per_head * (10 + 4 * (rounds - 1))
     gathers = ELEMENTWISE * 6 * padded * call.d
     combine = ELEMENTWISE * 3 * (rounds + 1) * n * call.d
     return call.heads * (rounds * (hashing + sorting + chunked + gathers) + combine)
