@@ -183,6 +183,7 @@ def reformer_attention(
     padded = chunks * bs
     scale = 1.0 / math.sqrt(d)
 
+    tracking = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     # Hash, sort and find every token's chunk in every round.
     with torch.no_grad():
         fq, gk = _hash_inputs(q.detach(), k.detach(), real, hashing)
@@ -208,7 +209,7 @@ def reformer_attention(
         # integers, exact in float, built in place in one buffer (no bool-to-float copies).
         # It starts at 1 + 3/2·(rounds − 1) (each other round then takes 1/2 or 3/2 off).
         meets = torch.empty(b, h, chunks, bs, 2 * bs, device=dev, dtype=q.dtype)
-        temp = torch.empty_like(meets) if causal or rounds > 1 else None
+        temp = torch.empty_like(meets) if causal or (rounds > 1 and tracking) else None
         # Masks stay out of log and exp (their slow paths at ±inf): a masked pair's score is
         # capped at −inf (cap +inf elsewhere) only for the maximum, and its weight multiplied
         # by 0 (keep), before exp (so exp sees a finite 0) and after (so exp(0) = 1 becomes 0).
@@ -223,10 +224,9 @@ def reformer_attention(
     q_rows, k_rows, v_rows = (x.reshape(b * h * n, d) for x in (q, k, v))
     first = torch.arange(0, b * h * n, n, device=dev).view(b, h, 1)
     first_out = torch.arange(0, b * h * padded, padded, device=dev).view(b, h, 1)
-    tracking = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     # Without autograd, every round writes its big tensors into the same buffers (a fresh one
     # of that size costs page faults each time): the gathered queries, then the round's output;
-    # the key window, then its values; the scores.
+    # the key window, then its values; the scores (and first the chunk-id differences).
     qo = kvw = sbuf = None
     if not tracking:
         qo, kvw = (torch.empty(b * h * padded * m, d, dtype=q.dtype, device=dev) for m in (1, 2))
@@ -242,7 +242,8 @@ def reformer_attention(
                     cq = torch.gather(chunk_q[other], -1, qperm).to(q.dtype).sub_(0.5)
                     ck = torch.gather(chunk_k[other], -1, kperm).to(q.dtype)
                     cq, ck = cq.view(b, h, chunks, bs, 1), ck.view(b, h, chunks, 1, 2 * bs)
-                    meets.sub_(torch.sub(cq, ck, out=temp).abs_().clamp_max_(1.5))
+                    diff = torch.sub(cq, ck, out=temp if sbuf is None else sbuf)  # scores later
+                    meets.sub_(diff.abs_().clamp_max_(1.5))
             # The self pair: the query's own position sits at its key rank, if in the window.
             slot = torch.gather(rank_k[r], -1, qperm).sub_(start)  # [b, h, Lp]
             hit = ((slot >= 0) & (slot < 2 * bs)).to(q.dtype).view(-1, 1)
@@ -257,9 +258,8 @@ def reformer_attention(
         qs = torch.index_select(q_rows, 0, (qperm + first).view(-1), out=qo)
         index = (kperm + first).view(-1)
         kw = torch.index_select(k_rows, 0, index, out=kvw).view(b, h, chunks, 2 * bs, d)
-        qs = qs.view(b, h, chunks, bs, d)
-        scores = torch.matmul(qs, kw.transpose(-1, -2), out=sbuf).mul_(scale).sub_(penalty)
-        del qs, kw
+        scores = torch.matmul(qs.view(b, h, chunks, bs, d), kw.mT, out=sbuf)
+        scores = scores.mul_(scale).sub_(penalty)
         # The shift is a constant for the gradient (softmax and log-sum-exp do not depend on it).
         with torch.no_grad():
             top = torch.minimum(scores, cap, out=penalty).amax(dim=-1, keepdim=True)
@@ -317,9 +317,9 @@ def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     each, the keys' ranks and the self slot's count. Then the busiest of: hashing (the hashed
     q and k ``[b, h, L, d']`` and one round's projection ``[b, h, L, n_buckets/2]``, twice when
     rows of different real lengths mask columns); the rounds: q, k and v as rows (a copy of
-    strided inputs, such as a projection's head split), three buffers the size of a round's
-    scores ``[b, h, Lp, 2·bucket_size]`` (scores, duplicate counts and a temporary for the
-    chunk-id differences or the causal cap; two with one round and no causal mask), the
+    strided inputs, such as a projection's head split), buffers the size of a round's
+    scores ``[b, h, Lp, 2·bucket_size]`` (scores, duplicate counts and, when causal, the cap;
+    without autograd the chunk-id differences go to the scores' buffer), the
     gathered queries and key window ``3·b·h·Lp·d`` and the gather indices, with the earlier
     rounds' outputs and log-sum-exps; the combination (rows, round outputs, sum, temporaries).
     """
@@ -331,7 +331,7 @@ def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     hashing = 2 * n * dim * work + n * half * work * (2 if call.padded else 1) + 4 * n * INDEX
     rows = 0 if cast else (call.queries + 2 * call.keys) * work
     chunked = (
-        (3 if call.causal or rounds > 1 else 2) * scores * work
+        (3 if call.causal else 2) * scores * work
         + 3 * bh * padded * call.d * work
         + 3 * bh * padded * INDEX
         + (rounds - 1) * (call.queries + n) * work
