@@ -269,21 +269,20 @@ def reformer_attention(
         weights = scores.sub_(top).mul_(keep).exp_()
         # In place unless autograd keeps exp's result for the backward pass.
         weights = weights * keep if tracking else weights.mul_(keep)
-        del scores
         total = weights.sum(dim=-1, keepdim=True)
         seen = total > 0
         vw = torch.index_select(v_rows, 0, index, out=kvw).view(b, h, chunks, 2 * bs, d)
         out = torch.matmul(weights, vw, out=None if qo is None else qo.view(b, h, chunks, bs, d))
         total = torch.where(seen, total, 1.0)
         out = out / total if tracking else out.div_(total)
-        del weights, vw
         lse = torch.where(seen, total.log() + top, float("-inf"))
         # Back to positions: a query's output sits at its rank in this round's order.
         rank = _inverse(perm_q[r])
         outs.append(out.view(-1, d).index_select(0, (rank + first_out).view(-1)).view(b, h, n, d))
         lses.append(torch.gather(lse.view(b, h, padded), 2, rank))
         del out, lse
-    del meets, temp, sbuf, qo, kvw
+    del meets, temp, sbuf, kvw  # the queries' buffer then holds the products below
+    prod = None if qo is None else qo[: b * h * n].view(b, h, n, d)
     self_score = (q * k).sum(dim=-1) * scale - self_count.log()
     lses.append(self_score.masked_fill(~real[:, None, :], float("-inf")))
     outs.append(v)
@@ -294,9 +293,10 @@ def reformer_attention(
     w = torch.exp(lse_all - top)
     total = w.sum(dim=0)
     result = torch.zeros_like(v)
-    for weight, out in zip(w, outs, strict=True):
-        result += weight[..., None] * out
-    result = result / torch.where(total > 0, total, 1.0)[..., None]
+    for weight, out in zip(w[..., None], outs, strict=True):
+        result += weight * out if prod is None else torch.mul(weight, out, out=prod)
+    total = torch.where(total > 0, total, 1.0)[..., None]
+    result = result / total if tracking else result.div_(total)
     return result.to(out_dtype)
 
 
