@@ -251,7 +251,7 @@ def reformer_attention(
             penalty = meets.log_()  # log of the rounds in which the pair meets leaves the score
             cap, keep = key_cap, key_keep
             if causal:  # (qpos + 1/2 − kpos)·inf: +inf for an earlier key, −inf for a later
-                qpos = qperm.to(q.dtype).add_(0.5).view(b, h, chunks, bs, 1)
+                qpos = qperm.to(q.dtype).add_(0.5).view(b, h, chunks, bs, 1)  # exact < 2**24
                 kpos = kperm.to(q.dtype).view(b, h, chunks, 1, 2 * bs)
                 cap = torch.sub(qpos, kpos, out=temp).mul_(float("inf"))
                 cap = torch.minimum(cap, key_cap, out=cap)
@@ -317,11 +317,11 @@ def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     each, the keys' ranks and the self slot's count. Then the busiest of: hashing (the hashed
     q and k ``[b, h, L, d']`` and one round's projection ``[b, h, L, n_buckets/2]``, twice when
     rows of different real lengths mask columns); the rounds: q, k and v as rows (a copy of
-    strided inputs, such as a projection's head split), buffers the size of a round's
-    scores ``[b, h, Lp, 2·bucket_size]`` (scores, duplicate counts and, when causal, the cap;
-    without autograd the chunk-id differences go to the scores' buffer), the
-    gathered queries and key window ``3·b·h·Lp·d`` and the gather indices, with the earlier
-    rounds' outputs and log-sum-exps; the combination (rows, round outputs, sum, temporaries).
+    strided inputs, such as a projection's head split), buffers the size of a round's scores
+    ``[b, h, Lp, 2·bucket_size]`` (the scores, the duplicate counts and, when causal, the cap;
+    without autograd the chunk-id differences use the scores' buffer), the gathered queries
+    and key window ``3·b·h·Lp·d`` (reused by every round) and the gather indices, with the
+    earlier rounds' outputs and log-sum-exps; the combination (rows, outputs, sum, products).
     """
     work, cast = in_float32(call)
     rounds = options["num_hashes"]
