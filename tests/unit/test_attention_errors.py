@@ -35,11 +35,40 @@ def test_unknown_backend_lists_valid_names():
         ("nystrom", {"num_landmarks": 0}, r"must be in \[1, 1024\]"),
         ("probsparse", {"factor": 101}, r"must be in \[1, 100\]"),
         ("probsparse", {"factor": 2.5}, "must be an integer"),
+        ("bigbird", {"block_size": 4}, r"'block_size' must be in \[8, 1024\], got 4"),
+        ("bigbird", {"block_size": 2048}, r"'block_size' must be in \[8, 1024\]"),
+        ("bigbird", {"num_random_blocks": -1}, r"'num_random_blocks' must be in \[0, 32\]"),
+        ("bigbird", {"window_blocks": 33}, r"'window_blocks' must be in \[0, 32\]"),
+        ("bigbird", {"global_blocks": 17}, r"'global_blocks' must be in \[0, 16\]"),
+        ("bigbird", {"block_size": 6.5}, "'block_size' must be an integer"),
+        ("bigbird", {"random_blocks": 3}, "unknown option.*'random_blocks'"),
+        (
+            "reformer",
+            {"bucket_size": 2},
+            r"reformer: option 'bucket_size' must be in \[4, 4096\], got 2",
+        ),
+        ("reformer", {"bucket_size": 8192}, r"'bucket_size' must be in \[4, 4096\], got 8192"),
+        (
+            "reformer",
+            {"num_hashes": 0},
+            r"reformer: option 'num_hashes' must be in \[1, 16\], got 0",
+        ),
+        ("reformer", {"num_hashes": 1.5}, r"'num_hashes' must be an integer in \[1, 16\]"),
+        ("reformer", {"hashing": "angular"}, r"'hashing' must be one of 'shared', 'asymmetric'"),
     ],
 )
 def test_bad_options_are_refused(backend, options, message):
     with pytest.raises(AttentionError, match=message):
         attend(*_qkv(), backend=backend, **options)
+
+
+@pytest.mark.parametrize(
+    "backend", [b for b in BACKENDS if not get_backend(b).capabilities.cross_attention]
+)
+def test_self_attention_only_backends_refuse_lq_other_than_lk(backend):
+    """The model falls back to exact attention for such a layer; a direct call is refused."""
+    with pytest.raises(AttentionError, match=f"{backend} needs Lq == Lk"):
+        attend(*_qkv(lq=4, lk=8), backend=backend)
 
 
 def test_integral_float_options_are_accepted():

@@ -8,7 +8,7 @@ import itertools
 import pytest
 import torch
 
-from models.attention import AttentionError, attend
+from models.attention import attend
 from models.attention.lsh import lsh_shared_qk_attention
 from tests.attention_inputs import relative_error, structured_qkv
 
@@ -108,28 +108,6 @@ def test_error_falls_as_bucket_size_grows(hashing):
 def test_error_falls_as_num_hashes_grows(hashing):
     errors = _errors("num_hashes", (1, 2, 4, 8), hashing=hashing)
     assert all(a > b for a, b in itertools.pairwise(errors)), errors
-
-
-@pytest.mark.parametrize(
-    ("options", "message"),
-    [
-        ({"bucket_size": 2}, r"reformer: option 'bucket_size' must be in \[4, 4096\], got 2"),
-        ({"bucket_size": 8192}, r"'bucket_size' must be in \[4, 4096\], got 8192"),
-        ({"num_hashes": 0}, r"reformer: option 'num_hashes' must be in \[1, 16\], got 0"),
-        ({"num_hashes": 1.5}, r"'num_hashes' must be an integer in \[1, 16\]"),
-        ({"hashing": "angular"}, r"'hashing' must be one of 'shared', 'asymmetric'"),
-    ],
-)
-def test_bad_options_are_refused(options, message):
-    q, k, v = structured_qkv(1, 2, 8, 8, 16)
-    with pytest.raises(AttentionError, match=message):
-        attend(q, k, v, backend="reformer", **options)
-
-
-def test_cross_attention_is_refused():
-    q, k, v = structured_qkv(1, 2, 8, 12, 16)
-    with pytest.raises(AttentionError, match=r"reformer needs Lq == Lk"):
-        attend(q, k, v, backend="reformer")
 
 
 # ------------------------------------------------------------ shared-QK form vs transformers
