@@ -26,7 +26,7 @@ causal query then has at least one key), counted once with the chunks' copies.
 
 Choices that keep a row's output independent of its batch and of the call:
     * rotations come from one fixed seed per (buckets, dimension, round, device)
-      (:func:`_rotation`), never the global RNG;
+      (:func:`models.attention.lsh_buckets.rotation`), never the global RNG;
     * the number of buckets, ≈ 2·n/``bucket_size`` rounded to an even number ≥ 2 (the paper's
       n_buckets ~ L / chunk), follows the row's own real length n; rows batched with others
       of another count take their own rotations' columns, the rest masked out of the argmax;
@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from functools import lru_cache
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -54,6 +54,14 @@ from models.attention.base import (
     IntOption,
     working_precision,
 )
+from models.attention.full import full_attention, full_bytes, full_work
+from models.attention.lsh_buckets import (
+    Hashing,
+    bucket_counts,
+    hash_inputs,
+    inverse,
+    sort_rounds,
+)
 from models.attention.pricing import (
     ELEMENTWISE,
     HEAD_MATMUL,
@@ -61,98 +69,6 @@ from models.attention.pricing import (
     AttentionCall,
     in_float32,
 )
-
-Hashing = Literal["asymmetric", "shared"]
-ROTATION_SEED = 2020  # the one seed every rotation is drawn from (offset by the round)
-
-
-@lru_cache(maxsize=128)
-def _rotation(n_buckets: int, dim: int, round_: int, device: str, dtype: torch.dtype) -> Tensor:
-    """The fixed rotations ``[dim, n_buckets / 2]`` of one hash round (read-only, cached).
-
-    Drawn in float64 from a private generator, so float32 and float64 callers hash alike and
-    round r is the same whatever ``num_hashes`` (more rounds only add rounds)."""
-    g = torch.Generator().manual_seed(ROTATION_SEED + 7919 * round_)
-    rot = torch.randn(dim, n_buckets // 2, generator=g, dtype=torch.float64)
-    return rot.to(device=device, dtype=dtype)
-
-
-def bucket_counts(real_count: Tensor, bucket_size: int) -> Tensor:
-    """Buckets per row: 2·n/``bucket_size`` rounded to an even number, at least 2 (``[b]``)."""
-    return (
-        2 * torch.div(real_count + bucket_size // 2, bucket_size, rounding_mode="floor")
-    ).clamp_min(2)
-
-
-def angular_buckets(x: Tensor, real: Tensor, n_buckets: Tensor, round_: int) -> Tensor:
-    """Bucket of every vector in one round: argmax([xR; −xR]) with the row's own rotations.
-
-    x: ``[b, h, L, d']``; real: bool ``[b, L]``; n_buckets: ``[b]`` (even). Returns int64
-    ``[b, h, L]``; a padded position gets a bucket after every real one, so it sorts last.
-    Rows of one bucket count share a rotation; a row with fewer buckets than another in the
-    batch uses the first columns of a zero-padded stack, the others masked out of the argmax.
-    """
-    dim = x.shape[-1]
-    counts = sorted(set(n_buckets.tolist()))
-    half = counts[-1] // 2
-    stack = torch.stack(
-        [
-            F.pad(_rotation(n, dim, round_, str(x.device), x.dtype), (0, half - n // 2))
-            for n in counts
-        ]
-    )  # [U, d', half]
-    which = torch.searchsorted(torch.tensor(counts, device=x.device), n_buckets)
-    proj = x @ stack[which][:, None]  # [b, h, L, half]
-    # argmax over [xR; −xR] without the concatenation: the larger of max(xR) and −min(xR),
-    # the first half winning a tie (as argmax takes the first maximum).
-    if len(counts) == 1:
-        high, up = proj.max(dim=-1)
-        low, down = proj.min(dim=-1)
-    else:
-        unused = torch.arange(half, device=x.device)[None, :] >= (n_buckets // 2)[:, None]
-        unused = unused[:, None, None, :]
-        high, up = proj.masked_fill(unused, float("-inf")).max(dim=-1)
-        low, down = proj.masked_fill_(unused, float("inf")).min(dim=-1)
-    del proj
-    bucket = torch.where(high >= -low, up, down + half)
-    return bucket.masked_fill_(~real[:, None, :], 2 * half)
-
-
-def _hash_inputs(q: Tensor, k: Tensor, real: Tensor, hashing: Hashing) -> tuple[Tensor, Tensor]:
-    """What is hashed: SMYRF's F(q), G(k) (``[..., d+2]``), or q and k themselves (the angle
-    of q/‖q‖ is that of q)."""
-    if hashing == "shared":
-        return q, k
-    qn, kn = q.square().sum(dim=-1), k.square().sum(dim=-1)  # [b, h, L]
-    pad = ~real[:, None, :]
-    # M² per row and head over real tokens only: padding cannot change a row's hashes.
-    m2 = qn.masked_fill(pad, 0).amax(dim=-1, keepdim=True) + kn.masked_fill(pad, 0).amax(
-        dim=-1, keepdim=True
-    )
-    zero = torch.zeros_like(qn)[..., None]
-    fq = torch.cat([q, (m2 - qn).clamp_min(0).sqrt()[..., None], zero], dim=-1)
-    gk = torch.cat([k, zero, (m2 - kn).clamp_min(0).sqrt()[..., None]], dim=-1)
-    return fq, gk
-
-
-def _inverse(perm: Tensor) -> Tensor:
-    """The rank of every position in a permutation along the last dimension."""
-    ranks = torch.arange(perm.shape[-1], device=perm.device).expand_as(perm)
-    return torch.empty_like(perm).scatter_(-1, perm, ranks)
-
-
-def _sort_rounds(
-    x: Tensor, real: Tensor, n_buckets: Tensor, rounds: int, bucket_size: int
-) -> tuple[list[Tensor], list[Tensor]]:
-    """Per round: the order sorting ``x`` by (bucket, position) (stable, so ties keep position
-    order), ``[b, h, L]`` int64, and each position's chunk in it (int16 while chunk ids fit)."""
-    small = torch.int16 if x.shape[-2] // bucket_size < 2**15 - 1 else torch.int32
-    perms, chunk_ids = [], []
-    for r in range(rounds):  # a few rounds; everything inside is batched
-        perm = torch.argsort(angular_buckets(x, real, n_buckets, r), dim=-1, stable=True)
-        perms.append(perm)
-        chunk_ids.append(torch.div(_inverse(perm), bucket_size, rounding_mode="floor").to(small))
-    return perms, chunk_ids
 
 
 def reformer_attention(
@@ -172,6 +88,27 @@ def reformer_attention(
     """
     if q.shape[-2] != k.shape[-2]:  # the registry refuses this first; kept for direct callers
         raise ValueError("reformer needs Lq == Lk")
+    if q.shape[-2] <= bucket_size:
+        # One chunk holds every key, in every round: the LSH result is exact attention, so
+        # compute that directly (short texts, patch sequences) rather than hash and sort.
+        exact = full_attention(*working_precision(q, k, v), key_padding_mask, causal)
+        return exact.to(q.dtype)
+    return lsh_attention(q, k, v, key_padding_mask, causal, bucket_size, num_hashes, hashing)
+
+
+def lsh_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    key_padding_mask: Tensor | None,
+    causal: bool,
+    bucket_size: int,
+    num_hashes: int,
+    hashing: Hashing,
+) -> Tensor:
+    """The hashed, sorted and chunked computation of :func:`reformer_attention`, at any length:
+    also where one chunk holds every key, which the served kernel answers with exact attention
+    directly and the tests check this against."""
     out_dtype = q.dtype
     q, k, v = working_precision(q, k, v)
     b, h, n, d = q.shape
@@ -186,11 +123,11 @@ def reformer_attention(
     tracking = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v))
     # Hash, sort and find every token's chunk in every round.
     with torch.no_grad():
-        fq, gk = _hash_inputs(q.detach(), k.detach(), real, hashing)
+        fq, gk = hash_inputs(q.detach(), k.detach(), real, hashing)
         n_buckets = bucket_counts(count, bs)
-        perm_q, chunk_q = _sort_rounds(fq, real, n_buckets, rounds, bs)
+        perm_q, chunk_q = sort_rounds(fq, real, n_buckets, rounds, bs)
         del fq
-        perm_k, chunk_k = _sort_rounds(gk, real, n_buckets, rounds, bs)
+        perm_k, chunk_k = sort_rounds(gk, real, n_buckets, rounds, bs)
         del gk
         # Window of query chunk c: key slots of chunks c − 1 (none before chunk 0) and c. Real
         # tokens sort first; chunks past a row's last real one (padded positions only) reuse
@@ -217,7 +154,7 @@ def reformer_attention(
         key_cap = (key_keep - 0.5) * float("inf")
         # Query slot i's window starts at key slot (chunk(i) − 1)·bs.
         start = ((chunk - 1) * bs).repeat_interleave(bs, dim=1)[:, None, :]  # [b, 1, Lp]
-        rank_k = [_inverse(perm) for perm in perm_k]
+        rank_k = [inverse(perm) for perm in perm_k]
 
     # Gathers are whole-row index_selects on [b·h·L, d] (far faster than an elementwise gather
     # through an expanded index): row of position p of (batch, head) bh is bh·L + p.
@@ -277,7 +214,7 @@ def reformer_attention(
         out = out / total if tracking else out.div_(total)
         lse = torch.where(seen, total.log() + top, float("-inf"))
         # Back to positions: a query's output sits at its rank in this round's order.
-        rank = _inverse(perm_q[r])
+        rank = inverse(perm_q[r])
         outs.append(out.view(-1, d).index_select(0, (rank + first_out).view(-1)).view(b, h, n, d))
         lses.append(torch.gather(lse.view(b, h, padded), 2, rank))
         del out, lse
@@ -324,6 +261,8 @@ def reformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
     earlier rounds' outputs and log-sum-exps; the combination (rows, outputs, sum, products).
     """
     work, cast = in_float32(call)
+    if call.lq <= options["bucket_size"]:  # one chunk: exact attention, in float32
+        return cast + full_bytes(replace(call, itemsize=work))
     rounds = options["num_hashes"]
     padded, scores, half, dim = _sizes(call, options)
     bh, n = call.heads, call.heads * call.lq
@@ -346,6 +285,8 @@ def reformer_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
     ``2·bucket_size`` keys, the elementwise passes over the scores (count fill, co-location with
     every other round, log, scale, penalty, capped maximum, shift, mask twice, exp, sum) and the
     row gathers; then the combination of the rounds."""
+    if call.lq <= options["bucket_size"]:  # one chunk: exact attention
+        return full_work(call)
     rounds = options["num_hashes"]
     padded, scores, half, dim = _sizes(call, options)
     n = call.lq
