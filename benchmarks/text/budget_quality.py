@@ -99,10 +99,8 @@ def model_rows(name: str, args: Any) -> tuple[str, list[list[str]]]:
             options = {budget: n}
             got = encoder.embed(ids, backend=backend, options=options)
             ms = kernel_ms(encoder, length, backend, options, args.repeats)
-            rows.append(
-                [name, f"`{backend}`", f"{budget}={n}", f"{ms:.2f}", f"{ms / flash:.2f}x",
-                 *cosines(got, ref, long)]  # fmt: skip
-            )
+            cells = [name, f"`{backend}`", f"{budget}={n}", f"{ms:.2f}", f"{ms / flash:.2f}x"]
+            rows.append([*cells, *cosines(got, ref, long)])
             print(" | ".join(rows[-1]), flush=True)
     return head, rows
 

@@ -10,7 +10,6 @@ from array import array
 from fastapi.testclient import TestClient
 
 from models.attention import BACKENDS
-
 from tests.service.helpers import TINY_FORECAST, TINY_TEXT, hourly_series
 
 TIMING_HEADERS = ("x-request-id", "x-queue-time-ms", "x-inference-time-ms", "x-batch-size")
