@@ -66,8 +66,9 @@ def cosines(got: torch.Tensor, ref: torch.Tensor, long: torch.Tensor) -> tuple[s
 
 def budgets_of(backend: str, wanted: Sequence[int]) -> list[int]:
     """The values of ``backend``'s budget option among ``wanted`` that its range allows."""
-    spec = get_backend(backend).options[get_backend(backend).budget or ""]
-    low, high = spec.describe()["minimum"], spec.describe()["maximum"]
+    chosen = get_backend(backend)
+    spec = chosen.options[chosen.budget or ""].describe()
+    low, high = spec["minimum"], spec["maximum"]
     return [n for n in wanted if low <= n <= high]
 
 

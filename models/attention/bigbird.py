@@ -199,15 +199,10 @@ def _dense(q, k, v, real, causal, bs, g, row_blocks, index, used, bias=None) -> 
 
 def _masked_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | None) -> Tensor:
     """SDPA under a boolean ``mask`` (plus ``bias`` where it is True); zeros for blind queries."""
+    sees = mask.any(dim=-1, keepdim=True)
     if bias is not None:
         mask = torch.where(mask, bias.to(q.dtype), float("-inf"))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-    return _zero_blind(
-        out,
-        mask.isfinite().any(dim=-1, keepdim=True)
-        if bias is not None
-        else mask.any(dim=-1, keepdim=True),
-    )
+    return _zero_blind(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), sees)
 
 
 def bigbird_attention(
