@@ -118,10 +118,15 @@ class Capabilities:
     # An additive score term (relative position bias) can only be honoured by a backend that
     # forms the scores it adds to; random features and landmarks approximate softmax(QKᵀ) alone.
     score_bias: bool = False
+    # Grouped-query attention (Ainslie et al. 2023): keys and values with fewer heads than the
+    # queries, each shared by a group of query heads, taken as they are (no copy per head).
+    # :func:`~models.attention.attend` repeats them per head for a backend without it.
+    grouped_kv: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
             "score_bias": self.score_bias,
+            "grouped_kv": self.grouped_kv,
             "causal": self.causal,
             "padding_mask": self.padding_mask,
             "cross_attention": self.cross_attention,
@@ -309,3 +314,10 @@ def masked_mean_values(v: Tensor, key_padding_mask: Tensor | None) -> Tensor:
     total = (v * w).sum(dim=-2, keepdim=True)
     count = w.sum(dim=-2, keepdim=True).clamp_min(1.0)
     return total / count
+
+
+def repeat_kv_heads(x: Tensor, heads: int) -> Tensor:
+    """Grouped keys or values ``[b, g, L, d]`` as ``[b, heads, L, d]``: group ``i`` serves query
+    heads ``i * heads/g ... (i + 1) * heads/g - 1`` (transformers' ``repeat_kv`` order)."""
+    groups = x.shape[1]
+    return x if groups == heads else x.repeat_interleave(heads // groups, dim=1)

@@ -30,6 +30,7 @@ from models.attention.base import (
     Capabilities,
     ChoiceOption,
     InputSpec,
+    repeat_kv_heads,
     visible_keys,
 )
 from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, AttentionCall
@@ -61,6 +62,10 @@ def flash_attention(
     as a float mask, with the keys a query may not see at -inf.
     """
     lq, lk = q.shape[-2], k.shape[-2]
+    grouped = k.shape[1] != q.shape[1]  # grouped-query keys: SDPA's enable_gqa reads them as is
+    if grouped and (attn_bias is not None or padding == "jagged"):
+        k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
+        grouped = False
     if attn_bias is not None:
         return _biased(q, k, v, key_padding_mask, causal, attn_bias)
     if padding == "jagged" and key_padding_mask is not None and not causal and lq == lk:
@@ -72,7 +77,8 @@ def flash_attention(
         # boolean mask (1 byte per entry). Padding alone stays a broadcast [b,1,1,Lk] mask.
         mask, is_causal = visible_keys(lq, lk, key_padding_mask, causal, q.device), False
     kernels = fused_kernels_for(q.device.type)
-    out = _fused_sdpa(q, k, v, kernels, "input", attn_mask=mask, is_causal=is_causal)
+    gqa = {"enable_gqa": True} if grouped else {}
+    out = _fused_sdpa(q, k, v, kernels, "input", attn_mask=mask, is_causal=is_causal, **gqa)
     return _zero_blind_queries(out, mask)
 
 
@@ -193,7 +199,7 @@ BACKEND = Backend(
     kernel=flash_attention,
     memory=flash_bytes,
     work=flash_work,
-    capabilities=Capabilities(max_head_dim=256, score_bias=True),
+    capabilities=Capabilities(max_head_dim=256, score_bias=True, grouped_kv=True),
     options={
         "padding": ChoiceOption(
             default="mask",

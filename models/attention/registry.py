@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention.base import AttentionError, Backend, InputSpec
+from models.attention.base import AttentionError, Backend, InputSpec, repeat_kv_heads
 from models.attention.pricing import AttentionCall
 from models.names import BACKEND_NAMES
 
@@ -67,9 +67,10 @@ def _check_tensors(
         raise AttentionError(
             f"k and v must have the same shape; got {tuple(k.shape)} and {tuple(v.shape)}"
         )
-    if q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+    if q.shape[0] != k.shape[0] or q.shape[-1] != k.shape[-1] or q.shape[1] % k.shape[1]:
         raise AttentionError(
-            f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch, heads and head_dim"
+            f"q {tuple(q.shape)} and k {tuple(k.shape)} must agree on batch and head_dim, and "
+            "k's heads must divide q's (grouped-query attention)"
         )
     if q.dtype != k.dtype or q.dtype != v.dtype or not q.is_floating_point():
         raise AttentionError(
@@ -135,6 +136,8 @@ def attend(
         raise AttentionError("; ".join(reasons))
     if attn_bias is not None:  # only score-bias backends take the argument
         resolved["attn_bias"] = attn_bias
+    if k.shape[1] != q.shape[1] and not chosen.capabilities.grouped_kv:
+        k, v = repeat_kv_heads(k, q.shape[1]), repeat_kv_heads(v, q.shape[1])
     return chosen.kernel(q, k, v, key_padding_mask, causal, **resolved)
 
 

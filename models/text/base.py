@@ -21,13 +21,14 @@ from torch import Tensor
 import models.text.fused_linear as fused_linear
 from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
 from models.errors import ModelInputError
+from models.hf_text.config import BackboneConfig
 from models.precision import convert_network, needs_conversion, precision_of
 from models.quality_file import card_quality
 from models.text.batching import plan_batches, round_up
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import load_quality
+from models.text.costs import network_bytes, network_work
 from models.text.folder import TextFolder
-from models.text.memory import forward_bytes, forward_work
 from models.text.tokenizer import TextTokenizer
 from models.text.weights import load_network
 
@@ -40,12 +41,12 @@ PAD_MULTIPLE = 8  # padded lengths are rounded up to this: few distinct shapes f
 INT8_KEEP_FLOAT: tuple[str, ...] = ()
 # The card's keys in the order it shows them; each model fills the common ones and its head's.
 CARD_KEYS = (
-    "name", "task", "source", "architecture", "layers", "hidden_size", "heads",
-    "dim", "labels", "score_activation", "label_activation", "classifier_pooling",
+    "name", "task", "source", "backbone", "architecture", "layers", "hidden_size", "heads",
+    "key_value_heads", "output", "dim", "dense", "labels", "score_activation", "label_activation", "classifier_pooling",
     "max_tokens", "default_max_tokens", "hard_max_tokens",
     "pooling", "normalize_default", "prompts", "default_prompt_name",
     "device", "dtype", "default_attention", "backends", "unavailable_backends", "quality",
-    "attention_layout",
+    "attention_layout", "attention_fallbacks",
 )  # fmt: skip
 
 
@@ -82,7 +83,8 @@ class TextModel:
         precision: str | None = None,
     ) -> None:
         self.model = model
-        fused_linear.prepack(model)
+        if isinstance(model, BertEncoder):  # our layers call the packed kernels; others do not
+            fused_linear.prepack(model)
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
         self.name = name
@@ -124,9 +126,20 @@ class TextModel:
         limit = text.max_tokens if max_tokens is None else max_tokens
         # The tokenizer first: a broken one is refused before the weights are read.
         tokenizer = cls.tokenizer_class(text.weights / "tokenizer.json", limit, text.lowercase)
-        network = load_network(text, torch.device(device), dtype)
+        network = cls._load_network(text, torch.device(device), dtype)
         quality = quality_file or path / "quality.json"
         return cls._from_parts(path, spec, network, tokenizer, limit, name or path.name, quality)
+
+    @classmethod
+    def _load_network(cls, text: TextFolder, device: torch.device, dtype: torch.dtype) -> Any:
+        """The network of ``text`` on ``device`` in ``dtype``: our own encoder
+        (:func:`load_network`), or a transformers backbone where the folder holds one."""
+        if text.backbone == "transformers":
+            from models.hf_text.network import HFBackbone
+
+            assert isinstance(text.config, BackboneConfig)
+            return HFBackbone.load(text.weights, text.config, text.pooling, device, dtype)
+        return load_network(text, device, dtype)
 
     @classmethod
     def _read_folder(cls, path: Path) -> tuple[TextFolder, Any]:
@@ -193,9 +206,10 @@ class TextModel:
     # ------------------------------------------------------------------ checks
 
     def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
-        """Resolved options for ``backend`` on a padded, non-causal self-attention of up to
-        ``max_tokens`` tokens with this network's head width and score bias, on its device and
-        dtype.
+        """Resolved options for ``backend`` on a padded self-attention of up to ``max_tokens``
+        tokens with this network's head width, score bias and causality, on its device and
+        dtype. A transformers backbone takes every backend: its layers run exact attention
+        where the backend has no form for them (the card and ``x-attention-fallback`` say so).
 
         Raises:
             AttentionError: unknown backend, invalid option (naming it), or a backend that
@@ -210,12 +224,12 @@ class TextModel:
             head_dim=config.head_dim,
             dtype=self.dtype,
             device_type=self.device.type,
-            causal=False,
+            causal=getattr(config, "causal", False),
             has_padding_mask=True,
             has_score_bias=config.relative_buckets > 0,
         )
         reasons = chosen.unsupported_reasons(spec, resolved)
-        if reasons:
+        if reasons and not isinstance(config, BackboneConfig):
             able = [b for b in BACKENDS if not get_backend(b).unsupported_reasons(spec)]
             raise AttentionError(f"{'; '.join(reasons)}; {self.name} runs: {', '.join(able)}")
         return resolved
@@ -307,8 +321,8 @@ class TextModel:
         first = plan_batches(
             [length] * rows, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE
         )[0]
-        peak = forward_bytes(
-            self.model.config,
+        peak = network_bytes(
+            self.model,
             backend,
             options,
             len(first.indices),
@@ -324,7 +338,7 @@ class TextModel:
         """Flop-equivalents of one forward pass over ``rows`` inputs of up to ``length`` tokens,
         padded as the model pads them (:func:`models.text.memory.forward_work`)."""
         padded = round_up(length, PAD_MULTIPLE)
-        return forward_work(self.model.config, backend, options, rows, padded)
+        return network_work(self.model, backend, options, rows, padded)
 
     @property
     def output_width(self) -> int:

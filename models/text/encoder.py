@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torch import Tensor
+from torch import Tensor, nn
 
 import models.text.windows as windows
 from models.compile import compile_forward
@@ -25,6 +25,7 @@ from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, Te
 from models.text.batching import round_up
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE
+from models.text.dense import describe_dense, read_dense_stack
 from models.text.folder import TextFolder, read_text_folder
 from models.text.matryoshka import Shortening, read_shortening
 from models.text.prompts import PromptedText
@@ -60,6 +61,8 @@ class SentenceEncoder(TextModel, PromptedText):
         default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
         shortening: whether the model was trained for shorter embeddings (its folder's card).
         precision: the precision ``model`` was converted to (:class:`TextModel`).
+        dense: the folder's ``Dense`` modules after pooling (:mod:`models.text.dense`), run in
+            float32 on the pooled vectors.
     """
 
     def __init__(
@@ -77,6 +80,7 @@ class SentenceEncoder(TextModel, PromptedText):
         default_max_tokens: int | None = None,
         shortening: Shortening | None = None,
         precision: str | None = None,
+        dense: nn.Module | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -95,7 +99,9 @@ class SentenceEncoder(TextModel, PromptedText):
         self.prompts = dict(prompts or {})
         self.default_prompt_name = default_prompt_name
         self.shortening = shortening or read_shortening(None)
-        self.dim = model.config.hidden_size * len(model.pooling.modes)
+        pooled = model.config.hidden_size * len(model.pooling.modes)
+        self.dense = None if dense is None else dense.to(self.device)
+        self.dim = pooled if dense is None else _dense_width(dense, pooled)
         self._prompt_lengths: dict[str, int] = {}  # prompt -> tokens it takes (see prompt_tokens)
 
     @classmethod
@@ -152,6 +158,7 @@ class SentenceEncoder(TextModel, PromptedText):
             source=f"{spec.layout} folder",
             default_max_tokens=spec.max_tokens,
             shortening=read_shortening(path),
+            dense=read_dense_stack(spec.dense),
         )
 
     def _with_network(self, network: BertEncoder, precision: str) -> SentenceEncoder:
@@ -168,6 +175,7 @@ class SentenceEncoder(TextModel, PromptedText):
             default_max_tokens=self.default_max_tokens,
             shortening=self.shortening,
             precision=precision,
+            dense=self.dense,
         )
 
     def _calibrate(self, network: BertEncoder) -> None:
@@ -230,6 +238,8 @@ class SentenceEncoder(TextModel, PromptedText):
 
         def pooled(batch: PackedBatch) -> Tensor:  # the head: [b, dim]
             out = forward(batch, backend, chosen, skip).float()
+            if self.dense is not None:
+                out = self.dense(out)
             return F.normalize(out, p=2.0, dim=-1) if normalize else out
 
         return self._run(token_ids, self.dim, pooled, max_batch_size, max_batch_tokens)
@@ -311,6 +321,11 @@ class SentenceEncoder(TextModel, PromptedText):
             "prompts": self.prompts,
             "default_prompt_name": self.default_prompt_name,
         }
+        fields["output"] = "dense"
+        if self.dense is not None:
+            fields["dense"] = [describe_dense(layer) for layer in self.dense]
+        describe = getattr(self.model, "describe", None)  # a transformers backbone's own fields
+        fields.update(describe() if describe else {"backbone": "attnserve"})
         if config.windows:
             local = config.num_hidden_layers - len(config.global_layers())
             fields["attention_layout"] = (
@@ -320,3 +335,14 @@ class SentenceEncoder(TextModel, PromptedText):
                 f"{len(config.global_layers())} global layers"
             )
         return fields
+
+
+def _dense_width(dense: nn.Module, pooled: int) -> int:
+    """The embedding width after ``dense``, whose first layer must take the ``pooled`` width."""
+    layers = list(dense)
+    if layers[0].linear.in_features != pooled:
+        raise ValueError(
+            f"the first Dense module takes {layers[0].linear.in_features} features; pooling "
+            f"gives {pooled}"
+        )
+    return int(layers[-1].linear.out_features)

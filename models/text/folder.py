@@ -10,8 +10,12 @@ Two layouts are understood (and told apart by what the folder holds):
 - ``transformers``: ``save_pretrained`` of a supported encoder plus its tokenizer; embedded as
   sentence-transformers would load it (mean pooling, no normalisation).
 
-Any other module in ``modules.json`` (``Dense``, ``LayerNorm``, ...) is refused by name rather than
-skipped, since leaving it out would change the embeddings. A module's ``path`` must stay inside the
+The ``Transformer`` module's backbone is one of our own BERT-family encoders
+(:mod:`models.text.architectures`) or, in a sentence-transformers folder, any transformers model
+that routes attention through transformers' attention interface (:mod:`models.hf_text`: Qwen3,
+Gemma 3, ... embedders). ``Dense`` modules may follow the pooling (:mod:`models.text.dense`). Any
+other module in ``modules.json`` (``LayerNorm``, ...) is refused by name rather than skipped, since
+leaving it out would change the embeddings. A module's ``path`` must stay inside the
 folder (no absolute path, no ``..``, no link leading out): a folder is data, not directions.
 """
 
@@ -22,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from models.hf_text.config import BackboneConfig, read_backbone
 from models.text.architectures import ARCHITECTURES, read_config
 from models.text.config import BertConfig
 from models.text.pooling import LEGACY_FLAGS, Pooling
@@ -29,7 +34,7 @@ from models.text.pooling import LEGACY_FLAGS, Pooling
 # A tokenizer_config.json model_max_length at or above this means "no limit" (transformers
 # writes 1e30 for tokenizers saved without one).
 _UNLIMITED = 1_000_000
-_MODULE_KINDS = ("Transformer", "Pooling", "Normalize")
+_MODULE_KINDS = ("Transformer", "Pooling", "Dense", "Normalize")
 
 
 @dataclass(frozen=True)
@@ -39,7 +44,7 @@ class TextFolder:
     Attributes:
         path: the folder.
         weights: the folder holding ``config.json``, ``model.safetensors``, ``tokenizer.json``.
-        config: the encoder's shape.
+        config: the encoder's shape (:class:`BackboneConfig` for a transformers backbone).
         pooling: how token states become one vector.
         normalize: whether embeddings are scaled to unit length (a ``Normalize`` module).
         max_tokens: longest text, special tokens included (``max_seq_length``).
@@ -47,11 +52,12 @@ class TextFolder:
         prompts: named prompts, prepended to a text when a request names one.
         default_prompt_name: the prompt used when a request names none.
         layout: ``sentence-transformers`` or ``transformers``.
+        dense: the folders of the ``Dense`` modules after pooling, in order.
     """
 
     path: Path
     weights: Path
-    config: BertConfig
+    config: BertConfig | BackboneConfig
     pooling: Pooling
     normalize: bool
     max_tokens: int
@@ -59,6 +65,13 @@ class TextFolder:
     prompts: dict[str, str] = field(default_factory=dict)
     default_prompt_name: str | None = None
     layout: str = "sentence-transformers"
+    dense: tuple[Path, ...] = ()
+
+    @property
+    def backbone(self) -> str:
+        """``attnserve`` (our own encoder code) or ``transformers`` (through its attention
+        interface)."""
+        return "transformers" if isinstance(self.config, BackboneConfig) else "attnserve"
 
 
 def read_json(path: Path) -> Any:
@@ -138,7 +151,7 @@ def _pooling(raw: dict[str, Any], hidden: int) -> Pooling:
     return Pooling(modes, bool(raw.get("include_prompt", True)))
 
 
-def max_tokens_of(weights: Path, config: BertConfig, given: int | None) -> int:
+def max_tokens_of(weights: Path, config: BertConfig | BackboneConfig, given: int | None) -> int:
     """``max_seq_length`` (sentence_bert_config.json), else the tokenizer's
     ``model_max_length``, capped at what the position scheme covers."""
     if given is None:
@@ -155,8 +168,12 @@ def max_tokens_of(weights: Path, config: BertConfig, given: int | None) -> int:
     return int(given)
 
 
-def read_weights_folder(path: Path) -> tuple[Path, BertConfig]:
+def read_weights_folder(
+    path: Path, any_backbone: bool = False
+) -> tuple[Path, BertConfig | BackboneConfig]:
     """``path`` and its encoder's shape, once the files every encoder folder needs are there.
+    ``any_backbone``: an architecture of ours, else any transformers backbone
+    (:func:`~models.hf_text.config.read_backbone`); otherwise ours only.
 
     Raises:
         ValueError: a missing file or an unsupported ``config.json``.
@@ -174,7 +191,10 @@ def read_weights_folder(path: Path) -> tuple[Path, BertConfig]:
             else ""
         )
         raise ValueError(f"lacks model.safetensors{hint}")
-    return path, read_config(read_json(path / "config.json"))
+    raw = read_json(path / "config.json")
+    if any_backbone and isinstance(raw, dict) and raw.get("model_type") not in ARCHITECTURES:
+        return path, read_backbone(raw)
+    return path, read_config(raw)
 
 
 def read_text_folder(path: Path) -> TextFolder:
@@ -200,11 +220,16 @@ def read_text_folder(path: Path) -> TextFolder:
         raise ValueError("modules.json must list the model's modules")
     kinds = [(_module_kind(entry), module_dir(path, entry)) for entry in modules]
     order = [kind for kind, _ in kinds]
-    if order not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):
+    dense = tuple(folder for kind, folder in kinds if kind == "Dense")
+    normalized = order[-1:] == ["Normalize"]
+    if order[:2] != ["Transformer", "Pooling"] or order[2 : len(order) - normalized] != [
+        "Dense"
+    ] * len(dense):
         raise ValueError(
-            f"modules.json lists {order}; attnserve runs Transformer, Pooling[, Normalize]"
+            f"modules.json lists {order}; attnserve runs Transformer, Pooling[, Dense...]"
+            "[, Normalize]"
         )
-    weights, config = read_weights_folder(kinds[0][1])
+    weights, config = read_weights_folder(kinds[0][1], any_backbone=True)
     transformer = read_optional_json(weights / "sentence_bert_config.json")
     pooling_dir = dict(kinds)["Pooling"]
     pooling = _pooling(_object(pooling_dir / "config.json"), config.hidden_size)
@@ -226,4 +251,5 @@ def read_text_folder(path: Path) -> TextFolder:
         lowercase=bool(transformer.get("do_lower_case", False)),
         prompts=prompts,
         default_prompt_name=default_prompt,
+        dense=dense,
     )
