@@ -124,12 +124,15 @@ def _read_mask(mask: Tensor, lq: int, lk: int) -> tuple[bool, Tensor | None, Ten
             return False, (None if bool(keys.all()) else keys), None
         if lq == lk and torch.equal(allowed, tril & keys[:, None, :]):
             return True, (None if bool(keys.all()) else keys), None
-    if mask.dtype == torch.bool:
-        bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
-        bias = bias.masked_fill(~mask, float("-inf"))
-    else:
-        bias = mask
-    return False, None, bias
+    # A query that may see no key (a pad beyond a sliding window's reach) sees every key
+    # instead: its row is dropped, but an all -inf row would be NaN, and the next layer would
+    # multiply that NaN, as a key, by a weight of 0.
+    seen = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    blind = ~seen.any(dim=-1, keepdim=True)
+    if mask.dtype != torch.bool:
+        return False, None, mask.masked_fill(blind, 0.0)
+    bias = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
+    return False, None, bias.masked_fill(~(seen | blind), float("-inf"))
 
 
 def attend_hf(
@@ -185,7 +188,7 @@ def attend_hf(
         backend,
         key_padding_mask=padding,
         causal=causal,
-        attn_bias=bias,
+        attn_bias=None if bias is None else bias.to(query.dtype),
         **options,
     )
     return out.transpose(1, 2).contiguous(), None
