@@ -84,16 +84,36 @@ class HFBackbone(nn.Module):
         shape (self-attention, causal or not), so one choice holds for all of them."""
         return layer_choice(backend, options, replace(spec, causal=self.config.causal))
 
+    def fallback(self, backend: str, options: Mapping[str, Any]) -> str | None:
+        """``all N layers ran flash: <why>`` when ``backend`` has no form for this backbone's
+        layers (the ``x-attention-fallback`` header); None when they run it."""
+        given = {k: v for k, v in options.items() if v is not None}
+        choice = self.plan(backend, given, self.layer_spec())
+        if choice.reason is None:
+            return None
+        return f"all {self.config.num_hidden_layers} layers ran {choice.backend}: {choice.reason}"
+
+    def layer_spec(self) -> InputSpec:
+        """A padded self-attention call of the longest input, on this model's device and dtype
+        (causality is the plan's to add)."""
+        c, first = self.config, next(self.parameters())
+        return InputSpec(
+            c.max_tokens,
+            c.max_tokens,
+            c.head_dim,
+            first.dtype,
+            first.device.type,
+            has_padding_mask=True,
+        )
+
     def describe(self) -> dict[str, Any]:
         """The card's fields about the backbone: its class, grouped heads, which layers take
         the requested backend and, per backend that has no form for them, why they run exact
         attention instead."""
         c = self.config
-        first = next(self.parameters())
-        spec = InputSpec(c.max_tokens, c.max_tokens, c.head_dim, first.dtype, first.device.type)
         fallbacks = {}
         for backend in BACKENDS:
-            choice = self.plan(backend, {}, replace(spec, has_padding_mask=True))
+            choice = self.plan(backend, {}, self.layer_spec())
             if choice.reason:
                 fallbacks[backend] = f"runs {choice.backend}: {choice.reason}"
         kind = "causal (decoder)" if c.causal else "bidirectional"

@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from models.attention import InputSpec
 from models.hf_text.config import BackboneConfig
 from models.hf_text.memory import backbone_bytes, backbone_work
 from models.informer.model import LayerChoice
@@ -17,17 +16,8 @@ from models.text.memory import forward_bytes, forward_work
 
 def backbone_choice(network: Any, backend: str, options: Mapping[str, Any] | None) -> LayerChoice:
     """What every layer of a transformers backbone runs for ``backend`` (its plan)."""
-    first = next(network.parameters())
-    spec = InputSpec(
-        network.config.max_tokens,
-        network.config.max_tokens,
-        network.config.head_dim,
-        first.dtype,
-        first.device.type,
-        has_padding_mask=True,
-    )
     given = {k: v for k, v in (options or {}).items() if v is not None}
-    return network.plan(backend, given, spec)
+    return network.plan(backend, given, network.layer_spec())
 
 
 def network_bytes(

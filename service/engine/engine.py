@@ -94,6 +94,7 @@ class Answer:
     horizon: int = 0
     choice: str | None = None  # attention "auto": what ran and why (x-attention-choice)
     precision: str = DEFAULT_PRECISION  # which loaded copy of the weights ran
+    fallback: str | None = None  # layers that ran exact attention instead, and why
 
 
 class Engine:
@@ -219,6 +220,7 @@ class Engine:
         )
         horizon = int(checked.detail.get("horizon", 0))
         reason = choice.header() if choice is not None else None
+        fallback = getattr(model, "attention_fallback", None)
         return Answer(
             model.name,
             checked.call.backend,
@@ -228,6 +230,7 @@ class Engine:
             horizon,
             reason,
             checked.call.precision,
+            fallback(checked.call) if fallback else None,
         )
 
     def text_model(self, name: str | None, tasks: tuple[str, ...] = TEXT_TASKS) -> tuple[str, str]:

@@ -127,6 +127,13 @@ class TextServable(Servable):
         inline = chars <= INLINE_TOKENIZE_CHARS and not doubtful
         return Checked(call, request, inline, {"doubtful": True} if doubtful else {})
 
+    def attention_fallback(self, call: Call) -> str | None:
+        """Which layers ran exact attention instead of ``call``'s backend, and why (a
+        transformers backbone's causal layers under a backend with no causal form); None when
+        every layer ran it."""
+        fallback = getattr(self.models[call.precision].model, "fallback", None)
+        return fallback(call.backend, dict(call.options)) if fallback else None
+
     def _tokenless_at_a_glance(self, text: str) -> bool | None:
         """Whether ``text`` has no tokens of its own for this model (the documented rule: such
         a text is refused as "" is), judged on the event loop from at most

@@ -64,7 +64,9 @@ def set_timing_headers(response: Response, answer: Answer) -> None:
     """``x-model`` and ``x-attention`` (what ran: the only place a bare-list answer such as
     ``/embed``'s says it), ``x-queue-time-ms``, ``x-inference-time-ms``, ``x-batch-size`` (rows
     in the forward pass), ``x-batch-requests`` (requests merged into it), ``x-precision`` (the
-    precision that ran) and, for ``attention: "auto"``, ``x-attention-choice`` (what ran and
+    precision that ran), for ``attention: "auto"``, ``x-attention-choice`` (what ran and
+    why) and, where layers ran exact attention instead of the backend asked for (a decoder's
+    causal layers under a backend without a causal form), ``x-attention-fallback`` (which, and
     why)."""
     result = answer.result
     response.headers["x-model"] = answer.model
@@ -76,6 +78,8 @@ def set_timing_headers(response: Response, answer: Answer) -> None:
     response.headers["x-precision"] = answer.precision
     if answer.choice is not None:
         response.headers["x-attention-choice"] = answer.choice
+    if answer.fallback is not None:
+        response.headers["x-attention-fallback"] = answer.fallback
 
 
 XModel = Annotated[

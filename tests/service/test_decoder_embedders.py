@@ -1,0 +1,154 @@
+"""LLM embedders (a transformers decoder backbone, last-token pooling, a Dense head, prompts)
+served over HTTP: answers equal to sentence-transformers' ``encode`` on ``/encode`` and the OpenAI
+route, every backend run (its causal form, or exact attention named in ``x-attention-fallback``),
+the card, and folders we cannot run stopping start-up with one line naming them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from models.attention import BACKENDS, get_backend
+from service.engine.registry import ModelLoadError, load_servables
+from service.settings import Settings
+from tests.service.helpers import folders_client
+from tests.utils.tiny_decoders import build_tiny_backbone, save_tiny_decoder_encoder
+from tests.utils.tiny_encoders import SAMPLE_TEXTS
+
+NAME = "tiny-qwen3-embedding"
+TOLERANCE = 1e-5
+PROMPTS = {"query": "Instruct: find the function\nQuery: ", "document": ""}
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("decoder-embedders")
+    return save_tiny_decoder_encoder(root / NAME, "qwen3", dense=(32,), prompts=PROMPTS)
+
+
+@pytest.fixture(scope="module")
+def client(folder: Path):
+    with folders_client([folder]) as c:
+        yield c
+
+
+def _reference(folder: Path, **kwargs: object) -> np.ndarray:
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(folder), device="cpu")
+    return np.asarray(model.encode(SAMPLE_TEXTS, batch_size=4, **kwargs), dtype=np.float64)
+
+
+def test_encode_equals_sentence_transformers(client, folder: Path) -> None:
+    answer = client.post("/encode", json={"model": NAME, "inputs": SAMPLE_TEXTS})
+    assert answer.status_code == 200, answer.text
+    got = np.asarray(answer.json()["embeddings"])
+    assert got.shape == (len(SAMPLE_TEXTS), 32)
+    assert np.abs(got - _reference(folder)).max() <= TOLERANCE
+
+
+def test_openai_route_with_the_query_prompt(client, folder: Path) -> None:
+    body = {"model": NAME, "input": SAMPLE_TEXTS, "prompt_name": "query"}
+    answer = client.post("/v1/embeddings", json=body)
+    assert answer.status_code == 200, answer.text
+    got = np.asarray([row["embedding"] for row in answer.json()["data"]])
+    assert np.abs(got - _reference(folder, prompt_name="query")).max() <= TOLERANCE
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_every_backend_answers_and_names_a_fallback(client, backend: str) -> None:
+    body = {"model": NAME, "inputs": SAMPLE_TEXTS[:4], "attention": backend}
+    answer = client.post("/encode", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-attention"] == backend
+    fallback = answer.headers.get("x-attention-fallback")
+    if get_backend(backend).capabilities.causal:
+        assert fallback is None
+    else:
+        assert fallback is not None and "no causal" in fallback, fallback
+
+
+def test_card(client) -> None:
+    card = client.get(f"/models/{NAME}").json()
+    assert card["backbone"].startswith("transformers Qwen3Model")
+    assert card["output"] == "dense" and card["dim"] == 32
+    assert card["pooling"] == "lasttoken" and card["prompts"] == PROMPTS
+    assert set(card["served_backends"]) == set(BACKENDS)
+    no_causal = {b for b in BACKENDS if not get_backend(b).capabilities.causal}
+    assert set(card["attention_fallbacks"]) == no_causal
+
+
+def _settings(folder: Path) -> Settings:
+    return Settings(models=(str(folder),), device="cpu", background_load=False)
+
+
+def _refusal(folder: Path) -> str:
+    with pytest.raises(ModelLoadError) as caught:
+        load_servables(_settings(folder), "cpu")
+    message = str(caught.value)
+    assert message.startswith(f"{folder}: ") and "\n" not in message, message
+    return message
+
+
+def test_a_backbone_without_the_attention_interface_is_refused(
+    folder: Path, tmp_path: Path
+) -> None:
+    """T5 computes attention in its own code: no backend of ours could run in it."""
+    broken = tmp_path / "t5-backed"
+    save_tiny_decoder_encoder(broken, "qwen3")
+    config = json.loads((broken / "config.json").read_text())
+    config["model_type"] = "t5"
+    (broken / "config.json").write_text(json.dumps(config))
+    assert "attention interface" in _refusal(broken)
+
+
+def test_an_unknown_architecture_is_refused(tmp_path: Path) -> None:
+    broken = tmp_path / "unknown"
+    save_tiny_decoder_encoder(broken, "qwen3")
+    config = json.loads((broken / "config.json").read_text())
+    config["model_type"] = "not-a-model"
+    (broken / "config.json").write_text(json.dumps(config))
+    assert "'not-a-model'" in _refusal(broken)
+
+
+def test_a_dense_activation_we_do_not_build_is_refused(tmp_path: Path) -> None:
+    broken = save_tiny_decoder_encoder(tmp_path / "odd-dense", "qwen3", dense=(16,))
+    config_file = broken / "2_Dense" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["activation_function"] = "my_package.Swish"
+    config_file.write_text(json.dumps(config))
+    message = _refusal(broken)
+    assert "my_package.Swish" in message and "supported" in message
+
+
+def test_a_dense_that_does_not_fit_the_pooling_is_refused(tmp_path: Path) -> None:
+    broken = save_tiny_decoder_encoder(tmp_path / "wide-dense", "qwen3", dense=(16,))
+    config_file = broken / "2_Dense" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["in_features"] = 65
+    config_file.write_text(json.dumps(config))
+    assert "does not fit" in _refusal(broken)
+
+
+def test_a_causal_lm_checkpoint_serves_as_its_backbone(tmp_path: Path) -> None:
+    """A ``*ForCausalLM`` save (an LLM's own checkpoint, lm_head included) under a
+    sentence-transformers Transformer module embeds as the bare model does."""
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+
+    raw = build_tiny_backbone("qwen3", tmp_path / "raw", task="Qwen3ForCausalLM")
+    transformer = Transformer(str(raw))
+    model = SentenceTransformer(modules=[transformer, Pooling(64, pooling_mode="lasttoken")])
+    folder = tmp_path / "causal-lm-embedder"
+    model.save(str(folder))
+    expected = model.encode(SAMPLE_TEXTS[:3])
+    with folders_client([folder]) as client:
+        body = {"model": folder.name, "inputs": SAMPLE_TEXTS[:3]}
+        answer = client.post("/encode", json=body)
+    assert answer.status_code == 200, answer.text
+    got = np.asarray(answer.json()["embeddings"])
+    assert np.abs(got - expected).max() <= TOLERANCE
