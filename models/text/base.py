@@ -42,7 +42,7 @@ INT8_KEEP_FLOAT: tuple[str, ...] = ()
 # The card's keys in the order it shows them; each model fills the common ones and its head's.
 CARD_KEYS = (
     "name", "task", "source", "backbone", "architecture", "layers", "hidden_size", "heads",
-    "key_value_heads", "output", "dim", "dense", "labels", "score_activation", "label_activation", "classifier_pooling",
+    "key_value_heads", "output", "score", "dim", "dense", "labels", "score_activation", "label_activation", "classifier_pooling",
     "max_tokens", "default_max_tokens", "hard_max_tokens",
     "pooling", "normalize_default", "prompts", "default_prompt_name",
     "device", "dtype", "default_attention", "backends", "unavailable_backends", "quality",

@@ -114,7 +114,9 @@ def _labels(raw: dict[str, Any]) -> tuple[str, ...]:
     raise ValueError("config.json names no labels (id2label or num_labels)")
 
 
-def _activation(path: Path, weights: Path, raw: dict[str, Any], labels: int) -> tuple[str, bool]:
+def score_activation(
+    path: Path, weights: Path, raw: dict[str, Any], labels: int
+) -> tuple[str, bool]:
     """The default score activation, and whether the folder is a sentence-transformers
     cross-encoder."""
     st_config = read_optional_json(path / "config_sentence_transformers.json")
@@ -160,9 +162,10 @@ def read_classifier_folder(path: Path) -> ClassifierFolder:
             message says which (the caller names the folder).
     """
     weights, config = read_weights_folder(_weights_path(path))
+    assert isinstance(config, BertConfig)  # our own encoders only (any_backbone is not set)
     raw = dict(read_json(weights / "config.json"))
     labels = _labels(raw)
-    activation, cross_encoder = _activation(path, weights, raw, len(labels))
+    activation, cross_encoder = score_activation(path, weights, raw, len(labels))
     transformer = read_optional_json(weights / "sentence_bert_config.json")
     task = transformer.get("transformer_task", "sequence-classification")
     if task != "sequence-classification":

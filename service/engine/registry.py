@@ -132,19 +132,25 @@ def _is_hf_forecast_folder(folder: Path) -> bool:
 
 
 def _load_classifier(folder: Path, device: str) -> TextClassifier:
-    """``TextClassifier.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
+    """``TextClassifier.from_folder(folder)`` (``CausalReranker``'s for a causal-LM reranker),
+    its failures as one-line :class:`ModelLoadError`."""
+    from models.text.causal_reranker import CausalReranker
     from models.text.classifier import TextClassifier
+    from models.text.logit_score import is_causal_reranker_folder
 
+    kind = CausalReranker if is_causal_reranker_folder(folder) else TextClassifier
     try:
-        return TextClassifier.from_folder(folder, device=device)
+        return kind.from_folder(folder, device=device)
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ModelLoadError(f"{folder}: {exc}") from exc
 
 
 def _is_classifier_folder(folder: Path) -> bool:
+    """A cross-encoder or sequence classifier, or a causal-LM reranker (``LogitScore``)."""
     from models.text.classifier_folder import is_classifier_folder
+    from models.text.logit_score import is_causal_reranker_folder
 
-    return is_classifier_folder(folder)
+    return is_classifier_folder(folder) or is_causal_reranker_folder(folder)
 
 
 def _is_text_folder(folder: Path) -> bool:

@@ -181,3 +181,51 @@ def save_tiny_decoder_encoder(
         )
         model.save(str(folder))
     return folder
+
+
+# model_type -> its causal-LM class (a reranker's Transformer module).
+CAUSAL_LMS = {
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "llama": "LlamaForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+}
+
+
+def save_tiny_causal_reranker(
+    folder: Path,
+    architecture: str = "qwen3",
+    *,
+    true_token: str = "Y",
+    false_token: str | None = "N",
+    prompts: dict[str, str] | None = None,
+    default_prompt_name: str | None = None,
+    max_seq_length: int | None = None,
+    seed: int = 0,
+    layers: int = 2,
+    **overrides: Any,
+) -> Path:
+    """A tiny ``architecture`` causal-LM reranker saved by ``CrossEncoder.save``: a
+    ``Transformer`` (``text-generation``) and a ``LogitScore`` over ``true_token`` against
+    ``false_token`` (the tiny vocabulary has no "yes"/"no"; ``Y``/``N`` stand in)."""
+    from sentence_transformers import CrossEncoder
+    from sentence_transformers.cross_encoder.modules import LogitScore, Transformer
+
+    tok = _tokenizer()
+    with tempfile.TemporaryDirectory() as raw:
+        task = CAUSAL_LMS[architecture]
+        build_tiny_backbone(
+            architecture, Path(raw), seed=seed, layers=layers, task=task, **overrides
+        )
+        transformer = Transformer(
+            raw, transformer_task="text-generation", max_seq_length=max_seq_length
+        )
+        score = LogitScore(
+            true_token_id=tok.token_to_id(true_token),
+            false_token_id=None if false_token is None else tok.token_to_id(false_token),
+        )
+        model = CrossEncoder(
+            modules=[transformer, score], prompts=prompts, default_prompt_name=default_prompt_name
+        )
+        model.save(str(folder))
+    return folder
