@@ -11,6 +11,7 @@ Read from each module's ``config.json`` and ``model.safetensors`` (``linear.weig
 built, as sentence-transformers itself refuses to import anything else without
 ``trust_remote_code``. A module that works on token embeddings (``module_input_name:
 token_embeddings``, ColBERT's projection) is refused here: its output is not one vector per text.
+The multi-vector path (:mod:`models.text.multi_vector`) reads it with ``on="token_embeddings"``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,10 @@ def _int(raw: dict[str, object], key: str, where: str) -> int:
     return value
 
 
-def read_dense(folder: Path) -> DenseLayer:
-    """The ``Dense`` module saved in ``folder`` (float32, CPU).
+def read_dense(folder: Path, on: str = "sentence_embedding") -> DenseLayer:
+    """The ``Dense`` module saved in ``folder`` (float32, CPU), which must work on ``on``
+    (``module_input_name``; a config without one is taken to mean ``on``, as
+    sentence-transformers' multi-vector loader does for token-level ``Dense`` modules).
 
     Raises:
         ValueError: a missing or malformed file, an activation we do not build, a module on
@@ -71,10 +74,11 @@ def read_dense(folder: Path) -> DenseLayer:
     raw = read_json(folder / "config.json")
     if not isinstance(raw, dict):
         raise ValueError(f"{where}/config.json must hold a JSON object")
-    if raw.get("module_input_name", "sentence_embedding") != "sentence_embedding":
+    if raw.get("module_input_name", on) != on:
         raise ValueError(
             f"{where} is a Dense module on {raw['module_input_name']!r}; attnserve runs Dense "
-            "modules on the pooled sentence embedding only"
+            + ("modules on the pooled sentence embedding only" if on == "sentence_embedding"
+               else f"modules on {on} only in a multi-vector model")
         )
     fan_in, fan_out = _int(raw, "in_features", where), _int(raw, "out_features", where)
     name = str(raw.get("activation_function") or DEFAULT_ACTIVATION)
