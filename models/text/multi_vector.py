@@ -202,7 +202,11 @@ class MultiVectorModel(TextModel, PromptedText):
         keep = None
         if cut_start:
             keep = self.prompt_tokens(prompt) if prompt else tokenizer.leading_special()
-        ids = tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
+        try:
+            ids = tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
+        except ModelInputError as exc:  # windows do not apply here: the tokenizer offers them
+            message = str(exc).split(", or long_text=windows")[0]
+            raise ModelInputError(f"{message} (the limit of {side} texts)") from None
         expansion = self.spec.sides[side].expansion
         out = []
         for row in ids:

@@ -242,6 +242,12 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
     from service.engine.servables.text import TextServable
 
     precisions = settings.precisions
+    from models.text.multi_vector_folder import is_multi_vector_folder
+
+    if is_multi_vector_folder(folder):  # before the text folders: it has a modules.json too
+        from service.engine.servables.multi_vector import load_multi_vector
+
+        return load_multi_vector(folder, device, precisions)
     if _is_classifier_folder(folder):
         return TextServable(_load_classifier(folder, device), (), precisions)
     if _is_text_folder(folder):
@@ -300,8 +306,9 @@ def task_serves(model_task: str, task: str) -> bool:
 
 
 def serves(model: ServedModel, task: str) -> bool:
-    """Whether ``model`` answers ``task``'s routes (see :func:`task_serves`)."""
-    return task_serves(model.task, task)
+    """Whether ``model`` answers ``task``'s routes (see :func:`task_serves`; a multi-vector
+    model also answers ``rerank``: its ``extra_tasks``)."""
+    return task_serves(model.task, task) or task in getattr(model, "extra_tasks", ())
 
 
 class Registry:

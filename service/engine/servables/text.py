@@ -90,16 +90,18 @@ class TextServable(Servable):
         # never meet a backend that one copy of the weights refuses.
         accepted = [accepted_backends(m.check_attention) for m in models.values()]
         super().__init__(models, aliases, [b for b in accepted[0] if all(b in a for a in accepted)])
-        self.head: Embeddings | Scores
-        if isinstance(model, SentenceEncoder):
-            self.head = Embeddings(self.model, calibrate(model, self._backends))
-        else:
-            self.head = Scores(self.model)
+        self.head: Embeddings | Scores = self._make_head(model)
         self.task = self.head.task
         self.labels = self.head.labels
         self.max_tokens: int = model.max_tokens
         self._quality = model.quality()
         self._losses: dict[int, dict[Call, float]] = {}
+
+    def _make_head(self, model: SentenceEncoder | TextClassifier) -> Embeddings | Scores:
+        """The task's head (a subclass serving another kind of text model overrides it)."""
+        if isinstance(model, SentenceEncoder):
+            return Embeddings(self.model, calibrate(model, self._backends))
+        return Scores(self.model)
 
     # ------------------------------------------------------------------ per request
 

@@ -3,6 +3,8 @@ the same in text-embeddings-inference's shape (a bare list of vectors)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import TextInput
@@ -27,6 +29,7 @@ def job_of(body: EncodeRequest) -> TextInput:
         prompt_name=body.prompt_name,
         precision=body.precision,
         dimensions=body.dimensions,
+        task=body.input_type,
     )
 
 
@@ -35,7 +38,9 @@ async def encode(
     body: EncodeRequest, request: Request, response: Response, engine: EngineDep
 ) -> EncodeResponse:
     """Embed one or more texts with an encoder (its own pooling, prompts and normalisation)."""
-    answer = await engine.encode(body.model, job_of(body), client_of(request))
+    # /encode's answer can carry a multi-vector model's token vectors (TEI's /embed cannot).
+    job = replace(job_of(body), multi_vector=True)
+    answer = await engine.encode(body.model, job, client_of(request))
     set_timing_headers(response, answer)
     return EncodeResponse(
         model=answer.model,

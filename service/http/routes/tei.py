@@ -248,6 +248,7 @@ async def embed_all(
         prompt_name=body.prompt_name,
         precision=body.precision,
         token_embeddings=True,
+        task=body.input_type,
     )
     answer = await engine.encode(name, job, client_of(request))
     set_timing_headers(response, answer)

@@ -21,6 +21,7 @@ from service.http.schemas.common import (
     truncation_direction_field,
 )
 from service.http.schemas.rerank import PredictRequest
+from service.http.schemas.text import INPUT_TYPE_HELP, InputType
 
 MODEL_HELP = (
     "Which loaded text model answers (extension; also the x-model header): default, the first "
@@ -94,6 +95,7 @@ class EmbedAllRequest(StrictRequest):
     )
     truncation_direction: TruncationDirection = truncation_direction_field()
     prompt_name: str | None = Field(None, description=PROMPT_HELP)
+    input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP + " (extension)")
     model: str | None = model_field()
     attention: str | None = Field(
         None, description="Attention backend (extension; default: the model's)."

@@ -24,6 +24,13 @@ from service.http.schemas.common import (
 
 
 LongText = Literal["error", "truncate", "windows"]
+InputType = Literal["query", "document"]
+INPUT_TYPE_HELP = (
+    "What the texts are: query or document. A multi-vector (ColBERT) model encodes them as "
+    "sentence-transformers' encode_query / encode_document do (the side's prompt, token limit, "
+    "query expansion and skiplist; default: as encode, without a side); a sentence encoder "
+    "prepends its query or document prompt when prompt_name is not given."
+)
 LONG_TEXT_HELP = (
     "A text over the model's token limit: error (a 422 naming it), truncate (keep its first "
     "tokens), or windows (embed all of it as overlapping windows at the limit, averaged by "
@@ -72,6 +79,7 @@ class EncodeRequest(LongTextRule, StrictRequest):
         description="One of the model's named prompts (see GET /models), prepended to every "
         "text; default: the model's default prompt, if it has one.",
     )
+    input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP)
 
 
 class TeiEmbedRequest(EncodeRequest):
@@ -92,7 +100,10 @@ class EncodeResponse(BaseModel):
     model: str
     attention: str
     precision: str = precision_out()
-    embeddings: list[list[float]]
+    embeddings: list[list[float]] | list[list[list[float]]] = Field(
+        description="One vector per text; from a multi-vector (ColBERT) model, one list of "
+        "token vectors per text (as infinity answers for ColBERT models)."
+    )
     usage: Usage
 
 
