@@ -143,3 +143,23 @@ def test_a_backbone_that_is_no_causal_lm_stops_start_up(tmp_path: Path) -> None:
     raw = json.loads(config.read_text())
     config.write_text(json.dumps({**raw, "architectures": ["Qwen3Model"]}))
     assert "causal language model" in _refusal(folder)
+
+
+def test_a_short_limit_starts_and_truncates_as_cross_encoder(tmp_path: Path) -> None:
+    """A limit shorter than the warm-up pairs still starts (warm-up truncates); long pairs are
+    cut longest-first as ``CrossEncoder.predict`` cuts them, and ``/predict`` scores a pair as
+    ``/v1/rerank`` does."""
+    from sentence_transformers import CrossEncoder
+
+    folder = save_tiny_causal_reranker(tmp_path / "short", max_seq_length=32)
+    documents = [DOCUMENTS[0] * 4, DOCUMENTS[1]]
+    reference = CrossEncoder(str(folder), device="cpu").predict([(QUERY, d) for d in documents])
+    with folders_client([folder]) as c:
+        body = {"model": "short", "query": QUERY, "documents": documents, "truncate": True}
+        answer = c.post("/v1/rerank", json=body)
+        assert answer.status_code == 200, answer.text
+        got = {r["index"]: r["relevance_score"] for r in answer.json()["results"]}
+        assert max(abs(got[i] - float(reference[i])) for i in got) <= TOLERANCE
+        predicted = c.post("/predict", json={"model": "short", "inputs": [[QUERY, documents[1]]]})
+        assert predicted.status_code == 200, predicted.text
+        assert abs(predicted.json()[0][0]["score"] - float(reference[1])) <= TOLERANCE

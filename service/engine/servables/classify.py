@@ -137,7 +137,8 @@ class Scores:
             ("warm-up", "a document"),
             ("a slightly longer query", "to warm up padded batches"),
         ]
-        return [self.classifier.tokenize(pairs)]
+        # Truncated: a short max_seq_length (or a long default prompt) must not stop start-up.
+        return [self.classifier.tokenize(pairs, truncate=True)]
 
     def compile(
         self, backends: list[str], copies: list[TextClassifier], mode: str, compiler: str
