@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from benchmarks.harness.report import figure, log_axes
+from models.attention.base import repeat_kv_heads
 
 
 def rss_mib() -> float:
@@ -88,11 +89,15 @@ def length_plot(
         ax_t.figure.suptitle(title)
 
 
-def _free_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **_: Any) -> torch.Tensor:
+def _free_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *_: Any, **__: Any
+) -> torch.Tensor:
     """Attention that costs nothing: the first ``Lq`` value rows (``[b, h, Lq, d]``; in
-    cross-attention with fewer keys than queries, the queries), so every other layer sees the
-    shapes it always sees."""
-    return v[:, :, : q.shape[2]] if v.shape[2] >= q.shape[2] else q
+    cross-attention with fewer keys than queries, the queries; grouped values repeated per
+    query head), so every other layer sees the shapes it always sees."""
+    if v.shape[2] < q.shape[2]:
+        return q
+    return repeat_kv_heads(v[:, :, : q.shape[2]], q.shape[1])
 
 
 @contextmanager

@@ -115,8 +115,12 @@ def row_label(backend: str, precision: str, precisions: list[str]) -> str:
     return backend if precisions == ["float32"] else f"{backend} {precision}"
 
 
-def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], args: Any) -> dict:
-    """Median ``POST /encode`` seconds, embeddings, token counts and memory per row/length."""
+def http_latencies(
+    folder: Path, texts: dict[int, str], backends: list[str], args: Any, layers: Any = bert
+) -> dict:
+    """Median ``POST /encode`` seconds, embeddings, token counts and memory per row/length;
+    ``layers``: the module whose ``attend`` the floor rows replace (our encoder's layers, or
+    the bridge of a transformers backbone)."""
     from fastapi.testclient import TestClient
 
     from service.app import create_app
@@ -155,14 +159,14 @@ def http_latencies(folder: Path, texts: dict[int, str], backends: list[str], arg
             return seconds, response.json()
 
         for _, backend, precision, stub in runs:
-            with attention_replaced(bert, stub):
+            with attention_replaced(layers, stub):
                 post(backend, precision, warm)
         for round_ in range(args.repeats):
             for label, backend, precision, stub in runs:
                 for length, text in sorted(texts.items()):
                     if backend == "full" and length > args.full_max:
                         continue
-                    with attention_replaced(bert, stub):
+                    with attention_replaced(layers, stub):
                         seconds, answer = post(backend, precision, text)
                     times[label].setdefault(length, []).append(seconds)
                     tokens = answer["usage"]["tokens"]
@@ -247,8 +251,9 @@ def table(result: dict) -> str:
         cells.append([name, *(_cell(ref[n], flash[n], memory=False) for n in lengths)])
     against = f"; cosines and speed-ups against `{baseline}`." if baseline != "flash" else "."
     columns = ["backend", *(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)]
+    model = result.get("model", "ModernBERT at gte-modernbert-base's shape")
     return (
-        f"One-request latency: ModernBERT at gte-modernbert-base's shape ({result['layers']} "
+        f"One-request latency: {model} ({result['layers']} "
         f"layers, random weights), {result['threads']} threads, {result['repeats']} request(s) "
         f"per cell; in-process HTTP, one text per request, one request at a time{against}\n\n"
         + md_table(columns, cells)
@@ -265,7 +270,7 @@ def plot(result: dict, path: Path) -> None:
             xs = sorted(int(n) for n in cells)
             ax.plot(xs, [cells[str(x)]["seconds"] for x in xs], marker="o", label=name)
         log_axes(ax, "tokens per text", "p50 latency per request, s")
-        ax.set_title("ModernBERT (gte-modernbert-base shape), CPU")
+        ax.set_title(result.get("title", "ModernBERT (gte-modernbert-base shape), CPU"))
 
 
 def main(argv: list[str] | None = None) -> None:

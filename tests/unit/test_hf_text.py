@@ -172,3 +172,17 @@ def test_bfloat16_copy_runs(folders: dict[str, Path]) -> None:
     got = half.encode(SAMPLE_TEXTS)
     cosine = torch.nn.functional.cosine_similarity(got, encoder.encode(SAMPLE_TEXTS))
     assert got.dtype == torch.float32 and cosine.min().item() > 0.95
+
+
+def test_quality_command_measures_a_decoder(folders: dict[str, Path]) -> None:
+    """``attnserve evaluate``'s measurement on a decoder embedder: the exact and fallback rows
+    match the reference, the approximations are measured, not assumed."""
+    from models.text.quality import measure
+
+    encoder = SentenceEncoder.from_folder(folders["qwen3"])
+    result = measure(encoder, per_bin=1, max_tokens=128, only=["flash", "nystrom", "performer"])
+    rows = result["precisions"]["float32"]["backends"]
+    assert set(rows) == {"flash", "nystrom", "performer"}
+    assert rows["flash"]["min_cosine"] >= 1 - 1e-5
+    assert rows["nystrom"]["min_cosine"] >= 1 - 1e-5  # no causal form: it ran flash
+    assert rows["performer"]["mean_cosine"] < 0.999
