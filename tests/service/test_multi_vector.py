@@ -120,6 +120,17 @@ def test_the_card_says_multi_vector(client: TestClient) -> None:
     assert settings["sides"]["query"]["expansion"]["attend"] is False
     assert "," in settings["mask"]["skiplist_words"]
     assert cards[ATTEND]["multi_vector"]["similarity"] == "meanmaxsim"
+    assert "/encode" in card["routes"] and "/v2/rerank" in card["routes"]
+    assert "/v1/embeddings" not in card["routes"]
+
+
+def test_tei_rerank_by_name_ranks_by_maxsim(client: TestClient, folders: dict[str, Path]) -> None:
+    expected = reference_scores(folders[COLBERT], TEXTS[4], TEXTS)
+    body = {"model": COLBERT, "query": TEXTS[4], "texts": TEXTS, "truncate": True}
+    r = client.post("/rerank", json=body)
+    assert r.status_code == 200, r.text
+    got = {x["index"]: x["score"] for x in r.json()}
+    np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], expected, rtol=1e-5, atol=1e-5)
 
 
 def test_a_broken_folder_stops_start_up_in_one_line(

@@ -28,6 +28,8 @@ from service.engine.servables.text import TextServable
 # The routes a multi-vector model's answer fits, for the refusal of the others.
 VECTOR_ROUTES = "POST /encode or POST /embed_all (a list of token vectors per text)"
 RANK_ROUTES = "POST /v1/rerank or POST /v2/rerank (documents scored by MaxSim)"
+# The card's routes: those above, TEI's and infinity's /rerank, and the tokenizer's.
+ROUTES = ("/encode", "/embed_all", "/v1/rerank", "/rerank", "/v2/rerank", "/tokenize", "/decode")
 
 
 class MultiVectors:
@@ -145,12 +147,7 @@ class MultiVectors:
 
     def card(self) -> dict[str, Any]:
         """The late-interaction settings and which routes answer."""
-        return {
-            "multi_vector": {
-                **self.model.describe_multi_vector(),
-                "routes": [VECTOR_ROUTES, RANK_ROUTES],
-            }
-        }
+        return {"routes": list(ROUTES), "multi_vector": self.model.describe_multi_vector()}
 
     # ------------------------------------------------------------------ operations
 

@@ -46,5 +46,6 @@ def with_routes(card: dict[str, Any]) -> dict[str, Any]:
         "capabilities": [CAPABILITIES.get(t, t) for t in tasks_of(task)],
         "stats": {"batch_size": card["limits"]["max_batch_size"]},
         **card,
-        "routes": routes_of(task),
+        # A model whose output only some of its task's routes carry (multi-vector) lists its own.
+        "routes": card.get("routes") or routes_of(task),
     }
