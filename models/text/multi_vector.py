@@ -24,7 +24,7 @@ Sides: ``query`` (``encode_query``), ``document`` (``encode_document``) and ``no
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from models.attention import AttentionError
 from models.errors import ModelInputError
 from models.text.base import DEFAULT_ATTENTION, PAD_MULTIPLE, TextModel
 from models.text.batching import round_up
@@ -170,6 +171,21 @@ class MultiVectorModel(TextModel, PromptedText):
             self.calibration_backend,
             truncate=True,
         )
+
+    # ------------------------------------------------------------------ checks
+
+    def check_attention(self, backend: str, options: Mapping[str, Any] | None) -> dict[str, Any]:
+        """As :meth:`TextModel.check_attention`; also refuses flash's ``padding="jagged"``
+        when queries carry expansion tokens nothing attends to: the jagged kernel reads the key
+        mask as the queries too and would drop their vectors."""
+        resolved = super().check_attention(backend, options)
+        expansion = self.spec.sides["query"].expansion
+        if resolved.get("padding") == "jagged" and expansion is not None and not expansion.attend:
+            raise AttentionError(
+                f"{backend}: padding='jagged' leaves out the query's expansion tokens, which are "
+                "queries but not keys in this model; use padding='mask'"
+            )
+        return resolved
 
     # ------------------------------------------------------------------ tokens
 

@@ -102,6 +102,19 @@ def test_every_backend_runs_or_is_refused_by_name(
     assert all(bool(torch.isfinite(g).all()) for g in got)
 
 
+def test_jagged_flash_is_refused_when_expansion_tokens_are_not_keys(
+    models: dict[str, MultiVectorModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CUDA's jagged kernel reads the key mask as the queries too; the check says so (on a CPU
+    the backend's own refusal comes first, so the base check is stood in for)."""
+    from models.text.base import TextModel
+
+    monkeypatch.setattr(TextModel, "check_attention", lambda *_: {"padding": "jagged"})
+    with pytest.raises(AttentionError, match="expansion"):
+        models["colbert"].check_attention("flash", {"padding": "jagged"})
+    assert models["attend"].check_attention("flash", {"padding": "jagged"})  # they are keys
+
+
 def test_a_padded_batch_gives_each_text_what_it_gets_alone(
     models: dict[str, MultiVectorModel],
 ) -> None:
