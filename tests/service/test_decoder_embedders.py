@@ -152,3 +152,23 @@ def test_a_causal_lm_checkpoint_serves_as_its_backbone(tmp_path: Path) -> None:
     assert answer.status_code == 200, answer.text
     got = np.asarray(answer.json()["embeddings"])
     assert np.abs(got - expected).max() <= TOLERANCE
+
+
+def test_auto_chooses_among_measured_backends(folder: Path, tmp_path: Path) -> None:
+    """With the folder's own quality figures (``attnserve evaluate``), ``auto`` picks a backend
+    within the budget and says why; a fallback backend is priced as what it runs."""
+    import shutil
+
+    from models.quality_file import save_quality
+    from models.text import SentenceEncoder
+    from models.text.quality import measure
+
+    measured = shutil.copytree(folder, tmp_path / "measured-qwen3")
+    encoder = SentenceEncoder.from_folder(measured)
+    save_quality(measured / "quality.json", measure(encoder, per_bin=1, max_tokens=128))
+    with folders_client([measured]) as client:
+        body = {"model": measured.name, "inputs": SAMPLE_TEXTS, "attention": "auto"}
+        answer = client.post("/encode", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["x-attention"] in BACKENDS
+    assert "x-attention-choice" in answer.headers
