@@ -149,6 +149,20 @@ def _causal_lm(raw: dict[str, Any], task: str, config: Any) -> None:
             )
 
 
+def _pair_template_only(transformer: dict[str, Any]) -> None:
+    """Refuse a ``Transformer`` module that renders pairs through a chat template: its saved
+    ``modality_config`` has ``message`` (a folder saved without one is read as text only by
+    sentence-transformers too, whatever template sits beside the tokenizer)."""
+    given = transformer.get("modality_config", {"text": {}})
+    modalities = sorted(given) if isinstance(given, dict) else [repr(given)]
+    if modalities != ["text"]:
+        raise ValueError(
+            f"its Transformer module takes {modalities} inputs; attnserve renders pairs with the "
+            "tokenizer's pair template only, not a chat template: remove the chat template "
+            "from the tokenizer and re-save, or serve it with sentence-transformers"
+        )
+
+
 def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     """Read a ``CrossEncoder`` folder of a ``Transformer`` (causal LM) and a ``LogitScore``.
 
@@ -171,13 +185,7 @@ def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     raw = dict(read_json(weights / "config.json"))
     transformer = read_optional_json(weights / "sentence_bert_config.json")
     _causal_lm(raw, str(transformer.get("transformer_task", "sequence-classification")), config)
-    modalities = transformer.get("modality_config") or {"text": {}}
-    if not isinstance(modalities, dict) or set(modalities) != {"text"}:
-        raise ValueError(
-            f"its Transformer module takes {sorted(modalities)} inputs; attnserve renders pairs "
-            "with the tokenizer's pair template only (no chat template): remove the chat "
-            "template from the tokenizer and re-save, or serve it with sentence-transformers"
-        )
+    _pair_template_only(transformer)
     nested = raw.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else raw
     score_dir = module_dir(path, modules[1])

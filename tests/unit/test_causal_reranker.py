@@ -185,6 +185,20 @@ def test_a_chat_template_input_is_refused(tmp_path: Path) -> None:
     assert "chat template" in _refusal(folder)
 
 
+def test_an_unsaved_modality_config_reads_pairs_as_text(tmp_path: Path) -> None:
+    """sentence-transformers reads a folder saved without ``modality_config`` as text only, even
+    with a chat template beside the tokenizer: so does attnserve (the pair template)."""
+    folder = save_tiny_causal_reranker(tmp_path / "chat-file")
+    config = json.loads((folder / "sentence_bert_config.json").read_text())
+    del config["modality_config"], config["module_output_name"]
+    (folder / "sentence_bert_config.json").write_text(json.dumps(config))
+    (folder / "chat_template.jinja").write_text(
+        "{% for m in messages %}{{ m.content }}{% endfor %}"
+    )
+    got = CausalReranker.from_folder(folder).predict(PAIRS, raw=True)[:, 0]
+    assert (got - _reference(folder, PAIRS, raw=True)).abs().max() <= TOLERANCE
+
+
 def test_another_module_layout_is_refused(tmp_path: Path) -> None:
     folder = build_tiny_backbone("qwen3", tmp_path / "layout", task="Qwen3ForCausalLM")
     modules = [
