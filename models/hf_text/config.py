@@ -117,7 +117,8 @@ def read_backbone(raw: Mapping[str, Any]) -> BackboneConfig:
     """
     model_type = str(raw.get("model_type"))
     # Multimodal wrappers (Gemma 3) keep the text model's settings in a sub-config.
-    text = raw.get("text_config") if isinstance(raw.get("text_config"), Mapping) else raw
+    nested = raw.get("text_config")
+    text: Mapping[str, Any] = nested if isinstance(nested, Mapping) else raw
     cls = backbone_class(model_type)
     heads = _size(text, "num_attention_heads")
     hidden = _size(text, "hidden_size")

