@@ -28,6 +28,9 @@ from tests.utils.tiny_multi_vector import (
     save_tiny_multi_vector,
 )
 
+# The reference: sentence-transformers 6's MultiVectorEncoder (older releases have none).
+pytest.importorskip("sentence_transformers.multi_vector_encoder")
+
 EXACT = ("flash", "full")
 TOLERANCE = 1e-5
 COLBERT, ATTEND = "colbert", "attend"  # served under their folders' names
@@ -131,6 +134,25 @@ def test_tei_rerank_by_name_ranks_by_maxsim(client: TestClient, folders: dict[st
     assert r.status_code == 200, r.text
     got = {x["index"]: x["score"] for x in r.json()}
     np.testing.assert_allclose([got[i] for i in range(len(TEXTS))], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_input_type_on_a_sentence_encoder_picks_its_prompt(tmp_path: Path) -> None:
+    """The field is not multi-vector only: a sentence encoder prepends its query or document
+    prompt, as sentence-transformers' encode_query / encode_document do."""
+    from tests.utils.tiny_encoders import save_tiny_encoder
+
+    prompts = {"query": "query: ", "document": "passage: "}
+    folder = save_tiny_encoder(tmp_path / "prompted", "bert", prompts=prompts, layers=1)
+    with folders_client([folder]) as c:
+
+        def encode(**fields: Any) -> Any:
+            r = c.post("/encode", json={"model": "prompted", "inputs": ["a text"], **fields})
+            assert r.status_code == 200, r.text
+            return r.json()["embeddings"]
+
+        assert encode(input_type="query") == encode(prompt_name="query")
+        assert encode(input_type="document") == encode(prompt_name="document")
+        assert encode(input_type="query") != encode()
 
 
 def test_a_broken_folder_stops_start_up_in_one_line(

@@ -30,6 +30,9 @@ from tests.utils.tiny_multi_vector import (
     save_tiny_multi_vector,
 )
 
+# The reference: sentence-transformers 6's MultiVectorEncoder (older releases have none).
+pytest.importorskip("sentence_transformers.multi_vector_encoder")
+
 EXACT = ("flash", "full")
 TOLERANCE = 1e-5
 SIDES = ("query", "document", "none")
