@@ -29,9 +29,7 @@ from __future__ import annotations
 
 import json
 import shutil
-import statistics
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,7 @@ from benchmarks.text.long_document_speed import (
     LONG_REQUESTS,
     http_latencies,
     plot,
+    reference_latencies,
     table,
     text_of,
 )
@@ -91,29 +90,9 @@ def build_folder(folder: Path, layers: int) -> Path:
     return folder
 
 
-def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> dict[int, dict]:
-    """transformers' Qwen3Model with its own SDPA attention on the same weights, called
-    directly: seconds and the normalised last-token vector."""
-    from tokenizers import Tokenizer
-    from transformers import Qwen3Model
-
-    model = Qwen3Model.from_pretrained(str(folder), attn_implementation="sdpa").eval()
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.no_truncation()
-    tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128
-    out: dict[int, dict] = {}
-    for length, text in sorted(texts.items()):
-        ids = torch.tensor([tokenizer.encode(text).ids])
-        times = []
-        with torch.inference_mode():
-            for _ in range(repeats):
-                start = time.perf_counter()
-                states = model(input_ids=ids).last_hidden_state
-                times.append(time.perf_counter() - start)
-        vector = torch.nn.functional.normalize(states[0, -1], dim=0)
-        out[length] = {"seconds": statistics.median(times), "vector": vector.tolist()}
-        print(f"transformers {length:>5}: {out[length]['seconds']:.2f} s", flush=True)
-    return out
+def last_token_normalised(states: torch.Tensor) -> torch.Tensor:
+    """``[L, c]`` token states -> the last token's, unit length (the folder's pooling)."""
+    return torch.nn.functional.normalize(states[-1], dim=0)
 
 
 def refusals(folder: Path, texts: dict[int, str], args: Any) -> dict[str, str]:
@@ -203,11 +182,16 @@ def main(argv: list[str] | None = None) -> None:
         texts = {n: text_of(n, count) for n in args.lengths}
         rows = http_latencies(folder, texts, args.backends, args, layers=bridge)
         refused = refusals(folder, texts, args) if "full" in args.backends else {}
-        reference = None if args.no_reference else reference_latencies(folder, texts, args.repeats)
+        reference = None
+        if not args.no_reference:
+            reference = reference_latencies(
+                folder, texts, args.repeats, "Qwen3Model", last_token_normalised
+            )
         caps = decoder_capacity(Path(tmp), args) if args.capacity_lengths else {}
     result = {
         "model": MODEL,
         "title": "Qwen3-Embedding-0.6B shape, CPU",
+        "reference_class": "Qwen3Model",
         "layers": args.layers,
         "threads": args.threads,
         "repeats": args.repeats,
@@ -226,7 +210,7 @@ def main(argv: list[str] | None = None) -> None:
         },
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
-    report.add(table(result).replace("transformers ModernBertModel", "transformers Qwen3Model"))
+    report.add(table(result))
     if refused:
         report.add(
             "`full` at the lengths it skips above, sent to a server with the default memory "

@@ -185,14 +185,28 @@ def http_latencies(
     return rows
 
 
-def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> dict[int, dict]:
-    """transformers' ModernBertModel (SDPA) on the same weights: seconds and mean-pooled vector."""
-    from tokenizers import Tokenizer
-    from transformers import ModernBertModel
+def mean_pooled(states: torch.Tensor) -> torch.Tensor:
+    """``[L, c]`` token states -> their mean (ModernBERT's sentence-transformers pooling)."""
+    return states.mean(0)
 
-    model = ModernBertModel.from_pretrained(str(folder), attn_implementation="sdpa").eval()
+
+def reference_latencies(
+    folder: Path,
+    texts: dict[int, str],
+    repeats: int,
+    model_class: str = "ModernBertModel",
+    pool: Any = mean_pooled,
+) -> dict[int, dict]:
+    """transformers' own ``model_class`` (SDPA) on the same weights, called directly: seconds
+    and the vector ``pool`` makes of the token states."""
+    import transformers
+    from tokenizers import Tokenizer
+
+    cls = getattr(transformers, model_class)
+    model = cls.from_pretrained(str(folder), attn_implementation="sdpa").eval()
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     tokenizer.no_truncation()
+    tokenizer.no_padding()  # MiniLM's tokenizer.json pads to 128
     out: dict[int, dict] = {}
     for length, text in sorted(texts.items()):
         ids = torch.tensor([tokenizer.encode(text).ids])
@@ -202,7 +216,7 @@ def reference_latencies(folder: Path, texts: dict[int, str], repeats: int) -> di
                 start = time.perf_counter()
                 states = model(input_ids=ids, attention_mask=torch.ones_like(ids)).last_hidden_state
                 times.append(time.perf_counter() - start)
-        out[length] = {"seconds": statistics.median(times), "vector": states[0].mean(0).tolist()}
+        out[length] = {"seconds": statistics.median(times), "vector": pool(states[0]).tolist()}
         print(f"transformers {length:>5}: {out[length]['seconds']:.2f} s", flush=True)
     return out
 
@@ -247,7 +261,9 @@ def table(result: dict) -> str:
     ]
     if result.get("reference"):
         ref = result["reference"]
-        name = "transformers ModernBertModel (SDPA, direct call)"
+        name = (
+            f"transformers {result.get('reference_class', 'ModernBertModel')} (SDPA, direct call)"
+        )
         cells.append([name, *(_cell(ref[n], flash[n], memory=False) for n in lengths)])
     against = f"; cosines and speed-ups against `{baseline}`." if baseline != "flash" else "."
     columns = ["backend", *(f"{n} tokens: p50 s / est. peak MiB / cos / × flash" for n in lengths)]

@@ -83,7 +83,7 @@ def build_tiny_classifier(
     model = tf.AutoModelForSequenceClassification.from_config(
         config, attn_implementation="eager"
     ).eval()
-    tiny._widen(model, seed)
+    tiny.widen_weights(model, seed)
     model.save_pretrained(str(folder), safe_serialization=True)
     return folder
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import torch
 
+from tests.utils.tiny_encoders import widen_weights
+
 # model_type -> the transformers config class; each uses the attention interface.
 DECODERS = ("qwen3", "qwen2", "llama", "gemma3_text")
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 4, 2, 16, 96
@@ -97,19 +99,6 @@ def decoder_config(architecture: str, layers: int = 2, **overrides: Any) -> Any:
     return classes[architecture](**fields)
 
 
-def _widen(model: torch.nn.Module, seed: int) -> None:
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            noise = torch.randn(param.shape, generator=generator)
-            if "norm" in name.lower() and name.endswith("weight"):
-                param.copy_(1.0 + 0.1 * noise)
-            elif name.endswith("bias"):
-                param.copy_(0.1 * noise)
-            else:
-                param.copy_(0.2 * noise)
-
-
 def build_tiny_backbone(
     architecture: str,
     folder: Path,
@@ -132,7 +121,7 @@ def build_tiny_backbone(
         model = tf.AutoModel.from_config(config).eval()
     else:
         model = getattr(tf, task)._from_config(config).eval()
-    _widen(model, seed)
+    widen_weights(model, seed)
     model.save_pretrained(str(folder), safe_serialization=True)
     return folder
 
@@ -183,6 +172,17 @@ def save_tiny_decoder_encoder(
     return folder
 
 
+# A Qwen3-Reranker-style chat template: the pair's query and document roles in one user turn,
+# then the assistant's turn, whose first token the LogitScore reads.
+RERANK_CHAT_TEMPLATE = (
+    "{%- for m in messages -%}"
+    "{%- if m.role == 'system' -%}<|im_start|>system\n{{ m.content }}<|im_end|>\n"
+    "{%- elif m.role == 'query' -%}<|im_start|>user\n<Query>: {{ m.content }}\n"
+    "{%- elif m.role == 'document' -%}<Document>: {{ m.content }}<|im_end|>\n"
+    "{%- else -%}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+    "{%- endif -%}{%- endfor -%}"
+    "<|im_start|>assistant\n"
+)
 # model_type -> its causal-LM class (a reranker's Transformer module).
 CAUSAL_LMS = {
     "qwen3": "Qwen3ForCausalLM",
@@ -201,13 +201,16 @@ def save_tiny_causal_reranker(
     prompts: dict[str, str] | None = None,
     default_prompt_name: str | None = None,
     max_seq_length: int | None = None,
+    chat_template: str | None = None,
     seed: int = 0,
     layers: int = 2,
     **overrides: Any,
 ) -> Path:
     """A tiny ``architecture`` causal-LM reranker saved by ``CrossEncoder.save``: a
     ``Transformer`` (``text-generation``) and a ``LogitScore`` over ``true_token`` against
-    ``false_token`` (the tiny vocabulary has no "yes"/"no"; ``Y``/``N`` stand in)."""
+    ``false_token`` (the tiny vocabulary has no "yes"/"no"; ``Y``/``N`` stand in). With
+    ``chat_template`` (e.g. :data:`RERANK_CHAT_TEMPLATE`) pairs are rendered through it, as
+    sentence-transformers does when the tokenizer has one."""
     from sentence_transformers import CrossEncoder
     from sentence_transformers.cross_encoder.modules import LogitScore, Transformer
 
@@ -217,6 +220,8 @@ def save_tiny_causal_reranker(
         build_tiny_backbone(
             architecture, Path(raw), seed=seed, layers=layers, task=task, **overrides
         )
+        if chat_template is not None:
+            (Path(raw) / "chat_template.jinja").write_text(chat_template, encoding="utf-8")
         transformer = Transformer(
             raw, transformer_task="text-generation", max_seq_length=max_seq_length
         )

@@ -173,7 +173,7 @@ def _config(architecture: str, vocab: int, pad: int, layers: int) -> Any:
     return classes[architecture](max_position_embeddings=MAX_POSITIONS + extra, **shape)
 
 
-def _widen(model: torch.nn.Module, seed: int) -> None:
+def widen_weights(model: torch.nn.Module, seed: int) -> None:
     """Redraw every weight wider than transformers' init (see the module docstring)."""
     generator = torch.Generator().manual_seed(seed)
     with torch.no_grad():
@@ -216,7 +216,7 @@ def build_tiny_model(
         model = tf.AutoModel.from_config(config, attn_implementation="eager").eval()
     else:  # a concrete class builds from a config with the private classmethod
         model = getattr(tf, task)._from_config(config, attn_implementation="eager").eval()
-    _widen(model, seed)
+    widen_weights(model, seed)
     model.save_pretrained(str(folder), safe_serialization=True)
 
 
