@@ -45,6 +45,7 @@ from service.http.routes import (
     health,
     models,
     rerank,
+    sparse,
     tei,
 )
 from service.observability.metrics import Metrics
@@ -205,7 +206,8 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     )
     app.state.attnserve = state
     install_error_handlers(app)
-    for module in (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere):
+    routers = (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere, sparse)
+    for module in routers:
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.

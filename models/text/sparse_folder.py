@@ -108,14 +108,19 @@ def is_sparse_folder(path: Path) -> bool:
     """True when ``path`` holds a sentence-transformers ``SparseEncoder`` (its
     ``config_sentence_transformers.json`` says so, or its modules are sparse ones)."""
     try:
-        st_config = read_optional_json(path / "config_sentence_transformers.json")
+        if (
+            read_optional_json(path / "config_sentence_transformers.json").get("model_type")
+            == "SparseEncoder"
+        ):
+            return True
         modules = read_json(path / "modules.json")
-    except ValueError:
+        types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
+        if any(t.endswith("Router") for t in types):  # a Router names its modules' types
+            router = read_optional_json(path / "router_config.json").get("types") or {}
+            types += [str(t) for t in router.values()] if isinstance(router, dict) else []
+    except (ValueError, TypeError):  # unreadable: not judged here (the loader says why)
         return False
-    if st_config.get("model_type") == "SparseEncoder":
-        return True
-    types = [str(m.get("type", "")) for m in modules if isinstance(m, dict)]
-    return any(".sparse_encoder." in t for t in types) or any(t.endswith("Router") for t in types)
+    return any(".sparse_encoder." in t for t in types)
 
 
 def _splade_settings(folder: Path) -> tuple[str, str]:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from models.names import DEFAULT_PRECISION, TEXT_ALIASES, TEXT_MODEL
 from service.engine.servables.base import ServedModel
-from service.errors import ModelNotFound
+from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
 
 if TYPE_CHECKING:
@@ -248,6 +248,11 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
         from service.engine.servables.multi_vector import load_multi_vector
 
         return load_multi_vector(folder, device, precisions)
+    from models.text.sparse_folder import is_sparse_folder
+    from service.engine.servables.sparse import load_sparse
+
+    if is_sparse_folder(folder):  # before the text folders: it has a modules.json too
+        return load_sparse(folder, device, precisions)
     if _is_classifier_folder(folder):
         return TextServable(_load_classifier(folder, device), (), precisions)
     if _is_text_folder(folder):
@@ -311,6 +316,22 @@ def serves(model: ServedModel, task: str) -> bool:
     return task_serves(model.task, task) or task in getattr(model, "extra_tasks", ())
 
 
+def _refuse_other_output(model: ServedModel, task: str) -> None:
+    """A 422 (naming the route that carries it) when a sparse encoder's vectors are asked of a
+    dense route, or a dense encoder's of ``/embed_sparse``: neither answer fits the other."""
+    if "sparse" not in (model.task, task) or serves(model, task):
+        return
+    if model.task == "sparse":
+        raise InvalidRequest(
+            f"model {model.name!r} is a sparse (SPLADE) encoder: its vectors, one weight per "
+            "vocabulary token, do not fit this route's answer; POST /embed_sparse returns them"
+        )
+    raise InvalidRequest(
+        f"model {model.name!r} is not a sparse encoder (its task: {model.task}); POST "
+        f"/embed_sparse serves sparse (SPLADE) encoders only (GET /models/{model.name}: routes)"
+    )
+
+
 class Registry:
     """Loaded models by name (and alias)."""
 
@@ -350,6 +371,8 @@ class Registry:
         if name is None:
             if len(loaded) == 1:
                 return self.models[loaded[0]]
+            if not loaded and len(self.models) == 1:
+                _refuse_other_output(next(iter(self.models.values())), task)
             if not loaded:
                 raise ModelNotFound(
                     f"no {task} model is loaded (loaded: {', '.join(self.names()) or 'none'}); "
@@ -361,6 +384,8 @@ class Registry:
                 f"({', '.join(loaded) or 'none'})"
             )
         servable = self._by_name.get(name)
+        if servable is not None:
+            _refuse_other_output(servable, task)
         if servable is None or not serves(servable, task):
             raise ModelNotFound(
                 f"no {task} model {name!r} is loaded; {task} models: {', '.join(loaded) or 'none'}"

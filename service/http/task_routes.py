@@ -26,6 +26,7 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
     ),
     "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
     "classify": ("/predict", "/v1/classify", "/classify"),
+    "sparse": ("/embed_sparse",),
     "forecast": ("/forecast",),
 }
 

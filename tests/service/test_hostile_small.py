@@ -21,6 +21,7 @@ from service.engine.batching.policy import BatchKey
 from tests.service.helpers import assert_error, folders_client, hourly_series
 from tests.utils.edge_requests import EMPTY_TOKENS, FORECASTER, body_variants
 from tests.utils.informer import tiny_checkpoint
+from tests.utils.tiny_sparse import save_tiny_splade
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 TEXT = "hello world"
@@ -28,9 +29,11 @@ TEXT = "hello world"
 
 @pytest.fixture(scope="module")
 def served(drop_in_paths: list[Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """A client of a server with an encoder, a reranker, a classifier and a forecaster."""
+    """A client of a server with an encoder, a reranker, a classifier, a forecaster and a
+    sparse (SPLADE) encoder."""
     forecaster = tiny_checkpoint(tmp_path_factory.mktemp("forecaster") / FORECASTER)
-    with folders_client([*drop_in_paths, forecaster]) as client:
+    splade = save_tiny_splade(tmp_path_factory.mktemp("sparse") / "tiny-splade", layers=1)
+    with folders_client([*drop_in_paths, forecaster, splade]) as client:
         yield client
 
 

@@ -83,6 +83,7 @@ class TextInput:
     token_embeddings: bool = False  # every token's embedding, unpooled (TEI's /embed_all)
     quantize: tuple[str, ...] = ()  # also these forms; value {form: rows} (models.text.quantize)
     task: str | None = None  # query, document, ...: its prompt when prompt_name is None
+    max_active_dims: int | None = None  # /embed_sparse: keep the largest entries (None: model's)
     multi_vector: bool = False  # the route carries a list of token vectors per text (/encode)
 
 

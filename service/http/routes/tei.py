@@ -45,8 +45,10 @@ from service.http.routes.encode import tei_embed
 from service.http.routes.fast_json import FastJSONRoute, json_invalid
 from service.http.routes.health import readyz
 from service.http.routes.rerank import tei_rerank
+from service.http.routes.sparse import embed_sparse
 from service.http.schemas.common import ERROR_RESPONSES, ErrorBody
 from service.http.schemas.rerank import TeiRerankRequest
+from service.http.schemas.sparse import EmbedSparseRequest
 from service.http.schemas.tei import (
     ClassifierType,
     DecodeRequest,
@@ -148,6 +150,9 @@ async def answer_by_task(
     elif task == "classify":
         body = parsed(RootPredictRequest, data, name)
         value = await predict(body, request, response, engine)
+    elif task == "sparse":  # TEI's / on a SPLADE model: /embed_sparse
+        sparse = parsed(EmbedSparseRequest, data, name)
+        value = await embed_sparse(sparse, request, response, engine)
     elif isinstance(data, dict) and isinstance(data.get("inputs"), dict):
         # What huggingface_hub's sentence_similarity posts; TEI answers it at / only when
         # started with TASK=sentence-similarity, here an encoder takes both shapes.
@@ -160,7 +165,8 @@ async def answer_by_task(
 
 ROOT_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "An encoder: /embed's answer (or /similarity's); a reranker: /rerank's; "
+        "description": "An encoder: /embed's answer (or /similarity's); a sparse encoder: "
+        "/embed_sparse's; a reranker: /rerank's; "
         "a classifier: /predict's."
     },
     **ERROR_RESPONSES,

@@ -1,0 +1,51 @@
+"""``POST /embed_sparse``: text-embeddings-inference's sparse embeddings, from a SPLADE model
+(or an inference-free one) with a per-request attention backend."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request, Response
+
+from service.engine.servables.base import TextInput
+from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
+from service.http.routes.fast_json import FastJSONRoute
+from service.http.schemas.common import ERROR_RESPONSES
+from service.http.schemas.sparse import EmbedSparseRequest, SparseAnswer
+
+router = APIRouter(tags=["text-embeddings-inference"], route_class=FastJSONRoute)
+
+
+def sparse_job(body: EmbedSparseRequest) -> TextInput:
+    """The engine's input for an ``/embed_sparse`` body."""
+    return TextInput(
+        [body.inputs] if isinstance(body.inputs, str) else body.inputs,
+        body.attention,
+        body.attention_options,
+        long_text="truncate" if body.truncate else "error",
+        cut_start=body.truncation_direction == "left",
+        max_quality_loss=body.max_quality_loss,
+        prompt_name=body.prompt_name,
+        precision=body.precision,
+        task=body.input_type,
+        max_active_dims=body.max_active_dims,
+    )
+
+
+@router.post("/embed_sparse", response_model=SparseAnswer, responses=ERROR_RESPONSES)
+async def embed_sparse(
+    body: EmbedSparseRequest,
+    request: Request,
+    response: Response,
+    engine: EngineDep,
+    x_model: XModel = None,
+) -> Any:
+    """Per input, its sparse vector's non-zero entries ``{"index", "value"}`` sorted by index,
+    as a bare list (which model, backend and precision ran are in the ``x-*`` headers); equal
+    to sentence-transformers' ``SparseEncoder.encode`` (``encode_query`` / ``encode_document``
+    with ``input_type``). The model: ``model`` or ``x-model``, else the first loaded sparse encoder."""
+    name = chosen(body.model, x_model)
+    job = sparse_job(body)
+    answer = await engine.encode(name, job, client_of(request), True, task="sparse")
+    set_timing_headers(response, answer)
+    return answer.value
