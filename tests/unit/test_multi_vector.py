@@ -20,6 +20,7 @@ import torch
 from models.attention import BACKENDS, AttentionError
 from models.text.multi_vector import MultiVectorModel
 from models.text.multi_vector_folder import is_multi_vector_folder, read_multi_vector_folder
+from tests.utils.tiny_encoders import ARCHITECTURES
 from tests.utils.tiny_multi_vector import (
     QUERY_EXPANSION,
     TEXTS,
@@ -65,6 +66,26 @@ def test_token_vectors_equal_sentence_transformers(
     for g, e in zip(got, expected, strict=True):
         assert g.dtype == torch.float32
         np.testing.assert_allclose(g.numpy(), e, rtol=0, atol=TOLERANCE)
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_every_architecture_gives_the_token_vectors_of_sentence_transformers(
+    tmp_path: Path, architecture: str
+) -> None:
+    """ColBERT's settings (expansion nothing attends to, skiplist) on each encoder we run:
+    ModernBERT's sliding-window layers, RoBERTa's offset positions, MPNet's relative bias."""
+    folder = save_tiny_multi_vector(tmp_path / architecture, "colbert", architecture=architecture)
+    model = MultiVectorModel.from_folder(folder)
+    for side in ("query", "document"):
+        expected = reference_vectors(folder, TEXTS, side)
+        for backend in EXACT:
+            got = model.encode(TEXTS, side, backend, truncate=True)
+            assert [g.shape for g in got] == [e.shape for e in expected]
+            worst = max(
+                float((g - torch.from_numpy(e)).abs().max())
+                for g, e in zip(got, expected, strict=True)
+            )
+            assert worst <= TOLERANCE, (side, backend, worst)
 
 
 def test_the_settings_are_exercised(models: dict[str, MultiVectorModel]) -> None:

@@ -85,15 +85,18 @@ def _modules(variant: str, raw: str) -> tuple[list[Any], dict[str, Any]]:
 _ARCH = {"colbert": "bert", "attend": "roberta", "plain": "mpnet"}
 
 
-def save_tiny_multi_vector(folder: Path, variant: str = "colbert", seed: int = 0) -> Path:
-    """A tiny ``variant`` model saved by ``MultiVectorEncoder.save`` into ``folder``."""
+def save_tiny_multi_vector(
+    folder: Path, variant: str = "colbert", seed: int = 0, architecture: str | None = None
+) -> Path:
+    """A tiny ``variant`` model saved by ``MultiVectorEncoder.save`` into ``folder``, on the
+    variant's architecture or ``architecture`` (one of ``tiny_encoders.ARCHITECTURES``)."""
     import torch
     from sentence_transformers import MultiVectorEncoder
 
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}")
     with tempfile.TemporaryDirectory() as raw:
-        build_tiny_model(_ARCH[variant], Path(raw), seed)
+        build_tiny_model(architecture or _ARCH[variant], Path(raw), seed)
         torch.manual_seed(seed)  # the Dense modules' weights
         modules, settings = _modules(variant, raw)
         model = MultiVectorEncoder(modules=modules, device="cpu", **settings)
