@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
+from models.errors import ModelInputError
+from models.text.chat_pairs import ChatPairs
 from models.text.classifier import TextClassifier
 from models.text.folder import TextFolder
 from models.text.logit_score import (
@@ -26,7 +28,7 @@ from models.text.logit_score import (
     load_logit_score,
     read_causal_reranker_folder,
 )
-from models.text.pairs import PairTokenizer
+from models.text.pairs import PairRow, PairTokenizer, PairWindows, TextOrPair
 
 
 class PromptedPairTokenizer(PairTokenizer):
@@ -35,13 +37,42 @@ class PromptedPairTokenizer(PairTokenizer):
     counts as part of the query)."""
 
     prompt: str = ""
+    chat: ChatPairs | None = None  # the folder renders pairs through its chat template
 
     def _checked(self, inputs: Sequence[Any], what: str) -> list[tuple[str, ...]]:
         prepared = super()._checked(inputs, what)
-        if not self.prompt:
+        if not self.prompt or self.chat is not None:  # a chat template takes it as a message
             return prepared
         head = self._prepare([self.prompt])[0]
         return [(head + item[0], *item[1:]) for item in prepared]
+
+    def pairs(
+        self,
+        inputs: Sequence[TextOrPair],
+        truncate: bool = False,
+        what: str = "input",
+        cut_start: bool = False,
+    ) -> list[PairRow]:
+        """As :meth:`PairTokenizer.pairs`, or through the chat template
+        (:meth:`ChatPairs.rows`)."""
+        if self.chat is None:
+            return super().pairs(inputs, truncate, what, cut_start)
+        items = self._checked(inputs, what)
+        return self.chat.rows(
+            items, self.prompt, self.max_tokens, self._tokenizer, truncate, what, cut_start
+        )
+
+    def windows(
+        self, pairs: Sequence[tuple[str, str]], what: str = "input", max_tokens: int | None = None
+    ) -> PairWindows:
+        """As :meth:`PairTokenizer.windows`; refused for a chat template, whose render has no
+        document span to cut into windows."""
+        if self.chat is not None:
+            raise ModelInputError(
+                "long_text windows cuts documents of the tokenizer's pair template; this model "
+                "renders pairs through its chat template: send truncate=true instead"
+            )
+        return super().windows(pairs, what, max_tokens)
 
 
 class CausalReranker(TextClassifier):
@@ -76,6 +107,9 @@ class CausalReranker(TextClassifier):
         device = next(network.parameters()).device
         head = load_logit_score(spec.classifier.encoder.weights, spec.score, network, device)
         tokenizer.prompt = spec.prompt
+        if spec.chat is not None:
+            text = spec.classifier.encoder
+            tokenizer.chat = ChatPairs.load(text.weights, spec.chat, text.config.architecture)
         model = cls(
             network,
             cast(Any, head),

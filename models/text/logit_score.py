@@ -28,6 +28,7 @@ from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
 from models.hf_text.config import BackboneConfig
+from models.text.chat_pairs import ChatSpec, read_chat_spec
 from models.text.classifier_folder import ClassifierFolder, score_activation
 from models.text.folder import (
     TextFolder,
@@ -86,6 +87,7 @@ class CausalRerankerFolder:
     score: LogitScoreSpec
     prompt: str = ""
     prompt_name: str | None = None
+    chat: ChatSpec | None = None  # pairs rendered through the tokenizer's chat template
 
 
 def _modules(path: Path) -> list[dict[str, Any]] | None:
@@ -149,26 +151,12 @@ def _causal_lm(raw: dict[str, Any], task: str, config: Any) -> None:
             )
 
 
-def _pair_template_only(transformer: dict[str, Any]) -> None:
-    """Refuse a ``Transformer`` module that renders pairs through a chat template: its saved
-    ``modality_config`` has ``message`` (a folder saved without one is read as text only by
-    sentence-transformers too, whatever template sits beside the tokenizer)."""
-    given = transformer.get("modality_config", {"text": {}})
-    modalities = sorted(given) if isinstance(given, dict) else [repr(given)]
-    if modalities != ["text"]:
-        raise ValueError(
-            f"its Transformer module takes {modalities} inputs; attnserve renders pairs with the "
-            "tokenizer's pair template only, not a chat template: remove the chat template "
-            "from the tokenizer and re-save, or serve it with sentence-transformers"
-        )
-
-
 def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     """Read a ``CrossEncoder`` folder of a ``Transformer`` (causal LM) and a ``LogitScore``.
 
     Raises:
-        ValueError: another module layout, a backbone that is not a causal LM, a chat-template
-            or non-text input, token ids missing from the vocabulary or tokenizer, an
+        ValueError: another module layout, a backbone that is not a causal LM, inputs other
+            than text pairs, token ids missing from the vocabulary or tokenizer, an
             unsupported activation or logit scaling; the message says which and what to do
             (the caller names the folder).
     """
@@ -185,7 +173,7 @@ def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     raw = dict(read_json(weights / "config.json"))
     transformer = read_optional_json(weights / "sentence_bert_config.json")
     _causal_lm(raw, str(transformer.get("transformer_task", "sequence-classification")), config)
-    _pair_template_only(transformer)
+    chat = read_chat_spec(transformer)  # None: the tokenizer's pair template
     nested = raw.get("text_config")
     text: dict[str, Any] = nested if isinstance(nested, dict) else raw
     score_dir = module_dir(path, modules[1])
@@ -228,7 +216,7 @@ def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     head = HeadSpec(config.architecture, 1, pooling="lasttoken")
     classifier = ClassifierFolder(encoder, head, ("LABEL_0",), activation, cross_encoder=True)
     prompt = "" if default is None else str(prompts[default])
-    return CausalRerankerFolder(classifier, spec, prompt, default)
+    return CausalRerankerFolder(classifier, spec, prompt, default, chat)
 
 
 class LogitScoreHead(nn.Module):

@@ -18,7 +18,7 @@ from models.attention import BACKENDS, get_backend
 from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
 from tests.service.helpers import folders_client
-from tests.utils.tiny_decoders import save_tiny_causal_reranker
+from tests.utils.tiny_decoders import RERANK_CHAT_TEMPLATE, save_tiny_causal_reranker
 
 NAME = "tiny-qwen3-reranker"
 TOLERANCE = 1e-5  # float32 against sentence-transformers
@@ -163,3 +163,33 @@ def test_a_short_limit_starts_and_truncates_as_cross_encoder(tmp_path: Path) -> 
         predicted = c.post("/predict", json={"model": "short", "inputs": [[QUERY, documents[1]]]})
         assert predicted.status_code == 200, predicted.text
         assert abs(predicted.json()[0][0]["score"] - float(reference[1])) <= TOLERANCE
+
+
+def test_a_chat_template_reranker_serves_cross_encoder_scores(tmp_path: Path) -> None:
+    """Pairs rendered through the tokenizer's chat template (``query`` and ``document``
+    messages), on all three routes; long-document windows are refused with the way out."""
+    from sentence_transformers import CrossEncoder
+
+    folder = save_tiny_causal_reranker(tmp_path / "chat", chat_template=RERANK_CHAT_TEMPLATE)
+    pairs = [(QUERY, d) for d in DOCUMENTS]
+    reference = np.asarray(CrossEncoder(str(folder), device="cpu").predict(pairs))
+    with folders_client([folder]) as c:
+        for route in ROUTES:
+            answer = c.post(
+                route,
+                json={
+                    "model": "chat",
+                    "query": QUERY,
+                    ("texts" if route == "/rerank" else "documents"): DOCUMENTS,
+                    "attention": "full",
+                },
+            )
+            assert answer.status_code == 200, answer.text
+            body = answer.json()
+            results = body if route == "/rerank" else body["results"]
+            key = "score" if route == "/rerank" else "relevance_score"
+            got = {r["index"]: r[key] for r in results}
+            assert max(abs(got[i] - reference[i]) for i in got) <= TOLERANCE, route
+        body = {"model": "chat", "query": QUERY, "documents": DOCUMENTS, "long_text": "windows"}
+        refused = c.post("/v1/rerank", json=body)
+        assert refused.status_code == 422 and "truncate=true" in refused.text, refused.text

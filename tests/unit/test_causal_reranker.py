@@ -18,9 +18,14 @@ import pytest
 import torch
 
 from models.attention import BACKENDS, get_backend
+from models.errors import ModelInputError
 from models.hf_text.network import HFBackbone
 from models.text.causal_reranker import CausalReranker
-from tests.utils.tiny_decoders import build_tiny_backbone, save_tiny_causal_reranker
+from tests.utils.tiny_decoders import (
+    RERANK_CHAT_TEMPLATE,
+    build_tiny_backbone,
+    save_tiny_causal_reranker,
+)
 
 TOLERANCE = 1e-5  # float32, the issue's bound against sentence-transformers
 EXACT = [b for b in BACKENDS if get_backend(b).exact and b in ("flash", "full")]
@@ -132,6 +137,57 @@ def test_a_true_token_alone_scores_its_logit(tmp_path: Path) -> None:
     assert model.card()["score"].startswith("LogitScore: the logit of 'Y'")
 
 
+# ---------------------------------------------------------------- chat templates
+
+# The same template reading each message's content as a list of typed parts ("structured").
+STRUCTURED_TEMPLATE = RERANK_CHAT_TEMPLATE.replace("m.content", "m.content[0].text")
+CHAT_VARIANTS: dict[str, dict[str, Any]] = {
+    "flat": {"chat_template": RERANK_CHAT_TEMPLATE},
+    "structured": {"chat_template": STRUCTURED_TEMPLATE},
+    # Renders over the limit: cut from the right, the template's tail written back.
+    "cut": {"chat_template": RERANK_CHAT_TEMPLATE, "max_seq_length": 40},
+    # The default prompt as a system message.
+    "prompt": {
+        "chat_template": RERANK_CHAT_TEMPLATE,
+        "prompts": PROMPT,
+        "default_prompt_name": "rerank",
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def chat_folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("chat-rerankers")
+    return {
+        name: save_tiny_causal_reranker(root / name, **kw) for name, kw in CHAT_VARIANTS.items()
+    }
+
+
+@pytest.mark.parametrize("variant", CHAT_VARIANTS)
+@pytest.mark.parametrize("backend", EXACT)
+def test_chat_template_pairs_equal_cross_encoder_predict(
+    chat_folders: dict[str, Path], variant: str, backend: str
+) -> None:
+    model = CausalReranker.from_folder(chat_folders[variant])
+    logits = model.predict(PAIRS, backend, truncate=True, raw=True)[:, 0]
+    assert (logits - _reference(chat_folders[variant], PAIRS, raw=True)).abs().max() <= TOLERANCE
+    assert logits.std() > 0.1
+
+
+def test_chat_template_renders_every_row_through_the_template(
+    chat_folders: dict[str, Path],
+) -> None:
+    model = CausalReranker.from_folder(chat_folders["cut"])
+    rows = model.tokenize(PAIRS, truncate=True)
+    assistant = model.tokenizer.chat.suffix(2, "", model.tokenizer._tokenizer)  # type: ignore[union-attr]
+    assert assistant and all(row.ids[-len(assistant) :] == assistant for row in rows)
+    assert max(len(row.ids) for row in rows) == 40  # cut, the tail restored
+    with pytest.raises(ModelInputError, match="chat template"):
+        model.tokenize(PAIRS)  # over the limit without truncate
+    with pytest.raises(ModelInputError, match="chat template"):
+        model.tokenizer.windows(PAIRS)
+
+
 # ---------------------------------------------------------------------- refusals
 
 
@@ -178,11 +234,21 @@ def test_a_bidirectional_encoder_under_logit_score_is_refused(tmp_path: Path) ->
     assert "transformer_task 'feature-extraction'" in _refusal(folder)
 
 
-def test_a_chat_template_input_is_refused(tmp_path: Path) -> None:
-    folder = save_tiny_causal_reranker(tmp_path / "chat")
+def test_inputs_other_than_text_are_refused(tmp_path: Path) -> None:
+    folder = save_tiny_causal_reranker(tmp_path / "image")
     text = {"method": "forward", "method_output_name": "logits"}
-    _edit(folder / "sentence_bert_config.json", modality_config={"text": text, "message": text})
-    assert "chat template" in _refusal(folder)
+    _edit(folder / "sentence_bert_config.json", modality_config={"text": text, "image": text})
+    assert "['image', 'text'] inputs" in _refusal(folder)
+
+
+def test_a_chat_template_without_the_pair_roles_is_refused(tmp_path: Path) -> None:
+    """sentence-transformers renders a pair as ``query`` and ``document`` messages: a template
+    that drops them would score the template alone."""
+    user_only = (
+        "{% for m in messages %}{% if m.role == 'user' %}{{ m.content }}{% endif %}{% endfor %}"
+    )
+    folder = save_tiny_causal_reranker(tmp_path / "user-only", chat_template=user_only)
+    assert "'query' and 'document' roles" in _refusal(folder)
 
 
 def test_an_unsaved_modality_config_reads_pairs_as_text(tmp_path: Path) -> None:
