@@ -53,15 +53,16 @@ def splade_pool(
     out: Tensor | None = None
     for start in range(0, states.shape[0], LOGIT_CHUNK_TOKENS):
         chunk = activate(logits_of(states[start : start + LOGIT_CHUNK_TOKENS]), activation)
-        if out is None:
-            out = chunk.new_zeros(batch_size, chunk.shape[-1])
+        if out is None:  # a sum over hundreds of tokens accumulates in float64, rounded once
+            wide = torch.float64 if strategy == "sum" else chunk.dtype
+            out = chunk.new_zeros(batch_size, chunk.shape[-1], dtype=wide)
         index = rows[start : start + LOGIT_CHUNK_TOKENS]
         if strategy == "max":
             out.scatter_reduce_(0, index[:, None].expand_as(chunk), chunk, "amax")
         else:
-            out.index_add_(0, index, chunk)
+            out.index_add_(0, index, chunk.to(out.dtype))
     assert out is not None, "a batch holds at least one token"
-    return out
+    return out.float()
 
 
 def static_vectors(token_ids: list[list[int]], weight: Tensor) -> Tensor:

@@ -1,9 +1,9 @@
 """SPLADE sparse encoders (``models.text.sparse``): equal to sentence-transformers'
 ``SparseEncoder.encode`` / ``encode_query`` / ``encode_document`` on the exact backends (the same
-non-zero entries, values within float32 rounding), for BERT, RoBERTa and DistilBERT MLM heads,
-max and sum pooling, both activations, ``max_active_dims`` (the folder's and a call's), and the
-inference-free Router form with the static side on either route. Bad folders are refused in
-one line.
+non-zero entries, values within float32 rounding), for every MLM head we read (BERT, RoBERTa,
+DistilBERT, MPNet, ModernBERT), max and sum pooling, both activations, ``max_active_dims`` (the
+folder's and a call's), and the inference-free Router form with the static side on either route.
+Bad folders are refused in one line.
 
 The models are tiny and random (``tests/utils/tiny_sparse.py``), saved by
 ``SparseEncoder.save``, so the reference is the real library.
@@ -31,7 +31,13 @@ from tests.utils.tiny_sparse import (
 TOLERANCE = 1e-5  # float32, the issue's bound against sentence-transformers
 EXACT = [b for b in BACKENDS if get_backend(b).exact and b in ("flash", "full")]
 # (strategy, activation) per architecture, so each pooling form meets a real model.
-POOLING = {"bert": ("max", "relu"), "roberta": ("sum", "relu"), "distilbert": ("max", "log1p_relu")}
+POOLING = {
+    "bert": ("max", "relu"),
+    "roberta": ("sum", "relu"),
+    "distilbert": ("max", "log1p_relu"),
+    "mpnet": ("max", "relu"),
+    "modernbert": ("sum", "log1p_relu"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +50,7 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         for i, arch in enumerate(MASKED_LM)
     }
     out["pruned"] = save_tiny_splade(root / "pruned", "bert", max_active_dims=12, seed=5)
+    out["fill-mask"] = save_tiny_splade(root / "fill-mask", "roberta", seed=6, legacy=False)
     out["free-query"] = save_tiny_inference_free(root / "free-query", max_active_dims=9, seed=3)
     out["free-document"] = save_tiny_inference_free(
         root / "free-document", "roberta", static_side="document", seed=4
@@ -69,6 +76,14 @@ def test_splade_equals_sentence_transformers(
     got = dense_of(model.encode(SAMPLE_TEXTS, backend=backend, truncate=True), model.vocab_size)
     _same(got, expected)
     assert (expected != 0).sum() > len(SAMPLE_TEXTS)  # a test with something to compare
+
+
+def test_a_fill_mask_transformer_is_read_as_mlm_transformer(folders: dict[str, Path]) -> None:
+    modules = json.loads((folders["fill-mask"] / "modules.json").read_text())
+    assert modules[0]["type"].endswith(".Transformer")  # sentence-transformers 6's own form
+    model = SparseEncoder.from_folder(folders["fill-mask"])
+    expected = reference_vectors(folders["fill-mask"], SAMPLE_TEXTS)
+    _same(dense_of(model.encode(SAMPLE_TEXTS, truncate=True), model.vocab_size), expected)
 
 
 @pytest.mark.parametrize("top", [None, 3, 40])

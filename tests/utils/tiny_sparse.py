@@ -23,14 +23,21 @@ MASKED_LM = {
     "bert": "BertForMaskedLM",
     "roberta": "RobertaForMaskedLM",
     "distilbert": "DistilBertForMaskedLM",
+    "mpnet": "MPNetForMaskedLM",
+    "modernbert": "ModernBertForMaskedLM",
 }
 
 
-def _splade_modules(raw: Path, strategy: str, activation: str) -> list[Any]:
+def _splade_modules(raw: Path, strategy: str, activation: str, legacy: bool = True) -> list[Any]:
+    """MLMTransformer (``legacy``, what SPLADE folders on the hub hold) or sentence-transformers
+    6's ``Transformer(transformer_task="fill-mask")``, then SpladePooling."""
+    from sentence_transformers.base.modules import Transformer
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
 
     pooling = SpladePooling(strategy, activation)  # type: ignore[arg-type]  # checked there
-    return [MLMTransformer(str(raw), max_seq_length=64), pooling]
+    if legacy:
+        return [MLMTransformer(str(raw), max_seq_length=64), pooling]
+    return [Transformer(str(raw), max_seq_length=64, transformer_task="fill-mask"), pooling]
 
 
 def save_tiny_splade(
@@ -43,15 +50,16 @@ def save_tiny_splade(
     prompts: dict[str, str] | None = None,
     seed: int = 0,
     layers: int = 2,
+    legacy: bool = True,
 ) -> Path:
-    """A tiny ``architecture`` SPLADE model (MLMTransformer + SpladePooling) saved into
-    ``folder``."""
+    """A tiny ``architecture`` SPLADE model (MLMTransformer + SpladePooling; ``legacy`` False:
+    a fill-mask Transformer) saved into ``folder``."""
     from sentence_transformers import SparseEncoder
 
     with tempfile.TemporaryDirectory() as raw:
         build_tiny_model(architecture, Path(raw), seed, layers, task=MASKED_LM[architecture])
         model = SparseEncoder(
-            modules=_splade_modules(Path(raw), strategy, activation),
+            modules=_splade_modules(Path(raw), strategy, activation, legacy),
             device="cpu",
             max_active_dims=max_active_dims,
             prompts=prompts,
