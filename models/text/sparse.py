@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from torch import Tensor
 
 from models.errors import ModelInputError
-from models.text.base import DEFAULT_ATTENTION, PAD_MULTIPLE, TextModel
+from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, TextModel
 from models.text.batching import round_up
 from models.text.bert import BertEncoder, PackedBatch
 from models.text.folder import TextFolder, read_optional_json
@@ -271,7 +271,7 @@ class SparseEncoder(TextModel, PromptedText):
 
     def memory_estimate(self, backend: str, options: Mapping[str, Any] | None, rows: int,
                         length: int, max_batch_tokens: int | None = None,
-                        max_batch_size: int = 32) -> int:  # fmt: skip
+                        max_batch_size: int = MAX_BATCH_SIZE) -> int:  # fmt: skip
         """The network's estimate plus one chunk of float32 vocabulary logits."""
         network = super().memory_estimate(
             backend, options, rows, length, max_batch_tokens, max_batch_size

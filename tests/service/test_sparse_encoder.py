@@ -146,3 +146,12 @@ def test_post_root_answers_as_embed_sparse(client: Any) -> None:
     assert r.status_code == 200, r.text
     assert r.json() == client.post("/embed_sparse", json=body).json()
     assert client.post("/tokenize", json={"inputs": "a text", "model": "splade"}).status_code == 200
+
+
+@pytest.mark.parametrize("backend", [*BACKENDS, "auto"])
+def test_every_backend_serves_embed_sparse(client: Any, backend: str) -> None:
+    body = {"model": "splade", "inputs": ["a text", "a longer text to pad"], "attention": backend}
+    r = client.post("/embed_sparse", json=body)
+    assert r.status_code == 200, r.text
+    assert r.headers["x-attention"] == ("flash" if backend == "auto" else backend)
+    assert all(len(entries) == 16 for entries in r.json())  # the folder's max_active_dims
