@@ -82,11 +82,14 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from models.hf_forecast import is_forecast_folder
         from models.text.classifier_folder import is_classifier_folder
         from models.text.folder import is_text_folder
+        from models.text.logit_score import is_causal_reranker_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
             print(EVALUATE_KINDS)
-        if folders and is_classifier_folder(Path(folders[0])):
+        if folders and (
+            is_classifier_folder(Path(folders[0])) or is_causal_reranker_folder(Path(folders[0]))
+        ):
             importlib.import_module("models.text.classifier_quality").main(argv)
             return 0
         if folders and is_text_folder(Path(folders[0])):

@@ -338,7 +338,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.show:
         print(markdown(read_quality(output)))
         return
-    classifier = TextClassifier.from_folder(args.folder)
+    classifier = _loader(args.folder).from_folder(args.folder)
     start = time.perf_counter()
     limit = min(classifier.max_tokens, args.max_tokens or classifier.max_tokens)
     result = measure(
@@ -348,6 +348,18 @@ def main(argv: list[str] | None = None) -> None:
         args.candidates,
     )
     write_quality(output, result, args.precisions, time.perf_counter() - start, markdown)
+
+
+def _loader(folder: Path) -> type[TextClassifier]:
+    """The class that loads ``folder``: a causal-LM reranker (``LogitScore``) or any other
+    cross-encoder or classifier."""
+    from models.text.logit_score import is_causal_reranker_folder
+
+    if is_causal_reranker_folder(folder):
+        from models.text.causal_reranker import CausalReranker
+
+        return CausalReranker
+    return TextClassifier
 
 
 if __name__ == "__main__":

@@ -274,3 +274,18 @@ def test_another_module_layout_is_refused(tmp_path: Path) -> None:
     ]
     (folder / "modules.json").write_text(json.dumps(modules))
     assert "Transformer module then a LogitScore module" in _refusal(folder)
+
+
+def test_attnserve_evaluate_measures_ranking_agreement(tmp_path: Path) -> None:
+    """``attnserve evaluate`` on a causal reranker folder writes its ranking figures per backend
+    (what ``auto`` reads): exact backends agree with ``full`` on every pair."""
+    from service.cli import run_model_tool
+    from tests.utils.tiny_decoders import save_tiny_causal_reranker
+
+    folder = save_tiny_causal_reranker(tmp_path / "measured-reranker")
+    run_model_tool("evaluate", [str(folder), "--pairs-per-band", "1", "--threads", "1"])
+    quality = json.loads((folder / "quality.json").read_text())
+    assert quality["task"] == "rerank"
+    rows = quality["precisions"]["float32"]["backends"]
+    assert rows["flash"]["kendall_tau"] == 1.0 and rows["flash"]["loss"] == 0.0
+    assert {"bigbird", "reformer", "nystrom"} <= set(rows)
