@@ -69,12 +69,17 @@ class HFBackbone(nn.Module):
         """
         model_class = backbone_class(config.architecture)
         try:
-            model = model_class.from_pretrained(
-                str(folder), dtype=dtype, local_files_only=True, attn_implementation="sdpa"
+            model, info = model_class.from_pretrained(
+                str(folder),
+                dtype=dtype,
+                local_files_only=True,
+                attn_implementation="sdpa",
+                output_loading_info=True,
             )
         except (OSError, RuntimeError, ValueError, KeyError) as exc:
             detail = " ".join(str(exc).split())[:300]
             raise ValueError(f"transformers cannot load the backbone: {detail}") from None
+        _check_loaded(info, f"{model_class.__name__} (model_type {config.architecture!r})")
         model = model.to(device).eval().requires_grad_(False)
         pad = getattr(model.config, "pad_token_id", None)
         return cls(model, config, pooling, int(pad) if isinstance(pad, int) else 0)
@@ -152,6 +157,34 @@ class HFBackbone(nn.Module):
         """One vector per text, ``[b, c * modes]``, pooled in float32 as ``pooling`` says."""
         x = self(batch, backend, options)
         return pool(x.float(), batch.rows, batch.positions, batch.lengths, self.pooling, skip)
+
+
+# Weights a checkpoint may hold beside the backbone, which an embedding does not use: a causal
+# LM's output layer, a sequence-classification or token-classification head.
+_HEAD_PREFIXES = ("lm_head.", "score.", "classifier.")
+
+
+def _check_loaded(info: Mapping[str, Any], model_class: str) -> None:
+    """Refuse a backbone transformers had to fill in: a weight the checkpoint lacks (it would
+    be random), one whose shape differs, or one that belongs to no known part of the model."""
+    missing = sorted(info.get("missing_keys") or [])
+    mismatched = sorted(
+        str(k[0]) if isinstance(k, tuple) else str(k) for k in info.get("mismatched_keys") or []
+    )
+    unexpected = sorted(
+        k for k in info.get("unexpected_keys") or [] if not k.startswith(_HEAD_PREFIXES)
+    )
+    for what, keys in (
+        ("lacks", missing),
+        ("has other shapes for", mismatched),
+        ("holds unknown", unexpected),
+    ):
+        if keys:
+            shown = ", ".join(keys[:3]) + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+            raise ValueError(
+                f"model.safetensors {what} weights of {model_class} ({shown}): it does not hold "
+                "this backbone; check config.json's model_type and the weights"
+            )
 
 
 def _attention_layers(model: nn.Module) -> list[nn.Module]:

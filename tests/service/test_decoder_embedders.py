@@ -154,3 +154,18 @@ def test_auto_chooses_among_measured_backends(folder: Path, tmp_path: Path) -> N
     assert answer.status_code == 200, answer.text
     assert answer.headers["x-attention"] in BACKENDS
     assert "x-attention-choice" in answer.headers
+
+
+def test_a_backbone_missing_weights_is_refused_not_filled_in(tmp_path: Path) -> None:
+    """transformers fills a missing weight with random values and warns; we refuse the folder."""
+    from safetensors.torch import load_file, save_file
+
+    broken = save_tiny_decoder_encoder(tmp_path / "missing-weight", "qwen3")
+    tensors = load_file(broken / "model.safetensors")
+    dropped = next(k for k in tensors if "k_proj" in k)
+    del tensors[dropped]
+    save_file(tensors, broken / "model.safetensors", metadata={"format": "pt"})
+    with pytest.raises(ModelLoadError) as caught:
+        load_servables(_settings(broken), "cpu")
+    message = str(caught.value)
+    assert "lacks weights" in message and dropped.removeprefix("model.") in message, message
