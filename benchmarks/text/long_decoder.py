@@ -22,7 +22,8 @@ transformers' ``Qwen3Model`` with its own SDPA attention, called directly on the
 
 Capacity (``--capacity-lengths``): ``attnserve serve`` in its own process, driven over HTTP by
 the harness's raw-socket client (:mod:`benchmarks.harness.capacity`): p50 of one client alone and
-requests/s at ``--clients`` clients, each against ``flash``.
+requests/s at ``--clients`` clients, each against ``flash`` (``--capacity-backends``: which
+backends; those without a causal form run ``flash`` and may be left out).
 """
 
 from __future__ import annotations
@@ -136,7 +137,7 @@ def decoder_capacity(tmp: Path, args: Any) -> dict[str, dict[int, capacity.Capac
         text = text_of(length, count)
         return {
             b: [{"model": folder.name, "inputs": [text], "attention": b}]
-            for b in args.backends
+            for b in args.capacity_backends or args.backends
             if b != "full" or length <= args.full_max
         }
 
@@ -168,6 +169,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--floor", action="store_true", help="add the attention-free floor")
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-decoder-cpu")
+    parser.add_argument(
+        "--capacity-backends",
+        nargs="*",
+        choices=BACKENDS,
+        help="backends of the capacity table (default: --backends); a fallback backend "
+        "measures flash again",
+    )
     capacity.options(parser, [4096, 16384])
     args = cli.parse(
         parser, argv, lengths=[64, 128], backends=["flash", "full", "bigbird"], layers=1,
