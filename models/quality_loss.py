@@ -22,7 +22,8 @@ EXACT = ("flash", "full")
 # The budget a request gets when it names none, per task: a forecast may be up to 5 % worse in
 # test MSE than exact attention; an embedding must keep a mean cosine of 0.99 to the exact one.
 # A reranking may lose up to 0.05 of Kendall's tau to the exact one; a classifier's top label
-# may differ from the exact one's on 1 % of inputs.
+# may differ from the exact one's on 1 % of inputs. A multi-vector (ColBERT) model's loss is a
+# ranking's too (1 - Kendall's tau of its MaxSim scores), so it gets the reranker's budget.
 # Sparse (SPLADE) vectors have no measured figures yet: auto runs an exact backend for them.
 DEFAULT_MAX_QUALITY_LOSS = {
     "forecast": 0.05,
@@ -30,6 +31,7 @@ DEFAULT_MAX_QUALITY_LOSS = {
     "rerank": 0.05,
     "classify": 0.01,
     "sparse": 0.01,
+    "multi_vector": 0.05,
 }
 
 
@@ -143,7 +145,8 @@ def classifier_losses(
     """Each backend's measured ``loss`` in ``precision`` for inputs in the token band holding
     ``length`` (a reranker's or classifier's ``quality.json``, written by
     :mod:`models.text.classifier_quality`: 1 - Kendall's tau to the exact ranking, or the share
-    of top labels that differ), with the options it was measured at; ``{}`` when no band covers
+    of top labels that differ; a multi-vector model's, by :mod:`models.text.multi_vector_quality`:
+    1 - Kendall's tau of its MaxSim scores), with the options it was measured at; ``{}`` when no band covers
     ``length`` or the precision was not measured."""
 
     def loss_of(measured: Mapping[str, Any]) -> float | None:

@@ -52,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
     "evaluate": "score checkpoints (ours or transformers time-series folders) per backend "
-    "beside the linear baseline, or a text model, cross-encoder or classifier folder per backend "
+    "beside the linear baseline, or a text model, cross-encoder, classifier or multi-vector "
+    "folder per backend "
     "against exact attention "
     "(see evaluate --help)",
 }
@@ -69,6 +70,7 @@ attnserve evaluate measures what the folder it is given holds; each kind has its
     encoder folder
   a cross-encoder (reranker) or sequence-         attnserve evaluate FOLDER --help
     classifier folder
+  a multi-vector (ColBERT) folder                 attnserve evaluate FOLDER --help
 """
 
 
@@ -83,10 +85,15 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from models.text.classifier_folder import is_classifier_folder
         from models.text.folder import is_text_folder
         from models.text.logit_score import is_causal_reranker_folder
+        from models.text.multi_vector_folder import is_multi_vector_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
             print(EVALUATE_KINDS)
+        # Before the text branch: a multi-vector folder has modules.json too.
+        if folders and is_multi_vector_folder(Path(folders[0])):
+            importlib.import_module("models.text.multi_vector_quality").main(argv)
+            return 0
         if folders and (
             is_classifier_folder(Path(folders[0])) or is_causal_reranker_folder(Path(folders[0]))
         ):

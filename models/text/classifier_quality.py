@@ -45,10 +45,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
@@ -56,6 +56,7 @@ from torch import Tensor
 from models.attention import BACKENDS, AttentionError
 from models.names import DEFAULT_PRECISION
 from models.quality_file import backend_rows, read_quality
+from models.text.base import TextModel
 from models.text.classifier import TextClassifier
 from models.text.corpus import load_snapshot, stdlib_docstrings
 from models.text.pairs import PairRow
@@ -71,6 +72,19 @@ from models.text.ranking import label_figures, rank_figures
 CANDIDATES = 20  # per query: the right document and 19 others
 QUERY_WORDS = 12
 Band = tuple[int, int]
+M = TypeVar("M", bound=TextModel)
+# A backend's figures on a model's copy in one precision (:func:`precision_sections`).
+Figures = Callable[[M, str], dict[str, Any]]
+
+
+class PairTokens(Protocol):
+    """What :func:`build_corpus` needs of a model: ``(query, document)`` pairs tokenised, a
+    row's length its token count (a multi-vector model's adapter counts the document alone)."""
+
+    def tokenize(self, inputs: Sequence[tuple[str, str]], truncate: bool = ...) -> list[PairRow]:
+        """One row per pair."""
+        ...
+
 
 # ---------------------------------------------------------------------------------------------
 # Corpus: queries and candidate documents at target pair lengths.
@@ -97,7 +111,7 @@ def query_of(text: str, words: int = QUERY_WORDS) -> str:
 
 
 def fit_pair(
-    classifier: TextClassifier, query: str, words: list[str], target: int
+    classifier: PairTokens, query: str, words: list[str], target: int
 ) -> tuple[str, PairRow]:
     """The document (most words of ``words``, one at least) whose pair with ``query`` is at most
     ``target`` tokens, and that pair's row: a binary search over word counts with the model's
@@ -117,7 +131,7 @@ def fit_pair(
 
 
 def build_corpus(
-    classifier: TextClassifier,
+    classifier: PairTokens,
     plan: Sequence[tuple[Band, int]],
     candidates: int = CANDIDATES,
 ) -> Corpus:
@@ -182,7 +196,7 @@ def summarise(
     return {**figures(whole, corpus.groups), "by_tokens": by_tokens}
 
 
-def accepted_backends(classifier: TextClassifier, names: Sequence[str]) -> dict[str, dict]:
+def accepted_backends(classifier: TextModel, names: Sequence[str]) -> dict[str, dict]:
     """``{backend: resolved default options}`` for those of ``names`` the model can run."""
     out = {}
     for name in names:
@@ -190,6 +204,26 @@ def accepted_backends(classifier: TextClassifier, names: Sequence[str]) -> dict[
             out[name] = classifier.check_attention(name, None)
         except AttentionError:
             continue
+    return out
+
+
+def precision_sections(
+    model: M, accepted: dict[str, dict], precisions: Sequence[str], figures: Figures[M]
+) -> dict[str, Any]:
+    """``quality.json``'s ``precisions``: float32's (``model``'s) ``accepted`` backends, then in
+    each of ``precisions`` every backend its twin accepts, the reference included, each entry
+    its ``options`` and ``figures(copy, backend)``."""
+
+    def section(copy: M, names: dict[str, dict]) -> dict[str, Any]:
+        return {
+            name: {"options": options, **figures(copy, name)} for name, options in names.items()
+        }
+
+    out = {DEFAULT_PRECISION: {"backends": section(model, accepted)}}
+    for precision in precisions:
+        if precision != model.precision:
+            twin = model.with_precision(precision)
+            out[precision] = {"backends": section(twin, accepted_backends(twin, list(accepted)))}
     return out
 
 
@@ -210,25 +244,12 @@ def measure(
     accepted = accepted_backends(classifier, [reference, *[b for b in backends if b != reference]])
     exact = classifier.logits(corpus.rows, reference)
 
-    def section(model: TextClassifier, names: dict[str, dict]) -> dict[str, Any]:
-        out = {}
-        for name, options in names.items():
-            # The float32 reference's own logits are ``exact``: not run twice.
-            same = model is classifier and name == reference
-            logits = exact if same else model.logits(corpus.rows, name)
-            out[name] = {
-                "options": options,
-                **summarise(model.task, logits, exact, corpus, bands),
-            }
-        return out
+    def figures(model: TextClassifier, name: str) -> dict[str, Any]:
+        # The float32 reference's own logits are ``exact``: not run twice.
+        same = model is classifier and name == reference
+        logits = exact if same else model.logits(corpus.rows, name)
+        return summarise(model.task, logits, exact, corpus, bands)
 
-    by_precision = {}
-    for precision in precisions:
-        if precision != classifier.precision:
-            twin = classifier.with_precision(precision)
-            by_precision[precision] = {
-                "backends": section(twin, accepted_backends(twin, list(accepted)))
-            }
     lengths = corpus.lengths
     rerank = classifier.task == "rerank"
     result: dict[str, Any] = {
@@ -254,10 +275,7 @@ def measure(
             "tokens_median": int(statistics.median(lengths)),
             "tokens_max": max(lengths),
         },
-        "precisions": {
-            DEFAULT_PRECISION: {"backends": section(classifier, accepted)},
-            **by_precision,
-        },
+        "precisions": precision_sections(classifier, accepted, precisions, figures),
     }
     return result
 
@@ -271,9 +289,18 @@ def plan_for(max_tokens: int, pairs_per_band: int) -> list[tuple[Band, int]]:
 # Report and command line.
 
 
+# The figures a task's table shows (the first also per band); a multi-vector model's are
+# written by :mod:`models.text.multi_vector_quality`.
+TABLE_FIGURES = {
+    "rerank": ("kendall_tau", "ndcg_at_10"),
+    "classify": ("agreement", "total_variation"),
+    "multi_vector": ("kendall_tau", "ndcg_at_10", "mean_cosine"),
+}
+
+
 def markdown(result: dict[str, Any]) -> str:
     """The corpus line and one table row per backend (and precision), as the command prints."""
-    corpus, rerank = result["corpus"], result["task"] == "rerank"
+    corpus = result["corpus"]
     lines = [
         f"{result['task']}: {corpus['pairs']} pairs ({corpus['queries']} queries x "
         f"{corpus['candidates_per_query']} candidates), tokens {corpus['tokens_min']}-"
@@ -283,8 +310,8 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     rows = backend_rows(result)
     bands = list(rows[0][1]["by_tokens"]) if rows else []
-    figures = ("kendall_tau", "ndcg_at_10") if rerank else ("agreement", "total_variation")
-    per_band = "Kendall tau" if rerank else "agreement"
+    figures = TABLE_FIGURES.get(result["task"], TABLE_FIGURES["classify"])
+    per_band = "Kendall tau" if figures[0] == "kendall_tau" else "agreement"
     lines.append(
         "| backend | options | loss | "
         + " | ".join(f.replace("_", " ") for f in figures)
@@ -305,49 +332,48 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="attnserve evaluate", description=(__doc__ or "").splitlines()[0]
-    )
-    parser.add_argument("folder", type=Path, help="a cross-encoder or sequence-classifier folder")
+def parse_pair_args(
+    argv: list[str] | None, folder: str, scored: str, description: str
+) -> argparse.Namespace | None:
+    """The arguments of ``attnserve evaluate FOLDER`` for a measurement over query/document
+    pairs (this module's; :mod:`models.text.multi_vector_quality`'s): ``folder`` helps the
+    folder argument, ``scored`` names what the precisions are measured on. ``out`` is filled in
+    and torch's threads set; None when ``--show`` printed the output's table instead."""
+    parser = argparse.ArgumentParser(prog="attnserve evaluate", description=description)
+    parser.add_argument("folder", type=Path, help=folder)
     parser.add_argument(
         "--pairs-per-band", type=int, default=5 * CANDIDATES, help="pairs per token band"
     )
-    parser.add_argument(
-        "--candidates",
-        type=int,
-        default=CANDIDATES,
-        help="documents per query (the right one first)",
-    )
+    parser.add_argument("--candidates", type=int, default=CANDIDATES, help="documents per query")
     parser.add_argument(
         "--max-tokens", type=int, default=None, help="measure pairs up to this length only"
     )
-    parser.add_argument(
-        "--out",
-        "--output",
-        dest="out",
-        type=Path,
-        default=None,
-        help="default: quality.json in the folder",
-    )
-    add_run_arguments(parser, "scores")
+    out = "default: quality.json in the folder"
+    parser.add_argument("--out", "--output", dest="out", type=Path, default=None, help=out)
+    add_run_arguments(parser, scored)
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    output: Path = args.out or args.folder / "quality.json"
+    args.out = args.out or args.folder / "quality.json"
     if args.show:
-        print(markdown(read_quality(output)))
+        print(markdown(read_quality(args.out)))
+        return None
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    description = (__doc__ or "").splitlines()[0]
+    args = parse_pair_args(
+        argv, "a cross-encoder or sequence-classifier folder", "scores", description
+    )
+    if args is None:
         return
     classifier = _loader(args.folder).from_folder(args.folder)
     start = time.perf_counter()
     limit = min(classifier.max_tokens, args.max_tokens or classifier.max_tokens)
-    result = measure(
-        classifier,
-        plan_for(limit, args.pairs_per_band),
-        tuple(args.precisions),
-        args.candidates,
-    )
-    write_quality(output, result, args.precisions, time.perf_counter() - start, markdown)
+    plan = plan_for(limit, args.pairs_per_band)
+    result = measure(classifier, plan, tuple(args.precisions), args.candidates)
+    write_quality(args.out, result, args.precisions, time.perf_counter() - start, markdown)
 
 
 def _loader(folder: Path) -> type[TextClassifier]:

@@ -44,6 +44,7 @@ QUALITY_METRIC = {
     "rerank": "1 - Kendall's tau between the scores and exact attention's, per query",
     "classify": "share of inputs whose top label differs from exact attention's",
     "sparse": "none measured yet: auto runs an exact backend",
+    "multi_vector": "1 - Kendall's tau between the MaxSim scores and exact attention's, per query",
 }
 
 

@@ -193,7 +193,7 @@ class Engine:
         if auto:
             budget = request.max_quality_loss
             if budget is None:
-                budget = DEFAULT_MAX_QUALITY_LOSS[model.task]
+                budget = DEFAULT_MAX_QUALITY_LOSS[model.quality_task]
             worker = self.batcher.workers[model.name]
             # A precision the request names is kept (checked above); otherwise every loaded one
             # is a candidate.
@@ -351,8 +351,8 @@ class Engine:
             context = getattr(model, "context", None)  # forecasters: every window's length
             lengths = [context] if context else TEXT_TABLE_LENGTHS
             card["auto"] = {
-                "default_max_quality_loss": DEFAULT_MAX_QUALITY_LOSS[model.task],
-                "quality_metric": QUALITY_METRIC[model.task],
+                "default_max_quality_loss": DEFAULT_MAX_QUALITY_LOSS[model.quality_task],
+                "quality_metric": QUALITY_METRIC[model.quality_task],
                 "by_length": {
                     str(n): quality_table(model, worker, n)
                     for n in lengths

@@ -178,6 +178,12 @@ class ServedModel(Protocol):
     aliases: tuple[str, ...]
     default_attention: str
 
+    @property
+    def quality_task(self) -> str:
+        """The task whose quality figures ``auto`` reads: its default ``max_quality_loss`` and
+        the metric the card names (:data:`models.quality_loss.DEFAULT_MAX_QUALITY_LOSS`)."""
+        ...
+
     def check(self, request: Any) -> Checked:
         """Validate ``request`` against this model.
 

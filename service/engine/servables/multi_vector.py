@@ -17,7 +17,7 @@ from typing import Any, cast
 
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
-from models.quality_loss import embedding_losses
+from models.quality_loss import classifier_losses
 from models.text.multi_vector import MultiVectorModel, VectorRow
 from models.text.tokenizer import Token
 from service.engine.batching.policy import length_bucket
@@ -158,7 +158,9 @@ class MultiVectors:
     def losses(
         self, quality: Mapping[str, Any], length: int, precision: str
     ) -> dict[str, tuple[float, dict[str, Any]]]:
-        return embedding_losses(quality, length, precision)
+        """1 - Kendall's tau of the MaxSim scores to exact attention's, per backend, in the
+        band holding ``length`` (``attnserve evaluate``: :mod:`models.text.multi_vector_quality`)."""
+        return classifier_losses(quality, length, precision)
 
     def sample_rows(self, document: str, count: int, tokens: int) -> list[VectorRow]:
         """``count`` copies of ``document`` as document rows of at most ``tokens`` tokens."""
@@ -195,6 +197,12 @@ class MultiVectorServable(TextServable):
 
     extra_tasks = ("rerank",)
     head: MultiVectors  # type: ignore[assignment]
+
+    @property
+    def quality_task(self) -> str:
+        """``multi_vector``: ``auto`` budgets the ranking loss its ``quality.json`` measures
+        (:mod:`models.text.multi_vector_quality`), not an embedding's cosine."""
+        return "multi_vector"
 
     def __init__(
         self,

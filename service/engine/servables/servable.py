@@ -50,6 +50,12 @@ class Servable(ABC):
             "default_precision": self.precisions()[0],
         }
 
+    @property
+    def quality_task(self) -> str:
+        """The task whose quality figures ``auto`` reads: the model's task unless a subclass
+        measures another (a multi-vector model, served as ``encode``, measures its ranking)."""
+        return self.task
+
     def backends(self) -> list[str]:
         """Backends this model serves on its device (warmed up at start-up)."""
         return list(self._backends)

@@ -1,0 +1,97 @@
+"""``attention: "auto"`` for a multi-vector (ColBERT) model: with the folder's ``quality.json``
+written by ``attnserve evaluate`` (:mod:`models.text.multi_vector_quality`), the card shows the
+figures and the server picks the fastest backend whose measured ranking loss (1 - Kendall's tau
+of the MaxSim scores) fits the request's budget, on ``/v1/rerank`` and on ``/encode`` alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.quality_file import read_quality
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
+from models.text.multi_vector import MultiVectorModel
+from service.cli import run_model_tool
+from tests.service.helpers import folders_client
+from tests.utils.tiny_multi_vector import TEXTS, save_tiny_multi_vector
+
+pytest.importorskip("sentence_transformers.multi_vector_encoder")
+
+NAME = "colbert-auto"  # served under its folder's name
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = save_tiny_multi_vector(tmp_path_factory.mktemp("auto") / NAME, "colbert")
+    assert run_model_tool("evaluate", [str(folder), "--pairs-per-band", "20"]) == 0
+    return folder
+
+
+def _rerank(client: Any, budget: float | None) -> Any:
+    body: dict[str, Any] = {
+        "model": NAME,
+        "query": TEXTS[4],
+        "documents": TEXTS,
+        "attention": "auto",
+        "truncate": True,
+    }
+    if budget is not None:
+        body["max_quality_loss"] = budget
+    return client.post("/v1/rerank", json=body)
+
+
+def test_auto_chooses_within_the_measured_maxsim_loss(measured: Path) -> None:
+    quality = read_quality(measured / "quality.json")
+    assert quality["task"] == "multi_vector"
+    model = MultiVectorModel.from_folder(measured)
+    rows = model.rows([TEXTS[4]], "query", True) + model.rows(TEXTS, "document", True)
+    losses = classifier_losses(quality, max(len(r) for r in rows))
+    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    with folders_client([measured]) as client:
+        card = client.get(f"/models/{NAME}").json()
+        assert card["quality"]["task"] == "multi_vector"
+        assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
+        auto = card["auto"]
+        assert auto["default_max_quality_loss"] == DEFAULT_MAX_QUALITY_LOSS["multi_vector"]
+        assert "MaxSim" in auto["quality_metric"]
+        # The card's auto table carries the measured losses of the band.
+        table = {row["backend"]: row["quality_loss"] for row in auto["by_length"]["64"]}
+        expected = classifier_losses(quality, 64)
+        assert table.keys() == {b for b in expected if b in card["served_backends"]}
+        for backend, loss in table.items():
+            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
+        for budget in (0.0, 0.35, 1.0, None):
+            r = _rerank(client, budget)
+            assert r.status_code == 200, r.text
+            ran = r.json()["attention"]
+            limit = DEFAULT_MAX_QUALITY_LOSS["multi_vector"] if budget is None else budget
+            assert losses[ran][0] <= limit, (budget, ran, losses)
+            assert ran in r.headers["x-attention-choice"]
+        # A zero budget leaves only exact attention.
+        assert _rerank(client, 0.0).json()["attention"] in ("flash", "full")
+        # /encode budgets the same figures: the token vectors of one call.
+        r = client.post(
+            "/encode",
+            json={
+                "model": NAME,
+                "inputs": TEXTS,
+                "attention": "auto",
+                "max_quality_loss": 1.0,
+                "truncate": True,
+            },
+        )
+        assert r.status_code == 200, r.text
+        assert r.headers["x-attention-choice"].startswith(r.headers["x-attention"])
+
+
+def test_auto_without_figures_runs_exact_attention(tmp_path: Path) -> None:
+    folder = save_tiny_multi_vector(tmp_path / "colbert-plain", "colbert", seed=1)
+    with folders_client([folder]) as client:
+        r = client.post(
+            "/v1/rerank",
+            json={"query": TEXTS[4], "documents": TEXTS, "attention": "auto", "truncate": True},
+        )
+        assert r.status_code == 200, r.text
+        assert r.json()["attention"] in ("flash", "full")
