@@ -19,7 +19,7 @@ from models.text.classifier_quality import plan_for
 from models.text.multi_vector import MultiVectorModel
 from models.text.multi_vector_quality import encode_corpus, measure, run
 from service.cli import run_model_tool
-from tests.utils.tiny_multi_vector import reference_scores, save_tiny_multi_vector
+from tests.utils.tiny_multi_vector import VARIANTS, reference_scores, save_tiny_multi_vector
 
 # The reference: sentence-transformers 6's MultiVectorEncoder (older releases have none).
 pytest.importorskip("sentence_transformers.multi_vector_encoder")
@@ -44,11 +44,14 @@ def plan(model: MultiVectorModel) -> list:
     return plan_for(model.side_tokenizers["document"].max_tokens, PAIRS)
 
 
-def test_the_exact_scores_are_sentence_transformers_maxsim(
-    folder: Path, model: MultiVectorModel, plan: list
-) -> None:
-    """What every backend is compared with: the reference backend's MaxSim scores of the
-    corpus equal MultiVectorEncoder's own similarity of the same query and documents."""
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_the_exact_scores_are_sentence_transformers_maxsim(tmp_path: Path, variant: str) -> None:
+    """What every backend is compared with: the reference backend's MaxSim (or MeanMaxSim)
+    scores of the corpus equal MultiVectorEncoder's own similarity of the same query and
+    documents, on every variant of the tiny models (expansion attended or not, no mask)."""
+    folder = save_tiny_multi_vector(tmp_path / variant, variant)
+    model = MultiVectorModel.from_folder(folder)
+    plan = plan_for(model.side_tokenizers["document"].max_tokens, PAIRS)
     encoded = encode_corpus(model, plan)
     exact = run(model, encoded, "full")
     group = encoded.corpus.groups[0]
