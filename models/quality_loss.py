@@ -24,13 +24,14 @@ EXACT = ("flash", "full")
 # A reranking may lose up to 0.05 of Kendall's tau to the exact one; a classifier's top label
 # may differ from the exact one's on 1 % of inputs. A multi-vector (ColBERT) model's loss is a
 # ranking's too (1 - Kendall's tau of its MaxSim scores), so it gets the reranker's budget.
-# Sparse (SPLADE) vectors have no measured figures yet: auto runs an exact backend for them.
+# A sparse (SPLADE) model's loss is also a ranking's (1 - Kendall's tau of its dot-product
+# scores, :mod:`models.text.sparse_quality`): the same budget.
 DEFAULT_MAX_QUALITY_LOSS = {
     "forecast": 0.05,
     "encode": 0.01,
     "rerank": 0.05,
     "classify": 0.01,
-    "sparse": 0.01,
+    "sparse": 0.05,
     "multi_vector": 0.05,
 }
 
@@ -146,8 +147,9 @@ def classifier_losses(
     ``length`` (a reranker's or classifier's ``quality.json``, written by
     :mod:`models.text.classifier_quality`: 1 - Kendall's tau to the exact ranking, or the share
     of top labels that differ; a multi-vector model's, by :mod:`models.text.multi_vector_quality`:
-    1 - Kendall's tau of its MaxSim scores), with the options it was measured at; ``{}`` when no band covers
-    ``length`` or the precision was not measured."""
+    1 - Kendall's tau of its MaxSim scores; a sparse model's, by
+    :mod:`models.text.sparse_quality`: of its dot-product scores), with the options it was
+    measured at; ``{}`` when no band covers ``length`` or the precision was not measured."""
 
     def loss_of(measured: Mapping[str, Any]) -> float | None:
         return None if measured.get("loss") is None else float(measured["loss"])

@@ -71,6 +71,7 @@ attnserve evaluate measures what the folder it is given holds; each kind has its
   a cross-encoder (reranker) or sequence-         attnserve evaluate FOLDER --help
     classifier folder
   a multi-vector (ColBERT) folder                 attnserve evaluate FOLDER --help
+  a SPLADE sparse-encoder folder                  attnserve evaluate FOLDER --help
 """
 
 
@@ -86,6 +87,7 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from models.text.folder import is_text_folder
         from models.text.logit_score import is_causal_reranker_folder
         from models.text.multi_vector_folder import is_multi_vector_folder
+        from models.text.sparse_folder import is_sparse_folder
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
@@ -93,6 +95,9 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         # Before the text branch: a multi-vector folder has modules.json too.
         if folders and is_multi_vector_folder(Path(folders[0])):
             importlib.import_module("models.text.multi_vector_quality").main(argv)
+            return 0
+        if folders and is_sparse_folder(Path(folders[0])):  # modules.json too
+            importlib.import_module("models.text.sparse_quality").main(argv)
             return 0
         if folders and (
             is_classifier_folder(Path(folders[0])) or is_causal_reranker_folder(Path(folders[0]))

@@ -290,11 +290,13 @@ def plan_for(max_tokens: int, pairs_per_band: int) -> list[tuple[Band, int]]:
 
 
 # The figures a task's table shows (the first also per band); a multi-vector model's are
-# written by :mod:`models.text.multi_vector_quality`.
+# written by :mod:`models.text.multi_vector_quality`, a sparse model's by
+# :mod:`models.text.sparse_quality`.
 TABLE_FIGURES = {
     "rerank": ("kendall_tau", "ndcg_at_10"),
     "classify": ("agreement", "total_variation"),
     "multi_vector": ("kendall_tau", "ndcg_at_10", "mean_cosine"),
+    "sparse": ("kendall_tau", "ndcg_at_10", "top_k_overlap", "relative_l2"),
 }
 
 

@@ -18,6 +18,7 @@ from typing import Any, cast
 
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
+from models.quality_loss import classifier_losses
 from models.text.sparse import SparseEncoder
 from models.text.splade import keep_largest
 from models.text.tokenizer import Token
@@ -128,8 +129,10 @@ class SparseEmbeddings:
     def losses(
         self, quality: Mapping[str, Any], length: int, precision: str
     ) -> dict[str, tuple[float, dict[str, Any]]]:
-        """No measured losses for sparse vectors yet: ``auto`` runs an exact backend."""
-        return {}
+        """1 - Kendall's tau of the dot-product scores to exact attention's, per backend, in
+        the band holding ``length`` (``attnserve evaluate``: :mod:`models.text.sparse_quality`);
+        ``{}`` without figures (``auto`` then runs an exact backend)."""
+        return classifier_losses(quality, length, precision)
 
     def sample_rows(self, document: str, count: int, tokens: int) -> list[list[int]]:
         """``count`` copies of ``document``'s token ids, cut to ``tokens``."""

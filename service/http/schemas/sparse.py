@@ -55,7 +55,11 @@ class EmbedSparseRequest(StrictRequest):
     )
     attention: str | None = attention_field(extension=True)
     attention_options: Options = Field(default_factory=dict, description="Backend options.")
-    max_quality_loss: float | None = quality_budget("none measured: exact", "sparse")
+    max_quality_loss: float | None = quality_budget(
+        "1 - Kendall's tau of the dot-product scores, per query, as attnserve evaluate "
+        "measures them; no quality.json: exact",
+        "sparse",
+    )
     precision: str | None = precision_field()
 
 

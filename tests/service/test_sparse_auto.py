@@ -1,0 +1,79 @@
+"""``attention: "auto"`` for a SPLADE model: with the folder's ``quality.json`` written by
+``attnserve evaluate`` (:mod:`models.text.sparse_quality`), the card shows the figures and
+``/embed_sparse`` runs the fastest backend whose measured ranking loss (1 - Kendall's tau of the
+dot-product scores) fits the request's budget; without figures it runs exact attention."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from models.quality_file import read_quality
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
+from models.text.sparse import SparseEncoder
+from service.cli import run_model_tool
+from tests.service.helpers import folders_client
+from tests.utils.tiny_encoders import SAMPLE_TEXTS
+from tests.utils.tiny_sparse import save_tiny_splade
+
+pytest.importorskip("sentence_transformers.sparse_encoder")
+
+NAME = "splade-auto"  # served under its folder's name
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = save_tiny_splade(tmp_path_factory.mktemp("auto") / NAME, "bert")
+    assert run_model_tool("evaluate", [str(folder), "--pairs-per-band", "20"]) == 0
+    return folder
+
+
+def _embed(client: Any, budget: float | None, model: str | None = NAME) -> Any:
+    body: dict[str, Any] = {"inputs": SAMPLE_TEXTS, "attention": "auto", "truncate": True}
+    if model is not None:
+        body["model"] = model
+    if budget is not None:
+        body["max_quality_loss"] = budget
+    return client.post("/embed_sparse", json=body)
+
+
+def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
+    quality = read_quality(measured / "quality.json")
+    assert quality["task"] == "sparse"
+    encoder = SparseEncoder.from_folder(measured)
+    longest = max(len(ids) for ids in encoder.tokenize(SAMPLE_TEXTS, True))
+    losses = classifier_losses(quality, longest)
+    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    with folders_client([measured]) as client:
+        card = client.get(f"/models/{NAME}").json()
+        assert card["quality"]["task"] == "sparse"
+        assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
+        assert "top_k_overlap" in card["quality"]["backends"]["performer"]
+        auto = card["auto"]
+        assert auto["default_max_quality_loss"] == DEFAULT_MAX_QUALITY_LOSS["sparse"]
+        assert "dot-product" in auto["quality_metric"]
+        # The card's auto table carries the measured losses of the band.
+        table = {row["backend"]: row["quality_loss"] for row in auto["by_length"]["64"]}
+        expected = classifier_losses(quality, 64)
+        assert table.keys() == {b for b in expected if b in card["served_backends"]}
+        for backend, loss in table.items():
+            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
+        for budget in (0.0, 0.3, 1.0, None):
+            r = _embed(client, budget)
+            assert r.status_code == 200, r.text
+            ran = r.headers["x-attention"]
+            limit = DEFAULT_MAX_QUALITY_LOSS["sparse"] if budget is None else budget
+            assert losses[ran][0] <= limit, (budget, ran, losses)
+            assert r.headers["x-attention-choice"].startswith(ran), r.headers
+        # A zero budget leaves only exact attention.
+        assert _embed(client, 0.0).headers["x-attention"] in ("flash", "full")
+
+
+def test_auto_without_figures_runs_exact_attention(tmp_path: Path) -> None:
+    folder = save_tiny_splade(tmp_path / "splade-plain", "bert", seed=1)
+    with folders_client([folder]) as client:
+        r = _embed(client, 1.0, model=None)
+        assert r.status_code == 200, r.text
+        assert r.headers["x-attention"] in ("flash", "full")
