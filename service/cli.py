@@ -77,8 +77,9 @@ attnserve evaluate measures what the folder it is given holds; each kind has its
 
 def run_model_tool(name: str, argv: list[str]) -> int:
     """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a cross-encoder
-    or sequence-classifier folder runs the ranking/label quality measurement, of a text model
-    folder the text quality measurement)."""
+    or sequence-classifier folder runs the ranking/label quality measurement, of a multi-vector
+    or sparse folder its ranking measurement, of a text model folder the text quality
+    measurement)."""
     if name == "evaluate":
         from pathlib import Path
 

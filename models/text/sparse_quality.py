@@ -32,7 +32,9 @@ Every query and document is encoded with the exact reference (``full`` up to 512
 
 The per-vector figures cover the vectors that run the network only: an inference-free
 (Router) folder's static side (:mod:`models.text.splade`, Geng et al., arXiv:2411.04403) is
-the same under every backend, so it enters the scores but not those figures. ``by_tokens``
+the same under every backend, so it enters the scores but not those figures (a folder whose
+documents are the static side runs the network on the short queries only, so every band's
+figures then describe short texts: a limit of this corpus). ``by_tokens``
 holds the figures per band of document token counts (each over the band's documents and the
 queries they answer). ``quality.json`` (the folder's, or ``--out``; :mod:`models.quality_file`)
 has the layout of the other text models', ``task`` ``sparse``; ``--precisions`` measures
