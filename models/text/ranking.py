@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -78,3 +79,21 @@ def label_figures(logits: Tensor, reference: Tensor) -> dict:
         "agreement": round(agreement, 6),
         "total_variation": round(variation, 6),
     }
+
+
+def by_band(
+    groups: Sequence[Sequence[int]],
+    lengths: Sequence[int],
+    bands: Sequence[tuple[int, int]],
+    figures: Callable[[list[list[int]]], dict[str, Any]],
+) -> dict[str, Any]:
+    """``figures`` of every query's candidates (``groups``: row indices per query), then per
+    band of candidate token counts (``lengths`` per row) under ``by_tokens``, each with its
+    ``pairs``; a band where no query keeps two candidates has no ranking and is left out."""
+    out: dict[str, Any] = {}
+    for low, high in bands:
+        kept = [[i for i in g if low <= lengths[i] <= high] for g in groups]
+        if all(len(g) < 2 for g in kept):
+            continue
+        out[f"{low}-{high}"] = {"pairs": sum(len(g) for g in kept), **figures(kept)}
+    return {**figures([list(g) for g in groups]), "by_tokens": out}

@@ -68,7 +68,7 @@ from models.text.classifier_quality import (
 from models.text.corpus import load_snapshot
 from models.text.pairs import PairRow
 from models.text.quality import reference_for, write_quality
-from models.text.ranking import rank_figures
+from models.text.ranking import by_band, rank_figures
 from models.text.sparse import SparseEncoder
 from models.text.sparse_folder import MLM
 
@@ -221,15 +221,7 @@ def summarise(got: Vectors, exact: Vectors, encoded: Encoded, bands: Sequence[Ba
             "max_relative_l2": round(max(errors), 6),
         }
 
-    lengths = corpus.lengths
-    by_tokens = {}
-    for low, high in bands:
-        groups = [[i for i in g if low <= lengths[i] <= high] for g in corpus.groups]
-        if all(len(g) < 2 for g in groups):
-            continue
-        pairs = sum(len(g) for g in groups)
-        by_tokens[f"{low}-{high}"] = {"pairs": pairs, **figures(groups)}
-    return {**figures(corpus.groups), "by_tokens": by_tokens}
+    return by_band(corpus.groups, corpus.lengths, bands, figures)
 
 
 def measure(
