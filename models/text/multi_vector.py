@@ -222,7 +222,8 @@ class MultiVectorModel(TextModel, PromptedText):
             ids = tokenizer(with_prompt(prompt, texts), truncate=truncate, keep_start=keep)
         except ModelInputError as exc:  # windows do not apply here: the tokenizer offers them
             message = str(exc).split(", or long_text=windows")[0]
-            raise ModelInputError(f"{message} (the limit of {side} texts)") from None
+            limit = "texts sent without input_type" if side == "none" else f"{side} texts"
+            raise ModelInputError(f"{message} (the limit of {limit})") from None
         expansion = self.spec.sides[side].expansion
         out = []
         for row in ids:

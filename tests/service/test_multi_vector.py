@@ -167,3 +167,16 @@ def test_a_broken_folder_stops_start_up_in_one_line(
         load_servables(settings, "cpu")
     message = str(info.value)
     assert "\n" not in message and str(broken) in message and "1_Dense" in message, message
+
+
+@pytest.mark.parametrize(
+    ("input_type", "names"),
+    [(None, "texts sent without input_type"), ("document", "document texts")],
+)
+def test_an_over_long_text_names_the_limit_of_its_side(
+    client: TestClient, input_type: str | None, names: str
+) -> None:
+    body: dict[str, Any] = {"model": COLBERT, "inputs": ["word " * 2000]}
+    if input_type:
+        body["input_type"] = input_type
+    assert_error(client.post("/encode", json=body), 422, "invalid_request", names, "truncate")
