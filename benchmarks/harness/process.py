@@ -117,6 +117,19 @@ class Stopped:
     outlived_term: list[str]
 
 
+def _finally_on_sigterm() -> None:
+    """Make SIGTERM to the benchmark (``kill``, ``pkill -f``) raise ``SystemExit`` in the main
+    thread, so the ``finally`` that stops its server runs: by default SIGTERM ends the driver at
+    once and leaves the server, in its own session, running (and taking CPU from the next one
+    measured). A handler someone else installed is left alone."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 class ServerProcess:
     """A server started in its own process group and session (LitServe, infinity and a
     ``--workers N`` attnserve start children), its output in ``log``.
@@ -136,6 +149,7 @@ class ServerProcess:
         cwd: Path = ROOT,
         name: str | None = None,
     ) -> None:
+        _finally_on_sigterm()
         self.name = name or Path(command[0]).name
         self.port = port
         self.url = f"http://{HOST}:{port}"

@@ -51,3 +51,47 @@ def test_alternating_runs_variants_in_turn_after_a_warm_up_round() -> None:
     got = timing.alternating({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, 2)
     assert calls == ["a", "b"] * 3
     assert [len(t.wall) for t in got.values()] == [2, 2]
+
+
+DRIVER = """
+import sys, time
+from pathlib import Path
+from benchmarks.harness.process import ServerProcess, free_port
+server = ServerProcess(
+    [sys.executable, "-c", "import time; time.sleep(600)"], Path(sys.argv[1]), free_port()
+)
+print(server.proc.pid, flush=True)
+try:
+    time.sleep(600)
+finally:
+    server.stop(grace=1.0)
+"""
+
+
+def test_a_benchmark_ended_by_sigterm_stops_its_server(tmp_path) -> None:
+    """``kill`` of a benchmark runs the ``finally`` that stops its server: the server, in its
+    own session, would otherwise keep running into the next measurement."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    env = {**os.environ, "PYTHONPATH": str(report.RESULTS.parents[1])}
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(tmp_path / "server.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    assert driver.stdout is not None
+    server_pid = int(driver.stdout.readline())
+    assert psutil.pid_exists(server_pid)
+    driver.send_signal(signal.SIGTERM)
+    assert driver.wait(timeout=30) == 128 + signal.SIGTERM
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(server_pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not psutil.pid_exists(server_pid) or psutil.Process(server_pid).status() == "zombie"
