@@ -23,6 +23,10 @@ OPTIONAL_MODULES = {
     ROOT / "models" / "hf_forecast" / "bridge.py": "transformers",
     ROOT / "models" / "hf_forecast" / "forecaster.py": "transformers",
     ROOT / "models" / "training" / "patchtst_train.py": "transformers",
+    # Text models on a transformers backbone (LLM embedders, causal-LM rerankers): imported only
+    # when such a folder loads, and the refusal names the extra when it is missing.
+    ROOT / "models" / "hf_text" / "config.py": "transformers",
+    ROOT / "models" / "text" / "chat_pairs.py": "transformers",
 }
 
 
