@@ -18,13 +18,20 @@ import torch
 from models.attention import BACKENDS, get_backend
 from models.attention.base import repeat_kv_heads
 from models.text import SentenceEncoder
-from tests.utils.tiny_decoders import DECODERS, save_tiny_decoder_encoder
+from tests.utils.tiny_decoders import BACKBONES, save_tiny_decoder_encoder
 from tests.utils.tiny_encoders import SAMPLE_TEXTS
 
 TOLERANCE = 1e-5  # float32, the issue's bound against sentence-transformers
 EXACT = [b for b in BACKENDS if get_backend(b).exact and b in ("flash", "full")]
 # One pooling per architecture, so every mode meets a real model.
-POOLING = {"qwen3": "lasttoken", "qwen2": "mean", "llama": "weightedmean", "gemma3_text": "cls"}
+POOLING = {
+    "qwen3": "lasttoken",
+    "qwen2": "mean",
+    "llama": "weightedmean",
+    "gemma3_text": "cls",
+    "modernbert-decoder": "max",
+    "nomic_bert": ("mean", "lasttoken"),
+}
 PROMPTS = {"query": "Instruct: find the function\nQuery: ", "document": ""}
 
 
@@ -38,9 +45,9 @@ def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
             pooling=POOLING[arch],
             dense=(48, 24) if arch == "qwen3" else (),
             prompts=PROMPTS if arch == "qwen3" else None,
-            seed=DECODERS.index(arch),
+            seed=BACKBONES.index(arch),
         )
-        for arch in DECODERS
+        for arch in BACKBONES
     }
 
 
@@ -51,7 +58,7 @@ def _reference(folder: Path, texts: list[str], **kwargs: object) -> torch.Tensor
     return model.encode(texts, convert_to_tensor=True, batch_size=3, **kwargs).float()
 
 
-@pytest.mark.parametrize("arch", DECODERS)
+@pytest.mark.parametrize("arch", BACKBONES)
 @pytest.mark.parametrize("backend", EXACT)
 def test_equal_to_sentence_transformers(folders: dict[str, Path], arch: str, backend: str) -> None:
     encoder = SentenceEncoder.from_folder(folders[arch])
@@ -186,3 +193,15 @@ def test_quality_command_measures_a_decoder(folders: dict[str, Path]) -> None:
     assert rows["flash"]["min_cosine"] >= 1 - 1e-5
     assert rows["nystrom"]["min_cosine"] >= 1 - 1e-5  # no causal form: it ran flash
     assert rows["performer"]["mean_cosine"] < 0.999
+
+
+def test_a_bidirectional_backbone_runs_every_backend_as_is(folders: dict[str, Path]) -> None:
+    """NomicBERT's layers are not causal: the backends without a causal form run themselves,
+    nothing falls back, and an approximation changes the answer."""
+    encoder = SentenceEncoder.from_folder(folders["nomic_bert"])
+    card = encoder.card()
+    assert card["attention_fallbacks"] == {} and "bidirectional" in card["attention_layout"]
+    assert all(encoder.model.fallback(b, {}) is None for b in BACKENDS)
+    exact = encoder.encode(SAMPLE_TEXTS, backend="flash")
+    landmarks = encoder.encode(SAMPLE_TEXTS, backend="nystrom", options={"num_landmarks": 4})
+    assert (landmarks - exact).abs().max().item() > 1e-3

@@ -22,8 +22,13 @@ import torch
 
 from tests.utils.tiny_encoders import widen_weights
 
-# model_type -> the transformers config class; each uses the attention interface.
-DECODERS = ("qwen3", "qwen2", "llama", "gemma3_text")
+# model_types whose transformers classes use the attention interface: decoder LLMs (grouped
+# keys and values where the architecture has them), then a bidirectional encoder that is none of
+# our own six (NomicBERT: rotary, SwiGLU).
+DECODERS = ("qwen3", "qwen2", "llama", "gemma3_text", "modernbert-decoder")
+BACKBONES = (*DECODERS, "nomic_bert")
+# Architectures without grouped keys and values or an explicit head width.
+_FULL_HEADS = ("qwen2", "modernbert-decoder", "nomic_bert")
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN = 64, 4, 2, 16, 96
 EOS = "<|endoftext|>"
 
@@ -69,7 +74,7 @@ def save_decoder_tokenizer(folder: Path, max_length: int = 512) -> int:
 
 
 def decoder_config(architecture: str, layers: int = 2, **overrides: Any) -> Any:
-    """A small transformers config of ``architecture`` (one of :data:`DECODERS`)."""
+    """A small transformers config of ``architecture`` (one of :data:`BACKBONES`)."""
     import transformers as tf
 
     classes = {
@@ -77,6 +82,8 @@ def decoder_config(architecture: str, layers: int = 2, **overrides: Any) -> Any:
         "qwen2": tf.Qwen2Config,
         "llama": tf.LlamaConfig,
         "gemma3_text": tf.Gemma3TextConfig,
+        "modernbert-decoder": tf.ModernBertDecoderConfig,
+        "nomic_bert": tf.NomicBertConfig,
     }
     eos = _tokenizer().token_to_id(EOS)
     fields: dict[str, Any] = {
@@ -85,16 +92,21 @@ def decoder_config(architecture: str, layers: int = 2, **overrides: Any) -> Any:
         "intermediate_size": FFN,
         "num_hidden_layers": layers,
         "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
         "max_position_embeddings": 1024,
         "pad_token_id": eos,
         "eos_token_id": eos,
         "bos_token_id": eos,
     }
-    if architecture != "qwen2":  # Qwen2 derives the head width from hidden / heads
+    if architecture not in _FULL_HEADS:  # the others derive the head width from hidden / heads
         fields["head_dim"] = HEAD_DIM
+        fields["num_key_value_heads"] = KV_HEADS
+    if architecture == "qwen2":
+        fields["num_key_value_heads"] = KV_HEADS
     if architecture == "gemma3_text":
         fields["sliding_window"] = 8  # every sixth layer global: sliding layers are exercised
+    if architecture == "modernbert-decoder":  # a global layer every second, windows of 8
+        fields.update(local_attention=8, global_attn_every_n_layers=2)
+        fields.update(cls_token_id=eos, sep_token_id=eos)
     fields.update(overrides)
     return classes[architecture](**fields)
 
