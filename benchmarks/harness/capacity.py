@@ -251,10 +251,16 @@ def serve(
     return out
 
 
-def table_of(rows: dict[str, dict[int, Capacity]], args: argparse.Namespace, what: str) -> str:
+def table_of(
+    rows: dict[str, dict[int, Capacity]],
+    args: argparse.Namespace,
+    what: str,
+    baseline: str = "flash",
+) -> str:
     """The capacity paragraph and table of :func:`serve`'s rows, one per backend and length,
-    against ``flash`` at the same length; ``what``: the model and request in words."""
-    flash = rows.get("flash", {})
+    against the ``baseline`` row at the same length; ``what``: the model and request in
+    words."""
+    flash = rows.get(baseline, {})
     cells = [
         ((f"`{backend}`", str(length)), cap, flash.get(length))
         for backend, caps in rows.items()

@@ -45,6 +45,7 @@ from benchmarks.text.long_document_speed import (
     http_latencies,
     plot,
     reference_latencies,
+    row_label,
     table,
     text_of,
 )
@@ -133,15 +134,23 @@ def decoder_capacity(tmp: Path, args: Any) -> dict[str, dict[int, capacity.Capac
     folder = build_folder(tmp / "qwen3-capacity", args.layers)
     count = TextTokenizer(folder / "tokenizer.json", MAX_TOKENS).count
 
+    precisions = list(args.precisions)
+
+    def body(text: str, backend: str, precision: str) -> dict[str, Any]:
+        out = {"model": folder.name, "inputs": [text], "attention": backend}
+        return out if precisions == ["float32"] else {**out, "precision": precision}
+
     def bodies(length: int) -> dict[str, list[Any]]:
         text = text_of(length, count)
         return {
-            b: [{"model": folder.name, "inputs": [text], "attention": b}]
+            row_label(b, p, precisions): [body(text, b, p)]
             for b in args.capacity_backends or args.backends
+            for p in precisions
             if b != "full" or length <= args.full_max
         }
 
-    return capacity.serve(folder, "/encode", bodies, args, LONG_REQUESTS)
+    flags = (*LONG_REQUESTS, "--precisions", ",".join(precisions))
+    return capacity.serve(folder, "/encode", bodies, args, flags)
 
 
 def fallback_note(backends: list[str]) -> str:
@@ -170,6 +179,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--no-reference", action="store_true")
     parser.add_argument("--output-prefix", type=Path, default=RESULTS / "long-decoder-cpu")
     parser.add_argument(
+        "--precisions",
+        nargs="+",
+        default=["float32"],
+        choices=["float32", "bfloat16"],
+        help="loaded in one server; one row per backend x precision (the first is the baseline)",
+    )
+    parser.add_argument(
         "--capacity-backends",
         nargs="*",
         choices=BACKENDS,
@@ -181,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
         parser, argv, lengths=[64, 128], backends=["flash", "full", "bigbird"], layers=1,
         floor=True, full_max=64, capacity_lengths=[64], capacity_seconds=1.0,
     )  # fmt: skip
-    args.precisions, args.capacity_layers = ["float32"], args.layers  # what the shared code reads
+    args.capacity_layers = args.layers  # what the shared capacity code reads
     torch.set_num_threads(args.threads)
     report = Report("benchmarks.text.long_decoder", argv)
     with tempfile.TemporaryDirectory() as tmp:
@@ -204,7 +220,7 @@ def main(argv: list[str] | None = None) -> None:
         "threads": args.threads,
         "repeats": args.repeats,
         "lengths": args.lengths,
-        "baseline": "flash",
+        "baseline": row_label("flash", args.precisions[0], args.precisions),
         "load_before": report.load_before,
         "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
@@ -230,7 +246,7 @@ def main(argv: list[str] | None = None) -> None:
         report.add(note)
     if caps:
         what = f"{MODEL}, one text per `POST /encode`"
-        report.add(capacity.table_of(caps, args, what))
+        report.add(capacity.table_of(caps, args, what, result["baseline"]))
     report.write(args.output_prefix.with_suffix(".md"))
     plot(result, args.output_prefix.with_suffix(".png"))
 
