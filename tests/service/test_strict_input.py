@@ -50,6 +50,15 @@ def test_an_unpaired_surrogate_is_a_422_naming_the_input(client: TestClient, pat
     assert_error(r, 422, "invalid_request", "input 1", "surrogate")
 
 
+@pytest.mark.parametrize("path", ["/encode", "/"])
+def test_a_text_of_nothing_but_a_surrogate_is_a_422(client: TestClient, path: str) -> None:
+    # No letter to glance at, so the server asks the tokenizer whether it holds any token; that
+    # question must not be asked of text that is not Unicode (it used to be a 500).
+    body = '{"inputs": "\\ud800", "model": "tiny-minilm", "attention": "auto"}'
+    r = client.post(path, content=body.encode(), headers=JSON)
+    assert_error(r, 422, "invalid_request", "surrogate")
+
+
 @pytest.mark.parametrize(
     "overrides",
     [{"horizon": "3"}, {"series": [{**hourly_series(24), "values": [["1.5"] * 7] * 24}]}],

@@ -156,6 +156,10 @@ class TextServable(Servable):
         or symbol in its first :data:`GLANCE_CHARS`) holds no tokens: the tokenizer decides."""
         if _has_tokens(text):
             return False
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # an unpaired surrogate: tokenizing refuses it by name
+            return False
         tokenizer = self.model.tokenizer
         return tokenizer.count([text])[0] <= tokenizer.special_tokens()
 
