@@ -30,7 +30,6 @@ against the float32 exact vectors, every backend the reference included.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -52,11 +51,10 @@ from models.text.classifier_quality import (
     plan_for,
     precision_sections,
 )
-from models.text.corpus import load_snapshot
 from models.text.multi_vector import MultiVectorModel, VectorRow
 from models.text.pairs import PairRow
 from models.text.quality import reference_for, write_quality
-from models.text.ranking import by_band, rank_figures
+from models.text.ranking import by_band, query_document_corpus, rank_figures
 
 TASK = "multi_vector"
 BATCH_ROWS = 16  # rows per forward pass: a band's documents are of similar lengths
@@ -172,27 +170,13 @@ def measure(
         got = exact if copy is model and name == reference else run(copy, encoded, name)
         return summarise(got, exact, encoded.corpus, bands)
 
-    lengths = encoded.corpus.lengths
     return {
         "task": TASK,
         "reference": reference,
         "metric": "loss = 1 - mean Kendall tau-b, per query, of each backend's MaxSim scores to "
         "the exact-attention scores; ndcg_at_10 with the exact ranking as graded relevance; "
         "mean_cosine / min_cosine of each kept token vector to the exact one",
-        "corpus": {
-            "source": f"Python {load_snapshot()['python']} standard-library docstrings "
-            "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a "
-            "docstring's first sentence (encoded as a query), candidates = text from it and the "
-            "next docstrings (encoded as documents), cut to lengths spread over each band",
-            "pairs": len(lengths),
-            "queries": len(encoded.corpus.groups),
-            "candidates_per_query": max(len(g) for g in encoded.corpus.groups),
-            "max_tokens": max(high for _, high in bands),
-            "tokens_min": min(lengths),
-            "tokens_median": int(statistics.median(lengths)),
-            "tokens_max": max(lengths),
-            "query_tokens_max": max(len(row) for row in encoded.queries),
-        },
+        "corpus": query_document_corpus(encoded.corpus, encoded.queries, bands),
         "precisions": precision_sections(model, accepted, precisions, figures),
     }
 

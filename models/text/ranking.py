@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from typing import Any
 
 import torch
@@ -97,3 +97,28 @@ def by_band(
             continue
         out[f"{low}-{high}"] = {"pairs": sum(len(g) for g in kept), **figures(kept)}
     return {**figures([list(g) for g in groups]), "by_tokens": out}
+
+
+def query_document_corpus(
+    corpus: Any, queries: Sequence[Sized], bands: Sequence[tuple[int, int]]
+) -> dict[str, Any]:
+    """``quality.json``'s ``corpus`` record of a query/document measurement: the rerankers'
+    docstring pairs (``corpus``: its ``groups`` and candidate ``lengths``) with the queries
+    encoded as queries (``queries``: their token rows) and the candidates as documents."""
+    from models.text.corpus import load_snapshot
+
+    lengths = corpus.lengths
+    return {
+        "source": f"Python {load_snapshot()['python']} standard-library docstrings "
+        "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a docstring's "
+        "first sentence (encoded as a query), candidates = text from it and the next "
+        "docstrings (encoded as documents), cut to lengths spread over each band",
+        "pairs": len(lengths),
+        "queries": len(corpus.groups),
+        "candidates_per_query": max(len(g) for g in corpus.groups),
+        "max_tokens": max(high for _, high in bands),
+        "tokens_min": min(lengths),
+        "tokens_median": int(statistics.median(lengths)),
+        "tokens_max": max(lengths),
+        "query_tokens_max": max(len(row) for row in queries),
+    }

@@ -65,10 +65,9 @@ from models.text.classifier_quality import (
     plan_for,
     precision_sections,
 )
-from models.text.corpus import load_snapshot
 from models.text.pairs import PairRow
 from models.text.quality import reference_for, write_quality
-from models.text.ranking import by_band, rank_figures
+from models.text.ranking import by_band, query_document_corpus, rank_figures
 from models.text.sparse import SparseEncoder
 from models.text.sparse_folder import MLM
 
@@ -246,7 +245,6 @@ def measure(
         got = exact if copy is encoder and name == reference else run(copy, encoded, name)
         return summarise(got, exact, encoded, bands)
 
-    lengths = encoded.corpus.lengths
     measured = [side for side in SIDES if getattr(encoded, f"{side}_side").network]
     return {
         "task": TASK,
@@ -256,18 +254,7 @@ def measure(
         f"relevance; top_k_overlap (k = min({TOP_K}, the exact vector's non-zero entries)) and "
         "relative_l2 of each vector that runs the network to the exact one",
         "corpus": {
-            "source": f"Python {load_snapshot()['python']} standard-library docstrings "
-            "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a "
-            "docstring's first sentence (encoded as a query), candidates = text from it and the "
-            "next docstrings (encoded as documents), cut to lengths spread over each band",
-            "pairs": len(lengths),
-            "queries": len(encoded.corpus.groups),
-            "candidates_per_query": max(len(g) for g in encoded.corpus.groups),
-            "max_tokens": max(high for _, high in bands),
-            "tokens_min": min(lengths),
-            "tokens_median": int(statistics.median(lengths)),
-            "tokens_max": max(lengths),
-            "query_tokens_max": max(len(row) for row in encoded.queries),
+            **query_document_corpus(encoded.corpus, encoded.queries, bands),
             "network_sides": measured,
         },
         "precisions": precision_sections(encoder, accepted, precisions, figures),
