@@ -40,8 +40,11 @@ def destination(path: Path) -> Path:
 
 
 def command(module: str, argv: Sequence[str] | None = None) -> str:
-    """The command that regenerates a results file: ``python -m <module> <argv>``."""
-    return shlex.join(["python", "-m", module, *(sys.argv[1:] if argv is None else argv)])
+    """The command that regenerates a results file: ``python -m <module> <argv>``, with paths
+    inside this checkout written relative to it (a reader's checkout lies elsewhere)."""
+    root = f"{Path(__file__).resolve().parents[2]}/"
+    given = sys.argv[1:] if argv is None else argv
+    return shlex.join(["python", "-m", module, *(a.replace(root, "") for a in given)])
 
 
 def table(columns: Sequence[str], rows: Iterable[Sequence[object]], align: str = "") -> str:

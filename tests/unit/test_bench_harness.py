@@ -95,3 +95,9 @@ def test_a_benchmark_ended_by_sigterm_stops_its_server(tmp_path) -> None:
     while psutil.pid_exists(server_pid) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not psutil.pid_exists(server_pid) or psutil.Process(server_pid).status() == "zombie"
+
+
+def test_the_command_writes_paths_in_the_checkout_relative_to_it() -> None:
+    root = report.RESULTS.parents[1]
+    line = report.command("benchmarks.x", ["--output-prefix", f"{root}/benchmarks/results/x"])
+    assert line == "python -m benchmarks.x --output-prefix benchmarks/results/x"
