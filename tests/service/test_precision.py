@@ -40,11 +40,12 @@ PRECISIONS = ("float32", "bfloat16", "int8")
 FORECASTER = "informer-tiny"
 # bfloat16 keeps 8 bits of mantissa: the bound for a tiny random model.
 BF16_MIN_COSINE = 0.999
-# int8 (dynamic, per-channel weights, SmoothQuant-calibrated): measured on these tiny models
-# at 0.9975 (ModernBERT) to 0.9998 per architecture in one batch; the activation scale is per
-# batch, so the server's batches move it a little. A broken quantization (a wrong scale, float
-# weights read as int8) gives cosines far below.
-INT8_MIN_COSINE = 0.99
+# int8 (dynamic, per-channel weights, SmoothQuant-calibrated): the int8 GEMM differs by CPU and
+# quantized engine, and ModernBERT's tiny model moves most. Its min cosine to float32 was 0.9978
+# with oneDNN on AMX, 0.9965 with oneDNN held to AVX-512 VNNI, 0.9953 with fbgemm, and 0.9894 on
+# the CI machine (the other x86 CPU kind); the other architectures stay above 0.998. A broken
+# quantization (the smoothing scale not undone) gives 0.6 and below, so 0.98 still catches it.
+INT8_MIN_COSINE = 0.98
 # Forecasts: largest difference from float32 relative to the forecast's largest magnitude.
 FORECAST_RELATIVE = {"bfloat16": 0.03, "int8": 0.03}
 
