@@ -127,8 +127,9 @@ def _load_hf_forecaster(folder: Path, device: str) -> Any:
 
 def _is_hf_forecast_folder(folder: Path) -> bool:
     from models.hf_forecast import is_forecast_folder
+    from models.zero_shot import zero_shot_kind
 
-    return is_forecast_folder(folder)
+    return is_forecast_folder(folder) or zero_shot_kind(folder) is not None
 
 
 def _load_classifier(folder: Path, device: str) -> TextClassifier:
@@ -243,6 +244,7 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
 
     precisions = settings.precisions
     from models.text.multi_vector_folder import is_multi_vector_folder
+    from models.zero_shot import zero_shot_kind
 
     if is_multi_vector_folder(folder):  # before the text folders: it has a modules.json too
         from service.engine.servables.multi_vector import load_multi_vector
@@ -257,8 +259,13 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
         return TextServable(_load_classifier(folder, device), (), precisions)
     if _is_text_folder(folder):
         return TextServable(_load_encoder(folder, device), (), precisions)
+    from service.engine.servables.zero_shot import load_zero_shot_servable, refuse_foreign
+
+    if zero_shot_kind(folder):
+        return load_zero_shot_servable(folder, device, precisions)
     if _is_hf_forecast_folder(folder):
         return ForecastServable(_load_hf_forecaster(folder, device), precisions)
+    refuse_foreign(folder)  # a config.json of a model_type no loader takes
     return ForecastServable(_load_forecaster(str(folder), device), precisions)
 
 

@@ -107,7 +107,13 @@ class ClassifyInput:
 
 # Per-series inputs besides the history that some forecasters take (transformers' encoder-
 # decoders); passed to ``prepare`` only when a request gives them.
-EXTRA_INPUTS = ("time_features", "static_categorical", "static_real")
+EXTRA_INPUTS = (
+    "time_features",
+    "static_categorical",
+    "static_real",
+    "past_covariates",
+    "future_covariates",
+)
 
 
 @dataclass(frozen=True)
@@ -124,6 +130,7 @@ class ForecastInput:
     quantiles: tuple[float, ...] = ()  # probabilistic models: quantiles beside the mean
     seed: int = 0  # probabilistic models: series i samples with seed + i
     precision: str | None = None  # one of the loaded precisions (None: the first loaded)
+    model_options: Mapping[str, Any] = field(default_factory=dict)  # zero-shot models' own
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ class ForecastServable(Servable):
         backend = request.attention or self.default_attention
         options = self.model.check_attention(backend, dict(request.attention_options))
         call = self.call(backend, option_items(options), precision)
+        if request.model_options and not hasattr(self.model, "read_options"):
+            raise ModelInputError(f"{self.name} takes no model_options (zero-shot forecasters do)")
         if request.quantiles and not self.model.probabilistic:
             raise ModelInputError(
                 f"{self.name} gives point forecasts (no distribution head): leave out quantiles"

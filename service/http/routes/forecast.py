@@ -31,6 +31,7 @@ async def forecast(body: ForecastRequest, request: Request, engine: EngineDep) -
         quantiles=tuple(body.quantiles or ()),
         seed=body.seed,
         precision=body.precision,
+        model_options=body.model_options,
     )
     answer = await engine.forecast(body.model, job, client_of(request))
     # Rendered here rather than validated against ForecastResponse and serialised by FastAPI

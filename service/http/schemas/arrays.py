@@ -115,8 +115,10 @@ def _column() -> WrapValidator:
     return WrapValidator(validate)
 
 
-# A history as rows or as one column; typed as what a client sends (the OpenAPI schema).
-FloatRows = Annotated[list[list[float]], _checked_array(2)]
+# A history as rows or as one column; typed as what a client sends (the OpenAPI schema). A null
+# in a row is a missing value: zero-shot forecasters take it (each by its own rule), the others
+# answer a 422 naming the row.
+FloatRows = Annotated[list[list[float | None]], _checked_array(2)]
 FloatColumn = Annotated[
     list[float] | str,
     _column(),

@@ -58,6 +58,17 @@ class Series(StrictRequest):
     static_real: list[float] | None = Field(
         None, description="The series' static real features (models that use them)."
     )
+    past_covariates: dict[str, list[float | None] | list[str]] | None = Field(
+        None,
+        description="Zero-shot forecasters that take covariates (card `covariates`): each "
+        "covariate by name, one value per history row, numbers (null: missing) or strings "
+        "(a categorical covariate).",
+    )
+    future_covariates: dict[str, list[float | None] | list[str]] | None = Field(
+        None,
+        description="Covariates known in advance, one value per forecast step (`horizon` "
+        "values); each must also be a past covariate.",
+    )
 
     def rows(self) -> int:
         """Steps of history given."""
@@ -89,6 +100,12 @@ class ForecastRequest(StrictRequest):
         max_length=99,
         description="Probabilistic models only (card `head.kind` = distribution): quantiles "
         "of the forecast distribution to return beside its mean, e.g. [0.1, 0.5, 0.9].",
+    )
+    model_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The model's own per-call options (zero-shot forecasters; card "
+        "`model_options`), e.g. TimesFM 2.5's window_size, force_flip_invariance and "
+        "truncate_negative.",
     )
     seed: StrictInt = Field(
         0,

@@ -1,0 +1,137 @@
+"""A zero-shot foundation forecaster (TimesFM 2.5, Chronos-2) as a served model.
+
+It is the forecast servable with what varies per series: each window runs at its own length
+(tokens), so requests batch with neighbours of a similar length and every batch is priced at its
+length; the answer's quantiles are read off the model's own levels (interpolated between them,
+:mod:`models.zero_shot.quantiles`) rather than from samples; the model's own options
+(``model_options``) and covariates travel with each series.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from models.errors import ModelInputError
+from models.zero_shot.quantiles import at_levels
+from service.engine.batching.policy import length_bucket
+from service.engine.servables.base import Call, Checked, ForecastInput, Work
+from service.engine.servables.forecast import ForecastServable
+
+# The smallest length bucket, in tokens (TimesFM's patch is 32 steps: 16 tokens = 512 steps).
+SMALLEST_BUCKET = 4
+
+
+def finish(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> list[dict]:
+    """Each forecast's first ``horizon`` steps as a response dict: ``values`` (the point
+    forecast) and, when asked, ``quantiles`` at the requested levels (keys as given)."""
+    out = []
+    for f in forecasts:
+        answer: dict[str, Any] = {}
+        if f.timestamps is not None:
+            answer["timestamps"] = f.timestamps[:horizon]
+        answer["values"] = f.values[:horizon]
+        if quantiles:
+            levels = at_levels(quantiles, f.levels, f.quantiles[:, :horizon])
+            answer["quantiles"] = {
+                f"{q:g}": level.tolist() for q, level in zip(quantiles, levels, strict=True)
+            }
+        out.append(answer)
+    return out
+
+
+class ZeroShotServable(ForecastServable):
+    """Serves a :class:`~models.zero_shot.forecaster.ZeroShotForecaster`."""
+
+    def check(self, request: ForecastInput) -> Checked:
+        checked = super().check(request)
+        self.model.check_quantiles(request.quantiles)
+        self.model.read_options(request.model_options)  # once per request, not per series
+        return checked
+
+    def prepare(self, checked: Checked) -> Work:
+        request: ForecastInput = checked.request
+        horizon = checked.detail["horizon"]
+        series = [
+            {**s, "horizon": horizon, "model_options": request.model_options}
+            for s in request.series
+        ]
+        windows = self.windows(series)
+        for i, window in enumerate(windows):
+            try:
+                self.model.check_future(window, horizon)
+            except ModelInputError as exc:
+                raise ModelInputError(f"series {i}: {exc}") from None
+        lengths = [w.tokens for w in windows]
+        bucket = length_bucket(max(lengths), SMALLEST_BUCKET)
+        return Work(windows, lengths, bucket, partial(finish, horizon, tuple(request.quantiles)))
+
+    def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
+        out = []
+        for i, s in enumerate(series):
+            try:
+                out.append(self.model.prepare(**s))
+            except ModelInputError as exc:
+                raise ModelInputError(f"series {i}: {exc}") from None
+        return out
+
+    def run(self, rows: list[Any], call: Call) -> list[Any]:
+        forecaster = self.models[call.precision]
+        return forecaster.predict(rows, call.backend, call.options_dict, validated=True)
+
+    def memory_estimate(self, call: Call, rows: int, length: int) -> int:
+        forecaster = self.models[call.precision]
+        return forecaster.memory_estimate(call.backend, call.options_dict, rows, length)
+
+    def work_estimate(self, call: Call, rows: int, length: int) -> float:
+        return self.model.work_estimate(call.backend, call.options_dict, rows, length)
+
+    def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
+        rows = [self._mean_window()] * 2
+        return rows, self.default_call(backend), rows[0].tokens
+
+    def _mean_window(self) -> Any:
+        (window,) = self.windows([self.model.sample_history()])
+        return window
+
+
+def load_zero_shot_servable(folder: Path, device: str, precisions: Sequence[str]) -> Any:
+    """The servable of a TimesFM 2.5 or Chronos-2 folder; a one-line ``ModelLoadError`` naming
+    the folder when it cannot be served."""
+    from models.hf_forecast.folder import FolderError
+    from models.zero_shot import load_zero_shot
+    from service.engine.registry import ModelLoadError
+
+    try:
+        return ZeroShotServable(load_zero_shot(folder, device), precisions)
+    except ImportError as exc:
+        raise ModelLoadError(
+            f"{folder}: serving zero-shot forecasters needs {exc.name}: "
+            "pip install 'attnserve[zero-shot]'"
+        ) from None
+    except (FolderError, OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelLoadError(f"{folder}: {exc}") from exc
+
+
+def refuse_foreign(folder: Path) -> None:
+    """``ModelLoadError`` for a folder whose ``config.json`` names a ``model_type`` that no
+    loader serves (attnserve's own checkpoints have none): one line naming it and the families
+    that are served, instead of the checkpoint loader's complaint about its own keys."""
+    from models.hf_forecast.folder import PREDICTION_CLASSES, read_config
+    from models.text.folder import ARCHITECTURES
+    from models.zero_shot import FORECASTERS
+    from service.engine.registry import ModelLoadError
+
+    config = read_config(folder)
+    model_type = (config or {}).get("model_type")
+    if not model_type:
+        return
+    raise ModelLoadError(
+        f"{folder}: model_type {model_type!r} is not served. Served: text encoders "
+        f"({', '.join(sorted(ARCHITECTURES))}, or any transformers backbone inside a "
+        "sentence-transformers folder), transformers forecasters "
+        f"({', '.join(sorted(PREDICTION_CLASSES))}), zero-shot forecasters "
+        f"({', '.join(sorted(FORECASTERS))})"
+    )
