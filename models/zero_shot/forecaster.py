@@ -117,9 +117,11 @@ class ZeroShotForecaster:
         return {}
 
     def group_key(self, window: ZeroShotWindow) -> tuple[Any, ...]:
-        """Windows run in one forward pass only when their keys are equal (options the class
-        takes per call, not per row)."""
-        return tuple(sorted(window.model_options.items()))
+        """Windows run in one forward pass only when their keys are equal: the same length in
+        tokens (so no window is padded by whole tokens to a neighbour's length, and an
+        approximate backend's blocks, landmarks, samples or buckets never depend on the batch)
+        and the same options the class takes per call rather than per row."""
+        return (window.tokens, tuple(sorted(window.model_options.items())))
 
     # ------------------------------------------------------------------ input validation
 

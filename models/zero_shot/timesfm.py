@@ -6,11 +6,12 @@ The class runs as transformers wrote it: patches of 32 steps as tokens through c
 self-attention layers (every call through :mod:`models.hf_forecast.bridge`), a point head and a
 quantile head read off the last token. What we add around its ``forward``:
 
-* **Series of different lengths in one batch.** Each series is padded at the front to the
-  batch's longest (a multiple of the patch), with the class's own padding mask
+* **Series of different lengths in one batch.** The batcher joins series of similar lengths;
+  each forward pass runs those of one length in patches (``group_key``), each padded at the
+  front to that whole number of patches with the class's own padding mask
   (``forecast_context_len``). The model normalises each series by its own statistics and masks
-  padded patches from attention and positions, so a series' answer does not depend on how far it
-  was padded (equal to its forward alone to float rounding; the tests hold it to 1e-4).
+  padding from attention and positions, so the answer equals the series' forward alone (at the
+  model's full context) to float rounding; the tests hold it to 1e-4.
 * **Per series, never per batch**: transformers' ``truncate_negative`` clamps when the minimum
   over the whole batch is non-negative; here each series' own minimum decides.
 * **Missing values** (NaN), as the ``timesfm`` package's ``forecast`` treats them: leading NaNs
@@ -174,14 +175,15 @@ class TimesFM25Forecaster(ZeroShotForecaster):
     def forecast(
         self, windows: list[ZeroShotWindow], horizon: int
     ) -> list[tuple[np.ndarray, np.ndarray]]:
-        options = windows[0].model_options  # predict() groups windows by their options
+        # predict() groups windows by length and options (group_key): one padded length, fixed
+        # by the group, so a series' answer never depends on its neighbours.
+        options = windows[0].model_options
+        length = min(self.context, windows[0].tokens * self.patch)
         rows, owners = [], []
         for i, w in enumerate(windows):
             for channel in range(w.target.shape[1]):
                 rows.append(fill_missing(w.target[:, channel].astype(np.float64)))
                 owners.append(i)
-        longest = max(len(r) for r in rows)
-        length = min(self.context, -(-longest // self.patch) * self.patch)
         past = [torch.from_numpy(r.astype(np.float32)).to(self.device, self.dtype) for r in rows]
         out = self.model(
             past_values=past,
