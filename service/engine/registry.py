@@ -79,7 +79,9 @@ def _load_forecaster(target: str, device: str) -> InformerForecaster:
     """``InformerForecaster.load(target)``, its failures as :class:`ModelLoadError`."""
     from models.informer import InformerForecaster
     from models.informer.checkpoint import CheckpointError, load_checkpoint
+    from service.engine.servables.zero_shot import refuse_foreign
 
+    refuse_foreign(Path(target))  # a config.json of a model_type that no loader takes
     try:
         return InformerForecaster.load(target, device=device)
     except CheckpointError as exc:
@@ -244,7 +246,6 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
 
     precisions = settings.precisions
     from models.text.multi_vector_folder import is_multi_vector_folder
-    from models.zero_shot import zero_shot_kind
 
     if is_multi_vector_folder(folder):  # before the text folders: it has a modules.json too
         from service.engine.servables.multi_vector import load_multi_vector
@@ -259,13 +260,12 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
         return TextServable(_load_classifier(folder, device), (), precisions)
     if _is_text_folder(folder):
         return TextServable(_load_encoder(folder, device), (), precisions)
-    from service.engine.servables.zero_shot import load_zero_shot_servable, refuse_foreign
+    from service.engine.servables.zero_shot import load_zero_shot_servable, zero_shot_kind
 
     if zero_shot_kind(folder):
         return load_zero_shot_servable(folder, device, precisions)
     if _is_hf_forecast_folder(folder):
         return ForecastServable(_load_hf_forecaster(folder, device), precisions)
-    refuse_foreign(folder)  # a config.json of a model_type no loader takes
     return ForecastServable(_load_forecaster(str(folder), device), precisions)
 
 

@@ -9,16 +9,19 @@ length; the answer's quantiles are read off the model's own levels (interpolated
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from models.errors import ModelInputError
+from models.zero_shot.folder import zero_shot_kind
 from models.zero_shot.quantiles import at_levels
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, ForecastInput, Work
 from service.engine.servables.forecast import ForecastServable
+
+__all__ = ["ZeroShotServable", "load_zero_shot_servable", "refuse_foreign", "zero_shot_kind"]
 
 # The smallest length bucket, in tokens (TimesFM's patch is 32 steps: 16 tokens = 512 steps).
 SMALLEST_BUCKET = 4
@@ -67,15 +70,6 @@ class ZeroShotServable(ForecastServable):
         lengths = [w.tokens for w in windows]
         bucket = length_bucket(max(lengths), SMALLEST_BUCKET)
         return Work(windows, lengths, bucket, partial(finish, horizon, tuple(request.quantiles)))
-
-    def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
-        out = []
-        for i, s in enumerate(series):
-            try:
-                out.append(self.model.prepare(**s))
-            except ModelInputError as exc:
-                raise ModelInputError(f"series {i}: {exc}") from None
-        return out
 
     def run(self, rows: list[Any], call: Call) -> list[Any]:
         forecaster = self.models[call.precision]
