@@ -51,7 +51,8 @@ def build_parser() -> argparse.ArgumentParser:
 # Training and evaluation live in ``models/training/``: their argument parsers are their own.
 MODEL_TOOLS = {
     "train": "train a forecaster on a CSV and write a checkpoint folder (see train --help)",
-    "evaluate": "score checkpoints (ours or transformers time-series folders) per backend "
+    "evaluate": "score checkpoints (ours, transformers time-series or zero-shot folders) per "
+    "backend "
     "beside the linear baseline, or a text model, cross-encoder, classifier or multi-vector "
     "folder per backend "
     "against exact attention "
@@ -66,6 +67,8 @@ attnserve evaluate measures what the folder it is given holds; each kind has its
                                                   linear baseline (the help below)
   a transformers time-series folder (PatchTST,    attnserve evaluate FOLDER --help
     Informer, TimeSeriesTransformer)
+  a zero-shot forecaster folder (TimesFM 2.5,    attnserve evaluate FOLDER --data CSV
+    Chronos-2): MSE, MASE, WQL per backend        (see FOLDER --help)
   a sentence-transformers or transformers text    attnserve evaluate FOLDER --help
     encoder folder
   a cross-encoder (reranker) or sequence-         attnserve evaluate FOLDER --help
@@ -79,7 +82,7 @@ def run_model_tool(name: str, argv: list[str]) -> int:
     """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a cross-encoder
     or sequence-classifier folder runs the ranking/label quality measurement, of a multi-vector
     or sparse folder its ranking measurement, of a text model folder the text quality
-    measurement)."""
+    measurement, of a zero-shot forecaster folder its MSE/MASE/WQL on ``--data``)."""
     if name == "evaluate":
         from pathlib import Path
 
@@ -89,10 +92,14 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from models.text.logit_score import is_causal_reranker_folder
         from models.text.multi_vector_folder import is_multi_vector_folder
         from models.text.sparse_folder import is_sparse_folder
+        from models.zero_shot.folder import zero_shot_kind
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
             print(EVALUATE_KINDS)
+        if folders and zero_shot_kind(Path(folders[0])) is not None:
+            importlib.import_module("models.training.zero_shot_evaluate").main(argv)
+            return 0
         # Before the text branch: a multi-vector folder has modules.json too.
         if folders and is_multi_vector_folder(Path(folders[0])):
             importlib.import_module("models.text.multi_vector_quality").main(argv)
