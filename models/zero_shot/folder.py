@@ -48,8 +48,9 @@ def load_zero_shot(folder: str | Path, device: str = "cpu") -> Any:
     try:
         forecaster_class = getattr(importlib.import_module(module), name)
     except ImportError as exc:
+        extra = "chronos" if kind == "chronos2" else "transformers"
         raise FolderError(
-            f"{kind} needs a package that is not installed ({exc.name}); "
-            "install attnserve's 'zero-shot' extra"
+            f"{kind} needs a package that is not installed ({exc.name}): "
+            f"pip install 'attnserve[{extra}]'"
         ) from None
     return forecaster_class.load(folder, read_sidecar(folder), device)

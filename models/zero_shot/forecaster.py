@@ -278,6 +278,18 @@ class ZeroShotForecaster:
         )
         return self.dense_bytes(rows, n, itemsize) + kernel
 
+    def with_precision(self, precision: str) -> ZeroShotForecaster:
+        """This forecaster in ``precision``: itself in its own. Other precisions are not served
+        yet (their quantiles against float32 are unmeasured), so the server leaves them out
+        with a warning and a request for one gets a 422 naming the loaded ones.
+
+        Raises:
+            ValueError: any precision but the loaded one.
+        """
+        if precision == self.precision:
+            return self
+        raise ValueError(f"{self.kind} runs in {self.precision} only here, not {precision}")
+
     def warmup_batch_sizes(self, backend: str) -> list[int]:
         return [2]
 

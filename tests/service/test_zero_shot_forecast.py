@@ -166,3 +166,21 @@ def test_a_folder_that_cannot_be_served_stops_start_up_in_one_line(
     assert "\n" not in message and str(bad) in message and fragment in message
     if config["model_type"] == "moirai":
         assert "timesfm2_5" in message and "patchtst" in message
+
+
+def test_a_precision_it_does_not_run_is_left_out_with_a_422_naming_the_loaded(
+    folder: Path,
+) -> None:
+    settings = Settings(
+        models=(str(folder),),
+        device="cpu",
+        background_load=False,
+        max_wait_ms=0.0,
+        body_parse_processes=0,
+        precisions=("float32", "int8"),
+    )
+    with TestClient(create_app(settings)) as c:
+        body = {"model": MODEL, "series": [{"values": rows(50, 1)}]}
+        assert c.post("/forecast", json=body).status_code == 200
+        r = c.post("/forecast", json={**body, "precision": "int8"})
+        assert r.status_code == 422 and "float32" in r.json()["error"]["message"]

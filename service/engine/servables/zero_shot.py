@@ -92,38 +92,27 @@ class ZeroShotServable(ForecastServable):
 
 
 def load_zero_shot_servable(folder: Path, device: str, precisions: Sequence[str]) -> Any:
-    """The servable of a TimesFM 2.5 or Chronos-2 folder; a one-line ``ModelLoadError`` naming
-    the folder when it cannot be served."""
-    from models.hf_forecast.folder import FolderError
+    """The servable of a TimesFM 2.5 or Chronos-2 folder. A folder that cannot be served raises
+    ValueError (``FolderError``), which the registry turns into one line naming the folder."""
     from models.zero_shot import load_zero_shot
-    from service.engine.registry import ModelLoadError
 
-    try:
-        return ZeroShotServable(load_zero_shot(folder, device), precisions)
-    except ImportError as exc:
-        raise ModelLoadError(
-            f"{folder}: serving zero-shot forecasters needs {exc.name}: "
-            "pip install 'attnserve[zero-shot]'"
-        ) from None
-    except (FolderError, OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{folder}: {exc}") from exc
+    return ZeroShotServable(load_zero_shot(folder, device), precisions)
 
 
 def refuse_foreign(folder: Path) -> None:
-    """``ModelLoadError`` for a folder whose ``config.json`` names a ``model_type`` that no
-    loader serves (attnserve's own checkpoints have none): one line naming it and the families
-    that are served, instead of the checkpoint loader's complaint about its own keys."""
+    """ValueError for a folder whose ``config.json`` names a ``model_type`` that no loader
+    serves (attnserve's own checkpoints have none): one line naming it and the families that
+    are served, instead of the checkpoint loader's complaint about its own keys."""
     from models.hf_forecast.folder import PREDICTION_CLASSES, read_config
     from models.text.folder import ARCHITECTURES
     from models.zero_shot import FORECASTERS
-    from service.engine.registry import ModelLoadError
 
     config = read_config(folder)
     model_type = (config or {}).get("model_type")
     if not model_type:
         return
-    raise ModelLoadError(
-        f"{folder}: model_type {model_type!r} is not served. Served: text encoders "
+    raise ValueError(
+        f"model_type {model_type!r} is not served. Served: text encoders "
         f"({', '.join(sorted(ARCHITECTURES))}, or any transformers backbone inside a "
         "sentence-transformers folder), transformers forecasters "
         f"({', '.join(sorted(PREDICTION_CLASSES))}), zero-shot forecasters "
