@@ -47,6 +47,7 @@ from service.http.routes import (
     rerank,
     sparse,
     tei,
+    timeseries,
 )
 from service.observability.metrics import Metrics
 from service.settings import Settings
@@ -207,7 +208,7 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     app.state.attnserve = state
     install_error_handlers(app)
     routers = (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere, sparse)
-    for module in routers:
+    for module in (*routers, timeseries):  # timeseries: KServe's time series forecast
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.

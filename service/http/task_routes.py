@@ -27,7 +27,9 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
     "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
     "classify": ("/predict", "/v1/classify", "/classify"),
     "sparse": ("/embed_sparse",),
-    "forecast": ("/forecast",),
+    # /invocations: Chronos-2's SageMaker shape (routes/sagemaker_forecast.py); the drop-in
+    # shapes serve zero-shot forecasters and refuse the others, naming /forecast.
+    "forecast": ("/forecast", "/invocations", "/v1/timeseries/forecast"),
 }
 
 # The POST routes of text-embeddings-inference that take any text model (by name, whatever its

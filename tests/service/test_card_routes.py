@@ -45,7 +45,8 @@ def test_a_reranker_answers_the_classify_routes_too() -> None:
     assert set(TASK_ROUTES["classify"]) <= set(routes_of("rerank"))
     assert not set(TASK_ROUTES["rerank"]) & set(routes_of("classify"))
     assert routes_of("encode") == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
-    assert not set(TEXT_ROUTES) & set(routes_of("forecast"))
+    # /invocations is SageMaker's one route: a forecaster answers it too (Chronos-2's shape).
+    assert set(TEXT_ROUTES) & set(routes_of("forecast")) == {"/invocations"}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_every_card_lists_the_routes_of_its_task(client: Any) -> None:
     ]
     assert cards["classifier"]["routes"] == ["/predict", "/v1/classify", "/classify", *TEXT_ROUTES]
     assert cards["encoder"]["routes"] == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
-    assert cards["forecaster"]["routes"] == ["/forecast"]
+    assert cards["forecaster"]["routes"] == ["/forecast", "/invocations", "/v1/timeseries/forecast"]
     for name, card in cards.items():
         assert client.get(f"/models/{name}").json()["routes"] == card["routes"]
 

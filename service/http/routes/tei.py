@@ -45,6 +45,7 @@ from service.http.routes.encode import tei_embed
 from service.http.routes.fast_json import FastJSONRoute, json_invalid
 from service.http.routes.health import readyz
 from service.http.routes.rerank import tei_rerank
+from service.http.routes.sagemaker_forecast import invoke_forecast, wants_forecast
 from service.http.routes.sparse import embed_sparse
 from service.http.schemas.common import ERROR_RESPONSES, ErrorBody
 from service.http.schemas.rerank import TeiRerankRequest
@@ -143,7 +144,10 @@ async def answer_by_task(
     by that route's handler."""
     data = await json_of(request)
     field = data.get("model") if isinstance(data, dict) else None
-    name, task = engine.text_model(chosen(field if isinstance(field, str) else None, x_model))
+    named = chosen(field if isinstance(field, str) else None, x_model)
+    if wants_forecast(engine, named, data):  # Chronos-2's SageMaker shape
+        return await invoke_forecast(data, named, request, engine)
+    name, task = engine.text_model(named)
     value: Any
     if task == "rerank":
         value = await tei_rerank(parsed(TeiRerankRequest, data, name), request, response, engine)
