@@ -150,6 +150,11 @@ class Chronos2Forecaster(ZeroShotForecaster):
     def check_series(self, window: ZeroShotWindow, name: str) -> None:
         check_covariates(window, name)
 
+    def group_key(self, window: ZeroShotWindow) -> tuple[Any, ...]:
+        """The base's key and the horizon asked for: Chronos-2 runs one token per output
+        patch, which every other token attends to, so the answer depends on it."""
+        return (*super().group_key(window), window.horizon)
+
     # ------------------------------------------------------------------ cost
 
     def layer_shapes(self, tokens: int) -> list[LayerShape]:
@@ -199,6 +204,9 @@ class Chronos2Forecaster(ZeroShotForecaster):
     def forecast(
         self, windows: list[ZeroShotWindow], horizon: int
     ) -> list[tuple[np.ndarray, np.ndarray]]:
+        # The horizon each window was prepared for (group_key: one per forward pass), as the
+        # pipeline's prediction_length; the server predicts at the model's and cuts afterwards.
+        horizon = windows[0].horizon or horizon
         patches = math.ceil(horizon / self.patch)
         batch = batch_inputs(windows, patches * self.patch, self.device)
         out = self.model(

@@ -188,6 +188,7 @@ class ZeroShotForecaster:
             step,
             item_id,
             self.read_options(model_options),
+            want,
         )
         for key, column in window.past_covariates.items():
             window.past_covariates[key] = column[-self.context :]

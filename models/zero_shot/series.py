@@ -28,6 +28,7 @@ class ZeroShotWindow:
         last_timestamp, step_seconds: the clock the forecast continues (None without one).
         item_id: the caller's name for the series, echoed back (SageMaker, KServe).
         model_options: the model's own per-call options (checked, over its defaults).
+        horizon: the steps the request asked for (Chronos-2's answer depends on it).
     """
 
     target: np.ndarray
@@ -38,6 +39,7 @@ class ZeroShotWindow:
     step_seconds: int | None = None
     item_id: str | None = None
     model_options: dict[str, Any] = field(default_factory=dict)
+    horizon: int = 0
 
 
 @dataclass
