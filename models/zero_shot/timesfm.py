@@ -92,9 +92,8 @@ class TimesFM25Forecaster(ZeroShotForecaster):
         import transformers
 
         try:
-            model = transformers.TimesFm2_5ModelForPrediction.from_pretrained(
-                folder, local_files_only=True, dtype=torch.float32
-            )
+            model_class: Any = transformers.TimesFm2_5ModelForPrediction
+            model = model_class.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
         except (OSError, ValueError, RuntimeError) as exc:
             raise FolderError(
                 f"transformers could not load it ({type(exc).__name__}: {exc})"
