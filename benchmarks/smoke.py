@@ -29,6 +29,7 @@ GROUPS = ("attention", "text", "forecast", "service", "peers")
 VARIANTS = {
     "benchmarks.peers.run": [[], ["--task", "rerank"]],
     "benchmarks.attention.informer_long": [[], ["--memory"]],
+    "benchmarks.forecast.zero_shot": [[], ["--family", "chronos2"]],
 }
 
 
