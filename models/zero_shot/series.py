@@ -71,6 +71,8 @@ def read_target(values: Any, name: str) -> np.ndarray:
         ) from None
     if raw.ndim == 1:
         raw = raw[:, None]
+    if raw.size == 0:
+        raise ModelInputError(f"{name}: values is empty; send at least one row")
     if raw.ndim != 2 or raw.shape[1] == 0:
         raise ModelInputError(
             f"{name}: values must be rows of numbers of one width, got shape {list(raw.shape)}"

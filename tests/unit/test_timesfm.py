@@ -165,6 +165,7 @@ def test_missing_values_follow_the_timesfm_rule(forecaster, ref) -> None:
     [
         ({"values": [[1.0], [float("inf")]]}, "infinite"),
         ({"values": [[None], [None]]}, "no observed value"),
+        ({"values": []}, "empty"),
         ({"values": [[1.0, 2.0], [3.0]]}, "one width"),
         ({"values": [[1.0]], "past_covariates": {"x": [1.0]}}, "takes no past_covariates"),
         ({"values": [[1.0]], "model_options": {"window": 3}}, "unknown: window"),
