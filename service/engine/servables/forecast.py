@@ -84,6 +84,7 @@ class ForecastServable(Servable):
     requests are checked against that copy."""
 
     task = "forecast"
+    zero_shot = False  # series of any length (ZeroShotServable), not a fixed window
 
     def __init__(self, forecaster: Any, precisions: Sequence[str] = (DEFAULT_PRECISION,)) -> None:
         models = in_precisions(forecaster, precisions)

@@ -48,6 +48,8 @@ def finish(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> 
 class ZeroShotServable(ForecastServable):
     """Serves a :class:`~models.zero_shot.forecaster.ZeroShotForecaster`."""
 
+    zero_shot = True
+
     def check(self, request: ForecastInput) -> Checked:
         checked = super().check(request)
         self.model.check_quantiles(request.quantiles)

@@ -42,14 +42,18 @@ from service.http.schemas.timeseries import (
 
 
 def wants_forecast(engine: Engine, name: str | None, data: Any) -> bool:
-    """Whether ``/invocations`` answers ``data`` as a forecast: the model it names is a
-    forecaster, or it names none and the body is the forecast shape (``inputs`` of mappings
-    with a ``target``, which no text-embeddings-inference body is)."""
-    if name is not None:
-        found = [m for m in engine.registry.models.values() if name in (m.name, *m.aliases)]
-        return bool(found) and found[0].task == "forecast"
+    """Whether ``/invocations`` answers ``data`` as a forecast: the body is the forecast shape
+    (``inputs`` of mappings with a ``target``, which no text-embeddings-inference body is) and
+    names no model or a forecaster, or it names a zero-shot forecaster. A text body naming a
+    fixed-window forecaster stays with the text routes, whose 422 names ``POST /forecast``."""
     inputs = data.get("inputs") if isinstance(data, dict) else None
-    return isinstance(inputs, list) and any(isinstance(s, dict) and "target" in s for s in inputs)
+    shaped = isinstance(inputs, list) and any(isinstance(s, dict) and "target" in s for s in inputs)
+    if name is None:
+        return shaped
+    found = [m for m in engine.registry.models.values() if name in (m.name, *m.aliases)]
+    if not found or found[0].task != "forecast":
+        return False
+    return shaped or bool(getattr(found[0], "zero_shot", False))
 
 
 def parse(data: Any) -> SageMakerForecastRequest:

@@ -25,10 +25,8 @@ from fastapi import APIRouter, Request, Response
 from fastapi.exceptions import RequestValidationError
 from pydantic_core import to_json
 
-from models.errors import ModelInputError
 from service.engine.engine import Answer, Engine
 from service.engine.servables.base import ForecastInput
-from service.engine.servables.zero_shot import ZeroShotServable
 from service.errors import InvalidRequest, ServiceError, from_model_error
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
@@ -84,7 +82,7 @@ def require_zero_shot(engine: Engine, name: str | None, shape: str) -> str:
     if not loaded:
         engine.registry.get(name, "forecast")  # raises ModelNotFound naming what is loaded
     model = loaded[0]
-    if not isinstance(model, ZeroShotServable):
+    if not getattr(model, "zero_shot", False):
         raise InvalidRequest(
             f"model {model.name!r} forecasts a fixed window of {getattr(model, 'context', '?')} "
             f"rows; the {shape} shape serves zero-shot forecasters (TimesFM 2.5, Chronos-2). "
@@ -117,7 +115,7 @@ async def run_forecast(
     )
     try:
         return await engine.forecast(name, job, client_of(request))
-    except (ServiceError, ModelInputError) as exc:
+    except (ServiceError, ValueError) as exc:  # a model's refusal is a ValueError
         error = from_model_error(exc)
         found = SERIES_PREFIX.match(error.message)
         if found is None or type(error) is not InvalidRequest:
