@@ -18,6 +18,7 @@ import numpy as np
 from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import forecast_losses, forecast_variant_losses
+from models.zero_shot.quantiles import at_levels
 from service.engine.servables.base import (
     EXTRA_INPUTS,
     Call,
@@ -41,9 +42,12 @@ INLINE_PREPARE_ROWS = 8192
 CALIBRATION_WINDOWS = 2
 
 
-def _cut(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> list[dict[str, Any]]:
+def cut_forecasts(
+    horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]
+) -> list[dict[str, Any]]:
     """Each forecast's first ``horizon`` steps as a response dict (timestamps when it has them,
-    the requested quantiles of its samples when asked)."""
+    the requested quantiles when asked: read off a zero-shot model's own levels, interpolated
+    between them, or taken from a distribution head's samples)."""
     out = []
     for f in forecasts:
         answer: dict[str, Any] = {}
@@ -51,7 +55,10 @@ def _cut(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> li
             answer["timestamps"] = f.timestamps[:horizon]
         answer["values"] = f.values[:horizon]
         if quantiles:
-            levels = np.quantile(f.samples[:, :horizon], quantiles, axis=0)  # [q, h, c]
+            if getattr(f, "levels", None):  # [q, h, c]
+                levels = at_levels(quantiles, f.levels, f.quantiles[:, :horizon])
+            else:
+                levels = np.quantile(f.samples[:, :horizon], quantiles, axis=0)
             answer["quantiles"] = {
                 f"{q:g}": level.tolist() for q, level in zip(quantiles, levels, strict=True)
             }
@@ -132,7 +139,7 @@ class ForecastServable(Servable):
                 raise ModelInputError(f"series {i}: {exc}") from None
         # Every window is cut to the model's context, so one length bucket per model.
         lengths = [self.context] * len(windows)
-        finish = partial(_cut, checked.detail["horizon"], tuple(request.quantiles))
+        finish = partial(cut_forecasts, checked.detail["horizon"], tuple(request.quantiles))
         return Work(windows, lengths, self.context, finish)
 
     def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:

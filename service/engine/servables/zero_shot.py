@@ -16,33 +16,14 @@ from typing import Any
 
 from models.errors import ModelInputError
 from models.zero_shot.folder import zero_shot_kind
-from models.zero_shot.quantiles import at_levels
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, ForecastInput, Work
-from service.engine.servables.forecast import ForecastServable
+from service.engine.servables.forecast import ForecastServable, cut_forecasts
 
 __all__ = ["ZeroShotServable", "load_zero_shot_servable", "refuse_foreign", "zero_shot_kind"]
 
 # The smallest length bucket, in tokens (TimesFM's patch is 32 steps: 16 tokens = 512 steps).
 SMALLEST_BUCKET = 4
-
-
-def finish(horizon: int, quantiles: tuple[float, ...], forecasts: list[Any]) -> list[dict]:
-    """Each forecast's first ``horizon`` steps as a response dict: ``values`` (the point
-    forecast) and, when asked, ``quantiles`` at the requested levels (keys as given)."""
-    out = []
-    for f in forecasts:
-        answer: dict[str, Any] = {}
-        if f.timestamps is not None:
-            answer["timestamps"] = f.timestamps[:horizon]
-        answer["values"] = f.values[:horizon]
-        if quantiles:
-            levels = at_levels(quantiles, f.levels, f.quantiles[:, :horizon])
-            answer["quantiles"] = {
-                f"{q:g}": level.tolist() for q, level in zip(quantiles, levels, strict=True)
-            }
-        out.append(answer)
-    return out
 
 
 class ZeroShotServable(ForecastServable):
@@ -71,7 +52,9 @@ class ZeroShotServable(ForecastServable):
                 raise ModelInputError(f"series {i}: {exc}") from None
         lengths = [w.tokens for w in windows]
         bucket = length_bucket(max(lengths), SMALLEST_BUCKET)
-        return Work(windows, lengths, bucket, partial(finish, horizon, tuple(request.quantiles)))
+        return Work(
+            windows, lengths, bucket, partial(cut_forecasts, horizon, tuple(request.quantiles))
+        )
 
     def run(self, rows: list[Any], call: Call) -> list[Any]:
         forecaster = self.models[call.precision]
