@@ -38,7 +38,8 @@ from models.hf_forecast.inputs import read_clock
 from models.informer.history import check_horizon, predict_call
 from models.informer.model import LayerChoice, backend_cards
 from models.informer.timefeatures import check_future_fits, format_timestamps
-from models.precision import precision_of
+from models.names import DEFAULT_PRECISION
+from models.precision import convert_network, needs_conversion, precision_of
 from models.quality_file import backends_of, card_quality, read_quality
 from models.zero_shot.quantiles import check_levels
 from models.zero_shot.series import (
@@ -62,6 +63,7 @@ class ZeroShotForecaster:
     extra_inputs: tuple[str, ...] = ()  # past_covariates / future_covariates when taken
     probabilistic = True
     default_attention = "flash"
+    precisions: tuple[str, ...] = (DEFAULT_PRECISION,)  # what with_precision converts to
 
     def __init__(self, name: str, model: Any, directory: Path, sidecar: Sidecar) -> None:
         self.name = name
@@ -280,16 +282,24 @@ class ZeroShotForecaster:
         return self.dense_bytes(rows, n, itemsize) + kernel
 
     def with_precision(self, precision: str) -> ZeroShotForecaster:
-        """This forecaster in ``precision``: itself in its own. Other precisions are not served
-        yet (their quantiles against float32 are unmeasured), so the server leaves them out
-        with a warning and a request for one gets a 422 naming the loaded ones.
+        """This forecaster in ``precision``: itself in its own, else a new forecaster over a
+        converted copy of the network (:func:`models.precision.convert_network`), for the
+        precisions its class lists in :attr:`precisions` (the others' quantiles against
+        float32 are unmeasured: the server leaves them out with a warning, and a request for one
+        gets a 422 naming the loaded ones).
 
         Raises:
-            ValueError: any precision but the loaded one.
+            ValueError: a precision the class does not run, or this forecaster is not float32.
         """
         if precision == self.precision:
             return self
-        raise ValueError(f"{self.kind} runs in {self.precision} only here, not {precision}")
+        if precision not in self.precisions:
+            raise ValueError(
+                f"{self.kind} runs in {', '.join(self.precisions)} here, not {precision}"
+            )
+        needs_conversion(self.precision, precision)  # from float32 only
+        model = convert_network(self.model, precision)
+        return type(self)(self.name, model, self.directory, self.sidecar)
 
     def warmup_batch_sizes(self, backend: str) -> list[int]:
         return [2]
@@ -361,6 +371,7 @@ class ZeroShotForecaster:
             "missing_values": self.missing_values,
             "covariates": list(self.extra_inputs),
             "default_attention": self.default_attention,
+            "precisions": list(self.precisions),
             "head": {
                 "kind": "quantiles",
                 "levels": list(self.levels),

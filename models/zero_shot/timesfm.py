@@ -68,6 +68,10 @@ class TimesFM25Forecaster(ZeroShotForecaster):
         "null marks a missing value: leading ones are dropped, the others filled by linear "
         "interpolation (the timesfm package's rule)"
     )
+    # bfloat16 weights with float32 series in and statistics kept float32 (see forecast()).
+    # int8 is left out: the class casts each block's input to its first weight's dtype, which
+    # dynamic quantization's packed weights do not have.
+    precisions = ("float32", "bfloat16")
 
     def __init__(self, name: str, model: Any, directory: Path, sidecar: Sidecar) -> None:
         super().__init__(name, model, directory, sidecar)
@@ -183,7 +187,9 @@ class TimesFM25Forecaster(ZeroShotForecaster):
             for channel in range(w.target.shape[1]):
                 rows.append(fill_missing(w.target[:, channel].astype(np.float64)))
                 owners.append(i)
-        past = [torch.from_numpy(r.astype(np.float32)).to(self.device, self.dtype) for r in rows]
+        # float32 in, whatever the weights: the class normalises each series in its input's
+        # dtype and casts to the weights' inside its first block.
+        past = [torch.from_numpy(r.astype(np.float32)).to(self.device) for r in rows]
         out = self.model(
             past_values=past,
             window_size=options["window_size"],
