@@ -29,7 +29,11 @@ GROUPS = ("attention", "text", "forecast", "service", "peers")
 VARIANTS = {
     "benchmarks.peers.run": [[], ["--task", "rerank"]],
     "benchmarks.attention.informer_long": [[], ["--memory"]],
-    "benchmarks.forecast.zero_shot": [[], ["--family", "chronos2"]],
+    "benchmarks.forecast.zero_shot": [
+        [],
+        ["--family", "chronos2"],
+        ["--precisions", "float32,bfloat16"],
+    ],
 }
 
 

@@ -65,6 +65,7 @@ from benchmarks.harness.host import load_average
 from benchmarks.harness.report import RESULTS, Report, figure, log_axes, table
 from benchmarks.text.long_document_speed import LONG_REQUESTS
 from models.attention import BACKENDS
+from models.names import DEFAULT_PRECISION
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = "no attention (floor)"
@@ -157,11 +158,20 @@ def series_of(context: int, seed: int = 0) -> list[float]:
     return (10.0 + np.cumsum(rng.normal(0.0, 0.1, context))).round(4).tolist()
 
 
-def body(name: str, backend: str, values: list[float], options: dict[str, Any]) -> dict:
+def body(
+    name: str, backend: str, values: list[float], options: dict[str, Any], precision: str
+) -> dict:
     """One ``POST /forecast`` body: one single-channel series (columnar), ``backend``."""
     out: dict[str, Any] = {"model": name, "series": [{"columns": {"y": values}}]}
     out["attention"] = backend
+    if precision != DEFAULT_PRECISION:
+        out["precision"] = precision
     return {**out, "model_options": options} if options else out
+
+
+def label_of(backend: str, precision: str) -> str:
+    """A row's name: the backend, with its precision when not float32."""
+    return backend if precision == DEFAULT_PRECISION else f"{backend} @{precision}"
 
 
 def in_process(folder: Path, args: argparse.Namespace) -> dict[str, dict[int, dict[str, Any]]]:
@@ -179,30 +189,33 @@ def in_process(folder: Path, args: argparse.Namespace) -> dict[str, dict[int, di
         max_wait_ms=0.0,
         max_request_compute_s=0.0,  # as LONG_REQUESTS: no compute bound, a long timeout
         request_timeout_s=900.0,
+        precisions=tuple(args.precisions),
     )
-    runs = [(b, b, False) for b in args.backends] + [(FLOOR, "flash", True)]
+    runs = [(label_of(b, p), b, False, p) for p in args.precisions for b in args.backends]
+    runs.append((FLOOR, "flash", True, DEFAULT_PRECISION))
     times: dict[str, dict[int, list[float]]] = {label: {} for label, *_ in runs}
     rows: dict[str, dict[int, dict[str, Any]]] = {label: {} for label, *_ in runs}
     series = {n: series_of(n) for n in args.contexts}
     with TestClient(create_app(settings)) as client:
         model = client.app.state.attnserve.registry.find(folder.name).model  # type: ignore[attr-defined]
 
-        def post(backend: str, values: list[float]) -> tuple[float, dict[str, Any]]:
+        def post(backend: str, values: list[float], precision: str) -> tuple[float, dict[str, Any]]:
             start = time.perf_counter()
-            answer = client.post("/forecast", json=body(folder.name, backend, values, args.options))
+            sent = body(folder.name, backend, values, args.options, precision)
+            answer = client.post("/forecast", json=sent)
             seconds = time.perf_counter() - start
             if answer.status_code != 200:
                 raise SystemExit(f"{backend}: {answer.status_code} {answer.text[:400]}")
             return seconds, answer.json()
 
-        for _, backend, stub in runs:  # warm-up at the shortest context
+        for _, backend, stub, precision in runs:  # warm-up at the shortest context
             with attention_replaced(bridge, stub):
-                post(backend, series[min(args.contexts)])
+                post(backend, series[min(args.contexts)], precision)
         for round_ in range(args.repeats):
-            for label, backend, stub in runs:
+            for label, backend, stub, precision in runs:
                 for context in args.contexts:
                     with attention_replaced(bridge, stub):
-                        seconds, answer = post(backend, series[context])
+                        seconds, answer = post(backend, series[context], precision)
                     times[label].setdefault(context, []).append(seconds)
                     tokens = model.tokens_of(context)
                     work = (
@@ -211,6 +224,7 @@ def in_process(folder: Path, args: argparse.Namespace) -> dict[str, dict[int, di
                         else model.work_estimate(backend, None, 1, tokens)  # its default options
                     )
                     rows[label][context] = {
+                        "precision": precision,
                         "seconds": statistics.median(times[label][context]),
                         "tokens": tokens,
                         "values": answer["forecasts"][0]["values"],
@@ -228,9 +242,14 @@ def served(folder: Path, args: argparse.Namespace) -> dict[str, dict[int, capaci
     series = {n: series_of(n) for n in args.contexts}
 
     def bodies(context: int) -> dict[str, list[Any]]:
-        return {b: [body(folder.name, b, series[context], args.options)] for b in args.backends}
+        return {
+            label_of(b, p): [body(folder.name, b, series[context], args.options, p)]
+            for p in args.precisions
+            for b in args.backends
+        }
 
-    return capacity.serve(folder, "/forecast", bodies, args, LONG_REQUESTS)
+    flags = (*LONG_REQUESTS, "--precisions", ",".join(args.precisions))
+    return capacity.serve(folder, "/forecast", bodies, args, flags)
 
 
 def _difference(values: list, reference: list) -> float:
@@ -269,7 +288,10 @@ def rows_table(
                     f"{cell['seconds']:.2f}",
                     "-" if label == FLOOR else f"{share:.0%}",
                     f"{ref['seconds'] / cell['seconds']:.2f}x",
-                    f"{ref['work'] / cell['work']:.2f}x",
+                    # The cost model prices the backend, not the precision.
+                    f"{ref['work'] / cell['work']:.2f}x"
+                    if cell.get("precision", DEFAULT_PRECISION) == DEFAULT_PRECISION
+                    else "-",
                     f"{cell['memory_bytes'] / 2**20:.0f}",
                     "-" if label == FLOOR else f"{_difference(cell['values'], ref['values']):.3f}",
                     *served_cells,
@@ -368,6 +390,13 @@ def main(argv: list[str] | None = None) -> None:
         default="{}",
         help="the requests' model_options as JSON (default: the config's, "
         "force_flip_invariance true: twice the work)",
+    )
+    parser.add_argument(
+        "--precisions",
+        type=lambda text: text.split(","),
+        default=[DEFAULT_PRECISION],
+        help="comma-separated precisions, each backend's row per precision (float32 first: "
+        "the reference); e.g. float32,bfloat16",
     )
     parser.add_argument("--tiny", action="store_true", help="the tests' tiny shape (--smoke)")
     parser.add_argument("--plot", action="store_true", help="also write the .png")
