@@ -271,6 +271,7 @@ def rows_table(
     for label, by_context in rows.items():
         for n in contexts:
             cell, ref = by_context[n], flash[n]
+            float32 = cell.get("precision", DEFAULT_PRECISION) == DEFAULT_PRECISION
             share = 1.0 - floor[n]["seconds"] / cell["seconds"]
             cap, base = caps.get(label, {}).get(n), caps.get("flash", {}).get(n)
             served_cells = ["-"] * 4
@@ -286,12 +287,11 @@ def rows_table(
                     f"`{label}`",
                     f"{n} / {cell['tokens']}",
                     f"{cell['seconds']:.2f}",
-                    "-" if label == FLOOR else f"{share:.0%}",
+                    # The floor runs float32: a share against it means nothing in another precision.
+                    "-" if label == FLOOR or not float32 else f"{share:.0%}",
                     f"{ref['seconds'] / cell['seconds']:.2f}x",
                     # The cost model prices the backend, not the precision.
-                    f"{ref['work'] / cell['work']:.2f}x"
-                    if cell.get("precision", DEFAULT_PRECISION) == DEFAULT_PRECISION
-                    else "-",
+                    f"{ref['work'] / cell['work']:.2f}x" if float32 else "-",
                     f"{cell['memory_bytes'] / 2**20:.0f}",
                     "-" if label == FLOOR else f"{_difference(cell['values'], ref['values']):.3f}",
                     *served_cells,
