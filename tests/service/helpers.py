@@ -190,13 +190,8 @@ def folders_client(folders: Iterable[Path], **overrides: Any) -> Iterator[Any]:
 
 def folders_app(folders: Iterable[Path], **overrides: Any) -> Any:
     """An app loading these model folders (by path) at start-up, each batch run at once."""
-    settings = Settings(
-        models=tuple(str(p) for p in folders),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-        **overrides,
-    )
+    values: dict[str, Any] = {"device": "cpu", "background_load": False, "max_wait_ms": 0.0}
+    settings = Settings(models=tuple(str(p) for p in folders), **{**values, **overrides})
     return create_app(settings)
 
 

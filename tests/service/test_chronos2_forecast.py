@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from tests.service.helpers import folders_client
 from tests.utils.tiny_chronos import build_chronos2, pipeline_quantiles, wave
 
 MODEL = "chronos2-tiny"
@@ -26,14 +25,8 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(folder: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        models=(str(folder),),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=20.0,  # requests sent together share the batcher
-        body_parse_processes=0,
-    )
-    with TestClient(create_app(settings)) as c:
+    # max_wait_ms: requests sent together share the batcher.
+    with folders_client([folder], body_parse_processes=0, max_wait_ms=20.0) as c:
         yield c
 
 

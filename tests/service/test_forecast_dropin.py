@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.settings import Settings
+from tests.service.helpers import folders_client
 from tests.utils.tiny_timesfm import save_tiny_timesfm
 
 MODEL = "timesfm-tiny"
@@ -25,14 +24,7 @@ LEVELS = [0.1, 0.5, 0.9]
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     folder = save_tiny_timesfm(Path(tmp_path_factory.mktemp("dropin")) / MODEL)
-    settings = Settings(
-        models=(str(folder),),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-        body_parse_processes=0,
-    )
-    with TestClient(create_app(settings)) as c:
+    with folders_client([folder], body_parse_processes=0) as c:
         yield c
 
 

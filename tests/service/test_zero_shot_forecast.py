@@ -16,9 +16,9 @@ from fastapi.testclient import TestClient
 from models.attention import BACKENDS
 from models.precision import native_bf16
 from models.zero_shot import load_zero_shot
-from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
+from tests.service.helpers import folders_client
 from tests.utils.tiny_timesfm import TINY, save_tiny_timesfm
 
 MODEL = "timesfm-tiny"
@@ -33,14 +33,7 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(folder: Path) -> Iterator[TestClient]:
-    settings = Settings(
-        models=(str(folder),),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-        body_parse_processes=0,
-    )
-    with TestClient(create_app(settings)) as c:
+    with folders_client([folder], body_parse_processes=0) as c:
         yield c
 
 
@@ -177,15 +170,8 @@ def test_a_folder_that_cannot_be_served_stops_start_up_in_one_line(
 def test_bfloat16_stays_near_float32_and_int8_is_a_422_naming_the_loaded(folder: Path) -> None:
     """TimesFM 2.5 runs bfloat16 weights on float32 series; int8 is left out (its card says
     why) and asked for, is a 422 naming what is loaded."""
-    settings = Settings(
-        models=(str(folder),),
-        device="cpu",
-        background_load=False,
-        max_wait_ms=0.0,
-        body_parse_processes=0,
-        precisions=("float32", "bfloat16", "int8"),
-    )
-    with TestClient(create_app(settings)) as c:
+    precisions = ("float32", "bfloat16", "int8")
+    with folders_client([folder], body_parse_processes=0, precisions=precisions) as c:
         body = {"model": MODEL, "series": [{"values": rows(500, 1)}], "quantiles": [0.1, 0.9]}
         answers = {}
         for precision in ("float32", "bfloat16"):
