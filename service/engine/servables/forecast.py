@@ -131,16 +131,21 @@ class ForecastServable(Servable):
     def prepare(self, checked: Checked) -> Work:
         """Validated windows, one per series; the error names the series index."""
         request: ForecastInput = checked.request
-        windows = self.windows(request.series, request.seed)
+        windows = self.future_checked(self.windows(request.series, request.seed), checked)
+        # Every window is cut to the model's context, so one length bucket per model.
+        lengths = [self.context] * len(windows)
+        finish = partial(cut_forecasts, checked.detail["horizon"], tuple(request.quantiles))
+        return Work(windows, lengths, self.context, finish)
+
+    def future_checked(self, windows: list[Any], checked: Checked) -> list[Any]:
+        """``windows``, once the request's horizon after each fits the calendar; the error
+        names the series index."""
         for i, window in enumerate(windows):
             try:
                 self.model.check_future(window, checked.detail["horizon"])
             except ModelInputError as exc:
                 raise ModelInputError(f"series {i}: {exc}") from None
-        # Every window is cut to the model's context, so one length bucket per model.
-        lengths = [self.context] * len(windows)
-        finish = partial(cut_forecasts, checked.detail["horizon"], tuple(request.quantiles))
-        return Work(windows, lengths, self.context, finish)
+        return windows
 
     def windows(self, series: Sequence[Mapping[str, Any]], seed: int = 0) -> list[Any]:
         """Mappings of the forecaster's ``prepare`` keyword arguments as windows; a

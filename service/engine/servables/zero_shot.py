@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from models.errors import ModelInputError
 from models.zero_shot.folder import zero_shot_kind
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, ForecastInput, Work
@@ -44,21 +43,12 @@ class ZeroShotServable(ForecastServable):
             {**s, "horizon": horizon, "model_options": request.model_options}
             for s in request.series
         ]
-        windows = self.windows(series)
-        for i, window in enumerate(windows):
-            try:
-                self.model.check_future(window, horizon)
-            except ModelInputError as exc:
-                raise ModelInputError(f"series {i}: {exc}") from None
+        windows = self.future_checked(self.windows(series), checked)
         lengths = [w.tokens for w in windows]
         bucket = length_bucket(max(lengths), SMALLEST_BUCKET)
         return Work(
             windows, lengths, bucket, partial(cut_forecasts, horizon, tuple(request.quantiles))
         )
-
-    def run(self, rows: list[Any], call: Call) -> list[Any]:
-        forecaster = self.models[call.precision]
-        return forecaster.predict(rows, call.backend, call.options_dict, validated=True)
 
     def memory_estimate(self, call: Call, rows: int, length: int) -> int:
         forecaster = self.models[call.precision]
@@ -68,12 +58,8 @@ class ZeroShotServable(ForecastServable):
         return self.model.work_estimate(call.backend, call.options_dict, rows, length)
 
     def calibration_batch(self, backend: str) -> tuple[list[Any], Call, int]:
-        rows = [self._mean_window()] * 2
-        return rows, self.default_call(backend), rows[0].tokens
-
-    def _mean_window(self) -> Any:
-        (window,) = self.windows([self.model.sample_history()])
-        return window
+        rows, call, _ = super().calibration_batch(backend)
+        return rows, call, rows[0].tokens  # priced at its own length, not a fixed context
 
 
 def load_zero_shot_servable(folder: Path, device: str, precisions: Sequence[str]) -> Any:
