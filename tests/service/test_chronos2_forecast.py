@@ -54,9 +54,10 @@ def relative(got: np.ndarray, want: np.ndarray) -> float:
     return float(np.abs(got - want).max() / np.abs(want).max())
 
 
+@pytest.mark.parametrize("backend", ["flash", "full"])
 @pytest.mark.parametrize("horizon", [5, 17, 32])
 def test_forecast_equals_the_pipeline_at_the_asked_horizon(
-    client: TestClient, folder: Path, horizon: int
+    client: TestClient, folder: Path, horizon: int, backend: str
 ) -> None:
     cases = [case(n, seed, horizon) for seed, n in enumerate((60, 300))]
     levels = [0.1, 0.5, 0.9]
@@ -67,6 +68,7 @@ def test_forecast_equals_the_pipeline_at_the_asked_horizon(
             "series": [s for _, s in cases],
             "horizon": horizon,
             "quantiles": levels,
+            "attention": backend,
         },
     )
     assert r.status_code == 200, r.text

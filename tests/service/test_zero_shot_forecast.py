@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from fastapi.testclient import TestClient
 
 from models.attention import BACKENDS
@@ -19,7 +20,7 @@ from models.zero_shot import load_zero_shot
 from service.engine.registry import ModelLoadError, load_servables
 from service.settings import Settings
 from tests.service.helpers import folders_client
-from tests.utils.tiny_timesfm import TINY, save_tiny_timesfm
+from tests.utils.tiny_timesfm import TINY, reference, save_tiny_timesfm
 
 MODEL = "timesfm-tiny"
 # bfloat16 against float32: largest difference relative to the forecast's largest magnitude.
@@ -64,6 +65,33 @@ def test_series_of_any_length_and_width_answer_as_the_model_does(
                 answer["quantiles"][level], want.quantiles[column, :7], rtol=1e-5, atol=1e-6
             )
     assert np.asarray(got["forecasts"][1]["values"]).shape == (7, 3)
+
+
+@pytest.mark.parametrize("backend", ["flash", "full"])
+def test_through_http_equal_to_transformers_own_forward(
+    client: TestClient, folder: Path, backend: str
+) -> None:
+    """Each series alone through transformers' class (its eager attention, its defaults)
+    against the same series batched together through the server."""
+    histories = [rows(n, 20 + n) for n in (30, 333, 1200)]
+    levels = [0.1, 0.5, 0.9]
+    got = forecast(
+        client,
+        series=[{"values": h} for h in histories],
+        attention=backend,
+        quantiles=levels,
+    )
+    ref = reference(folder)
+    for history, answer in zip(histories, got["forecasts"], strict=True):
+        with torch.no_grad():
+            out = ref(past_values=[torch.tensor(np.asarray(history)[:, 0], dtype=torch.float32)])
+        point, full = out.mean_predictions[0].numpy(), out.full_predictions[0].numpy()
+        scale = np.abs(full).max()
+        assert np.abs(np.asarray(answer["values"])[:, 0] - point).max() <= 1e-4 * scale
+        for level in levels:
+            column = full[:, 1 + round(level * 10) - 1]  # levels 0.1..0.9 after the mean column
+            got_level = np.asarray(answer["quantiles"][f"{level:g}"])[:, 0]
+            assert np.abs(got_level - column).max() <= 1e-4 * scale
 
 
 def test_a_level_between_the_models_own_is_interpolated_linearly(client: TestClient) -> None:
