@@ -24,9 +24,9 @@ other precisions under ``precisions``; files older still have no ``precisions``)
 folders: :func:`read_quality` upgrades them, and every function here takes either shape. ``GET
 /models`` shows the figures in that earlier shape, as it always has (:func:`card_quality`).
 
-Written by ``attnserve evaluate``: :mod:`models.text.quality` (encoders),
-:mod:`models.text.classifier_quality` (rerankers, classifiers),
-:mod:`models.training.informer_evaluate` and :mod:`models.training.hf_evaluate` (forecasters).
+Written by ``attnserve evaluate``: :mod:`models.text.quality.embedding` (encoders),
+:mod:`models.text.quality.classifier` (rerankers, classifiers),
+:mod:`models.training.evaluate.informer` and :mod:`models.training.evaluate.hf` (forecasters).
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ EXACT = ("flash", "full")
 # may differ from the exact one's on 1 % of inputs. A multi-vector (ColBERT) model's loss is a
 # ranking's too (1 - Kendall's tau of its MaxSim scores), so it gets the reranker's budget.
 # A sparse (SPLADE) model's loss is also a ranking's (1 - Kendall's tau of its dot-product
-# scores, :mod:`models.text.sparse_quality`): the same budget.
+# scores, :mod:`models.text.quality.sparse`): the same budget.
 DEFAULT_MAX_QUALITY_LOSS = {
     "forecast": 0.05,
     "encode": 0.01,
@@ -61,7 +61,7 @@ def forecast_losses(
     quality: Mapping[str, Any], precision: str = DEFAULT_PRECISION
 ) -> dict[str, float]:
     """Relative test-MSE increase of each backend at its default options over exact attention,
-    from a checkpoint's ``quality.json`` (:mod:`models.training.informer_evaluate`); ``{}`` without an
+    from a checkpoint's ``quality.json`` (:mod:`models.training.evaluate.informer`); ``{}`` without an
     exact figure.
 
     Backends may have been scored on different windows (the default backend on all of them,
@@ -133,7 +133,7 @@ def embedding_losses(
 ) -> dict[str, tuple[float, dict[str, Any]]]:
     """``1 - mean cosine`` to the exact float32 embedding per backend in ``precision``, over the
     measured texts whose token count falls in the same band as ``length``
-    (``models/text/quality.json``), with the options the figure was measured at. ``{}`` when no
+    (``models/text/quality/quality.json``), with the options the figure was measured at. ``{}`` when no
     band covers ``length`` or the precision was not measured."""
     return _banded_losses(
         quality, length, precision, lambda measured: 1.0 - float(measured["mean_cosine"])
@@ -145,10 +145,10 @@ def classifier_losses(
 ) -> dict[str, tuple[float, dict[str, Any]]]:
     """Each backend's measured ``loss`` in ``precision`` for inputs in the token band holding
     ``length`` (a reranker's or classifier's ``quality.json``, written by
-    :mod:`models.text.classifier_quality`: 1 - Kendall's tau to the exact ranking, or the share
-    of top labels that differ; a multi-vector model's, by :mod:`models.text.multi_vector_quality`:
+    :mod:`models.text.quality.classifier`: 1 - Kendall's tau to the exact ranking, or the share
+    of top labels that differ; a multi-vector model's, by :mod:`models.text.quality.multi_vector`:
     1 - Kendall's tau of its MaxSim scores; a sparse model's, by
-    :mod:`models.text.sparse_quality`: of its dot-product scores), with the options it was
+    :mod:`models.text.quality.sparse`: of its dot-product scores), with the options it was
     measured at; ``{}`` when no band covers ``length`` or the precision was not measured."""
 
     def loss_of(measured: Mapping[str, Any]) -> float | None:

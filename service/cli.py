@@ -87,36 +87,36 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         from pathlib import Path
 
         from models.hf_forecast import is_forecast_folder
-        from models.text.classifier_folder import is_classifier_folder
-        from models.text.folder import is_text_folder
-        from models.text.logit_score import is_causal_reranker_folder
-        from models.text.multi_vector_folder import is_multi_vector_folder
-        from models.text.sparse_folder import is_sparse_folder
+        from models.text.folders.classifier import is_classifier_folder
+        from models.text.folders.embedding import is_text_folder
+        from models.text.folders.logit_score import is_causal_reranker_folder
+        from models.text.folders.multi_vector import is_multi_vector_folder
+        from models.text.folders.sparse import is_sparse_folder
         from models.zero_shot.folder import zero_shot_kind
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
             print(EVALUATE_KINDS)
         if folders and zero_shot_kind(Path(folders[0])) is not None:
-            importlib.import_module("models.training.zero_shot_evaluate").main(argv)
+            importlib.import_module("models.training.evaluate.zero_shot").main(argv)
             return 0
         # Before the text branch: a multi-vector folder has modules.json too.
         if folders and is_multi_vector_folder(Path(folders[0])):
-            importlib.import_module("models.text.multi_vector_quality").main(argv)
+            importlib.import_module("models.text.quality.multi_vector").main(argv)
             return 0
         if folders and is_sparse_folder(Path(folders[0])):  # modules.json too
-            importlib.import_module("models.text.sparse_quality").main(argv)
+            importlib.import_module("models.text.quality.sparse").main(argv)
             return 0
         if folders and (
             is_classifier_folder(Path(folders[0])) or is_causal_reranker_folder(Path(folders[0]))
         ):
-            importlib.import_module("models.text.classifier_quality").main(argv)
+            importlib.import_module("models.text.quality.classifier").main(argv)
             return 0
         if folders and is_text_folder(Path(folders[0])):
-            importlib.import_module("models.text.quality").main(argv)
+            importlib.import_module("models.text.quality.embedding").main(argv)
             return 0
         if folders and is_forecast_folder(Path(folders[0])):
-            importlib.import_module("models.training.hf_evaluate").main(argv)
+            importlib.import_module("models.training.evaluate.hf").main(argv)
             return 0
     importlib.import_module(f"models.training.informer_{name}").main(argv)
     return 0

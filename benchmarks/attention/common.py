@@ -103,7 +103,7 @@ def _free_attention(
 @contextmanager
 def attention_replaced(module: ModuleType, stub: bool) -> Iterator[None]:
     """Inside the block, every attention layer that calls ``module.attend`` (the Informer's
-    ``models.informer.layers``, the text models' ``models.text.bert``) gets the free stub when
+    ``models.informer.layers``, the text models' ``models.text.network.bert``) gets the free stub when
     ``stub``: the attention-free floor no backend can go below."""
     real = module.attend
     module.attend = _free_attention if stub else real  # type: ignore[attr-defined]

@@ -18,7 +18,7 @@ from pathlib import Path
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report, destination
 from models.quality_file import backends_of
-from models.training.informer_evaluate import evaluate_checkpoint
+from models.training.evaluate.informer import evaluate_checkpoint
 from models.training.informer_fit import STATE_FILE
 from models.training.informer_train import main as train
 

@@ -14,7 +14,7 @@ import httpx
 import numpy as np
 
 from models.informer.timefeatures import format_timestamps
-from models.training.source import source_of
+from models.training.data.source import source_of
 
 # How a history travels (the API's forms): one list per step with timestamps, one list per
 # channel with the first timestamp or with every timestamp, or each channel's little-endian

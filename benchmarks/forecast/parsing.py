@@ -29,8 +29,8 @@ from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.timing import median_ms
 from models.informer import InformerForecaster
 from models.informer.timefeatures import format_timestamps
-from models.training.data import data_dir
-from models.training.table import load_series_csv
+from models.training.data.ett import data_dir
+from models.training.data.table import load_series_csv
 from service.http.schemas.forecast import ForecastRequest
 
 # The table's payload labels and the request form each one is (benchmarks.forecast.common).

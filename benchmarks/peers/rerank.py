@@ -40,7 +40,7 @@ from benchmarks.peers.servers import (
     infinity_v2,
     peers_app,
 )
-from models.text.packaged import build_folder
+from models.text.folders.packaged import build_folder
 
 # ----------------------------------------------------------------------------- the workload
 
@@ -74,7 +74,7 @@ def rerank_requests(folder: Path, count: int = REQUESTS, docs: int = DOCS) -> li
     """``count`` requests of one query and ``docs`` documents each, deterministic."""
     from transformers import AutoTokenizer
 
-    from models.text.corpus import stdlib_docstrings
+    from models.text.quality.corpus import stdlib_docstrings
 
     texts = stdlib_docstrings()
     queries = [t.splitlines()[0][:120] for t in texts if 4 <= len(t.split()) < 20]

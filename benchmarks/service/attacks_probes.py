@@ -61,7 +61,7 @@ def cjk_body() -> bytes:
 
 def token_listing_body(texts: int = 10, words: int = 2000) -> bytes:
     """TEI's ``/tokenize`` of ``texts`` texts of ``words`` words (stdlib docstrings)."""
-    from models.text.corpus import word_windows
+    from models.text.quality.corpus import word_windows
 
     return json.dumps({"inputs": word_windows(texts, words)}).encode()
 

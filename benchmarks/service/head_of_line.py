@@ -43,9 +43,9 @@ SMALL = "how do I open a file?"
 def long_texts(rows: int = ROWS, tokens: int = TOKENS) -> list[str]:
     """``rows`` distinct stdlib-docstring texts that are each at least ``tokens`` tokens long
     ([CLS]/[SEP] included), so ``truncate`` makes every row exactly ``tokens``."""
-    from models.text.corpus import word_windows
-    from models.text.tokenizer import TextTokenizer
-    from models.text.weights import model_dir
+    from models.text.folders.weights import model_dir
+    from models.text.quality.corpus import word_windows
+    from models.text.tokens.tokenizer import TextTokenizer
 
     texts = word_windows(rows, 2 * tokens)
     counts = TextTokenizer(model_dir() / "tokenizer.json", 512).count(texts)

@@ -12,7 +12,7 @@ from benchmarks.harness.load import HOST, build_request
 
 def short_texts(n: int) -> list[str]:
     """``n`` texts of 8 to 24 words."""
-    from models.text.corpus import word_windows
+    from models.text.quality.corpus import word_windows
 
     pool = word_windows(n, 24)
     return [" ".join(t.split()[: 8 + (i * 7) % 17]) for i, t in enumerate(pool)]
@@ -20,7 +20,7 @@ def short_texts(n: int) -> list[str]:
 
 def etth1_windows(context: int, n: int) -> list[dict[str, Any]]:
     """``n`` test-split histories of ``context`` rows (as request ``series`` items)."""
-    from models.training.data import SPLIT_BORDERS, load_etth1
+    from models.training.data.ett import SPLIT_BORDERS, load_etth1
 
     index, values = load_etth1()
     start, end = SPLIT_BORDERS["test"]

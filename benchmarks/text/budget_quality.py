@@ -30,8 +30,8 @@ from benchmarks.harness.timing import median_ms
 from models.attention import BACKENDS, AttentionError, attend, get_backend
 from models.names import TEXT_MODEL
 from models.text import SentenceEncoder
-from models.text.corpus import length_spread
-from models.text.packaged import PACKAGED, packaged_folder
+from models.text.folders.packaged import PACKAGED, packaged_folder
+from models.text.quality.corpus import length_spread
 from tests.attention_inputs import structured_qkv
 
 OUT = RESULTS / "budget-quality-cpu.md"

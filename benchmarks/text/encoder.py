@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.text.encoder [--repeats 3] [--backends flash full]
 
-Two workloads from the stdlib-docstring corpus (``models.text.corpus.word_windows``): 1024 texts
+Two workloads from the stdlib-docstring corpus (``models.text.quality.corpus.word_windows``): 1024 texts
 of 20 words and 64 texts of 200 words. Every encoder sees the same texts, batch size 32 and the
 same ``torch`` thread count, in one process; each timing is the best of ``--repeats`` full passes
 after one warm-up pass, the contenders interleaved pass by pass (best-of and interleaved, because
@@ -25,8 +25,8 @@ from benchmarks.harness import cli
 from benchmarks.harness.report import table
 from benchmarks.harness.timing import alternating
 from models.text import SentenceEncoder
-from models.text.corpus import word_windows
-from models.text.weights import model_dir
+from models.text.folders.weights import model_dir
+from models.text.quality.corpus import word_windows
 
 WORKLOADS = {"20 words": (1024, 20), "200 words": (64, 200)}
 BATCH_SIZE = 32

@@ -1,4 +1,4 @@
-"""Eager linear layers against oneDNN's fused ones, per row count (``models/text/fused_linear.py``).
+"""Eager linear layers against oneDNN's fused ones, per row count (``models/text/network/fused_linear.py``).
 
     .venv/bin/python -m benchmarks.text.fused_linear [--threads 1 2] [--out benchmarks/results/fused-linear-cpu.md]
 

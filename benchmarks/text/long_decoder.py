@@ -50,8 +50,8 @@ from benchmarks.text.long_document_speed import (
     text_of,
 )
 from models.attention import BACKENDS, get_backend
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import model_dir
+from models.text.folders.weights import model_dir
+from models.text.tokens.tokenizer import TextTokenizer
 
 MODEL = "Qwen3-Embedding-0.6B's shape (last-token pooling)"
 SHAPE: dict[str, Any] = {

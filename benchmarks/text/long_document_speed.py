@@ -48,10 +48,10 @@ from benchmarks.harness.host import load_average
 from benchmarks.harness.report import RESULTS, Report, figure, log_axes, write_json
 from benchmarks.harness.report import table as md_table
 from models.attention import BACKENDS
-from models.text import bert
-from models.text.corpus import word_windows
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import model_dir
+from models.text.folders.weights import model_dir
+from models.text.network import bert
+from models.text.quality.corpus import word_windows
+from models.text.tokens.tokenizer import TextTokenizer
 
 FLOOR = "no attention (floor)"
 WARM_TOKENS = 256  # each row's first request, unmeasured

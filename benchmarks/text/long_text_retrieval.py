@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.text.long_text_retrieval [--documents 60] [--model all-MiniLM-L6-v2]
 
 Documents: standard-library modules, each all its docstrings in source order
-(:func:`models.text.corpus.module_documents`), kept when they run 2x to 12x the model's token
+(:func:`models.text.quality.corpus.module_documents`), kept when they run 2x to 12x the model's token
 limit. Queries: from each document, the first sentence of one docstring that starts inside the
 first window (``early``) and one that starts past the limit (``late``, which truncation never
 reads). Each query is scored against every document by cosine; the table gives recall@1 and
@@ -23,8 +23,8 @@ import torch
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, Report, write_json
 from models.text import SentenceEncoder
-from models.text.corpus import module_documents
-from models.text.packaged import PACKAGED, packaged_folder
+from models.text.folders.packaged import PACKAGED, packaged_folder
+from models.text.quality.corpus import module_documents
 
 MIN_QUERY_WORDS = 6
 

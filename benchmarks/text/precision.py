@@ -3,7 +3,7 @@ int8 (with different layers kept in float), and the shipped Informers in bfloat1
 
     .venv/bin/python -m benchmarks.text.precision [--rounds 5] [--threads 2] [--write]
 
-Text: stdlib docstrings (``models.text.corpus``, cut at 256 tokens) embedded with ``flash`` at
+Text: stdlib docstrings (``models.text.quality.corpus``, cut at 256 tokens) embedded with ``flash`` at
 batch 32 and at batch 1, each configuration timed once per round in rotation (A, B, C, A, B, C,
 ...), since other processes share this CPU: the median and the best round in texts/s, and the
 speed-up over float32 by both. Quality: min and mean cosine of each text's embedding to float32's.
@@ -30,12 +30,12 @@ from benchmarks.harness.report import RESULTS, Report, table
 from benchmarks.harness.timing import Timed, alternating
 from models.precision import int8_engine, native_bf16
 from models.text import SentenceEncoder
-from models.text.corpus import stdlib_docstrings
+from models.text.quality.corpus import stdlib_docstrings
 
 OUT = RESULTS / "precision-cpu.md"
 BATCH = 32
 # int8 configurations: SmoothQuant-calibrated (the served default) or plain, and linear layers
-# left in float32 (regular expressions over the module names of models.text.bert:
+# left in float32 (regular expressions over the module names of models.text.network.bert:
 # layers.<i>.qkv / attn_out / ffn_in / ffn_out).
 INT8: dict[str, tuple[tuple[str, ...], bool | tuple[str, ...]]] = {
     "int8 (smoothed, every linear; served)": ((), True),
@@ -109,9 +109,9 @@ def forecast_table(stride_long: int, names: list[str] | None, limit: int | None 
 
     from models.informer import InformerForecaster
     from models.informer.checkpoint import shipped_dirs
-    from models.training.data import WindowDataset
-    from models.training.metrics import evaluate_loader
-    from models.training.source import source_of
+    from models.training.data.ett import WindowDataset
+    from models.training.data.source import source_of
+    from models.training.evaluate.metrics import evaluate_loader
 
     cells = []
     for name in names or list(shipped_dirs()):

@@ -8,12 +8,12 @@ beside the all-MiniLM-L6-v2 tokenizer (nothing is downloaded) and loaded as a
 :class:`~models.text.classifier.TextClassifier`.
 
 Speed: one ``(query, document)`` pair of 8,192 tokens (shipped docstrings,
-:func:`models.text.classifier_quality.fit_pair`), one :meth:`TextClassifier.logits` call per
+:func:`models.text.quality.classifier.fit_pair`), one :meth:`TextClassifier.logits` call per
 backend, each backend once per round in alternating order (forward, then backward), so a slow
 spell of a shared machine hits every row alike: median milliseconds per pair and the speed-up over
 ``flash``. ``full`` is skipped past ``--full-max`` tokens (its ``[12, n, n]`` score matrices).
 
-Quality: :func:`models.text.classifier_quality.measure` on pairs in a few long bands (257-512,
+Quality: :func:`models.text.quality.classifier.measure` on pairs in a few long bands (257-512,
 1,025-2,048, 4,097-8,192 tokens by default), every backend's Kendall tau-b and NDCG@10 against
 ``flash`` (exact, the reference past 512 tokens), on ``--quality-layers`` layers (global attention
 on every third, as at full depth) to stay within minutes on a small CPU. With random weights these
@@ -45,8 +45,8 @@ from benchmarks.text.long_document_speed import CAPACITY_MODEL, LONG_REQUESTS, S
 from models.attention import BACKENDS as REGISTERED
 from models.quality_file import backends_of
 from models.text.classifier import TextClassifier
-from models.text.classifier_quality import fit_pair, measure, query_of
-from models.text.corpus import stdlib_docstrings, word_windows
+from models.text.quality.classifier import fit_pair, measure, query_of
+from models.text.quality.corpus import stdlib_docstrings, word_windows
 
 # Every registered backend, flash (the reference) first and full (skipped at length) last.
 BACKENDS = ("flash", *(b for b in REGISTERED if b not in ("flash", "full")), "full")

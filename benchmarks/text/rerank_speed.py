@@ -29,8 +29,8 @@ from benchmarks.harness import cli
 from benchmarks.harness.report import Report
 from benchmarks.harness.timing import alternating
 from models.text.classifier import TextClassifier
-from models.text.corpus import stdlib_docstrings
-from models.text.weights import model_dir
+from models.text.folders.weights import model_dir
+from models.text.quality.corpus import stdlib_docstrings
 
 MAX_TOKENS = 256
 BATCH_SIZE = 32

@@ -81,7 +81,7 @@ def measure(threads: str, seconds: float) -> dict[str, float]:
     import torch
 
     from models.text import SentenceEncoder
-    from models.text.corpus import word_windows
+    from models.text.quality.corpus import word_windows
     from service.engine.batching.cpus import torch_threads_default
 
     if threads == "auto":

@@ -1,5 +1,5 @@
 """Truncating, and refusing over a token cap, 2 MB texts of one script each, per tokenizer
-family: before and after the cut rules of :mod:`models.text.cuts` (issue 50 item 3).
+family: before and after the cut rules of :mod:`models.text.tokens.cuts` (issue 50 item 3).
 
     .venv/bin/python -m benchmarks.text.truncation_scripts --before REV [--out PATH]
 
@@ -58,8 +58,8 @@ def _best(work: Any) -> float:
 
 def measure() -> dict[str, dict[str, float]]:
     """``{"family/script": {"truncate": ms, "cap": ms}}`` for the tree on ``sys.path``."""
-    from models.text.bounded import OverTokenBudget
-    from models.text.pairs import PairTokenizer
+    from models.text.tokens.bounded import OverTokenBudget
+    from models.text.tokens.pairs import PairTokenizer
     from tests.utils.tiny_tokenizers import save_tokenizer
 
     out: dict[str, dict[str, float]] = {}
@@ -140,7 +140,7 @@ def main() -> None:
         "max_tokens=2000)` (a windows request over its budget; WordPiece makes one `[UNK]` of "
         "a word without spaces, so its Thai and one-word texts are 3 tokens and not refused).",
         f"`before`: {args.before} ({rev}: one boundary, U+0020 after a letter or digit); "
-        "`after`: this checkout (the cut rules of `models/text/cuts.py`).",
+        "`after`: this checkout (the cut rules of `models/text/tokens/cuts.py`).",
         "",
         "| family | script | truncate before → after ms | cap before → after ms |",
         "|---|---|---|---|",

@@ -3,7 +3,7 @@
 served with our attention backends swapped in per request (:mod:`.bridge`). Loader:
 :mod:`.folder` (recognise the folder, read its ``attnserve.json``) and
 :meth:`HFForecaster.load <models.hf_forecast.forecaster.HFForecaster.load>`. Training and
-evaluation: :mod:`models.training.patchtst_train`, :mod:`models.training.hf_evaluate`.
+evaluation: :mod:`models.training.patchtst_train`, :mod:`models.training.evaluate.hf`.
 
 transformers is imported only when such a folder loads (``pip install 'attnserve[transformers]'``).
 """

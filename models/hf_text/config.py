@@ -4,7 +4,7 @@ Any architecture whose ``AutoModel`` class routes attention through transformers
 interface (``_supports_attention_backend``: Qwen3, Qwen2, Gemma 3, Llama, Mistral, NomicBERT,
 ModernBERT-decoder, ...) can run our backends; one that does not (T5, DeBERTa-v2, ...) computes
 attention in its own code and is refused by name. The fields mirror what the text models read from
-:class:`~models.text.config.BertConfig` (sizes, limits, the card), plus what a decoder adds: key /
+:class:`~models.text.network.config.BertConfig` (sizes, limits, the card), plus what a decoder adds: key /
 value heads (grouped-query attention) and an explicit head width.
 """
 

@@ -26,8 +26,8 @@ from models.attention import BACKENDS, InputSpec
 from models.hf_forecast.bridge import backend_scope, layer_choice, name_layers, use_bridge
 from models.hf_text.config import BackboneConfig, backbone_class
 from models.informer.model import LayerChoice
-from models.text.bert import PackedBatch
-from models.text.pooling import Pooling, pool
+from models.text.network.bert import PackedBatch
+from models.text.network.pooling import Pooling, pool
 
 
 class HFBackbone(nn.Module):

@@ -4,7 +4,7 @@ trainable on any CSV.
 Public surface for the service: :class:`InformerForecaster`, :class:`ForecastWindow`,
 :class:`Forecast`, :func:`shipped_models`. Loader: :mod:`.checkpoint` (``config.json`` +
 ``model.safetensors``). Training: ``attnserve train`` (:mod:`models.training.informer_train`);
-evaluation: ``attnserve evaluate`` (:mod:`models.training.informer_evaluate`).
+evaluation: ``attnserve evaluate`` (:mod:`models.training.evaluate.informer`).
 """
 
 from models.informer.config import PRESETS, InformerConfig, preset

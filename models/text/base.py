@@ -1,6 +1,6 @@
 """``TextModel``: what every text model the service calls shares, whatever its head.
 
-A text model is a BERT-family network (:class:`~models.text.bert.BertEncoder`, one loaded copy of
+A text model is a BERT-family network (:class:`~models.text.network.bert.BertEncoder`, one loaded copy of
 the weights serving every attention backend), a tokenizer and a head on the network's token
 states: pooling for a :class:`~models.text.encoder.SentenceEncoder`, a classification head for a
 :class:`~models.text.classifier.TextClassifier`. This base owns the rest: loading from a folder,
@@ -18,19 +18,19 @@ from typing import Any, ClassVar, Self, cast
 import torch
 from torch import Tensor
 
-import models.text.fused_linear as fused_linear
+import models.text.network.fused_linear as fused_linear
 from models.attention import BACKENDS, AttentionError, InputSpec, get_backend
 from models.errors import ModelInputError
 from models.hf_text.config import BackboneConfig
 from models.precision import convert_network, needs_conversion, precision_of
 from models.quality_file import card_quality
-from models.text.batching import plan_batches, round_up
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.card import load_quality
-from models.text.costs import network_bytes, network_work
-from models.text.folder import TextFolder
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import load_network
+from models.text.folders.embedding import TextFolder
+from models.text.folders.weights import load_network
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.costs import network_bytes, network_work
+from models.text.quality.card import load_quality
+from models.text.tokens.batching import plan_batches, round_up
+from models.text.tokens.tokenizer import TextTokenizer
 
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode (and CrossEncoder.predict) batch size
@@ -317,7 +317,7 @@ class TextModel:
     ) -> int:
         """Estimated peak activation bytes of a forward pass over ``rows`` inputs of up to
         ``length`` tokens: its largest sub-batch (:func:`plan_batches`, as the model cuts them)
-        through the network (:mod:`models.text.memory`), plus the float32 outputs of every row."""
+        through the network (:mod:`models.text.network.memory`), plus the float32 outputs of every row."""
         first = plan_batches(
             [length] * rows, max(1, max_batch_size), max_batch_tokens, PAD_MULTIPLE
         )[0]
@@ -336,7 +336,7 @@ class TextModel:
         self, backend: str, options: Mapping[str, Any] | None, rows: int, length: int
     ) -> float:
         """Flop-equivalents of one forward pass over ``rows`` inputs of up to ``length`` tokens,
-        padded as the model pads them (:func:`models.text.memory.forward_work`)."""
+        padded as the model pads them (:func:`models.text.network.memory.forward_work`)."""
         padded = round_up(length, PAD_MULTIPLE)
         return network_work(self.model, backend, options, rows, padded)
 

@@ -5,7 +5,7 @@ the attention backend chosen per call.
 The backbone is a transformers model run through its attention interface
 (:class:`~models.hf_text.network.HFBackbone`: every layer takes the call's backend in its causal
 form, or exact attention where the backend has none, as :meth:`HFBackbone.plan` says); on top
-sits :class:`~models.text.logit_score.LogitScoreHead`, which applies only the ``lm_head`` rows of
+sits :class:`~models.text.folders.logit_score.LogitScoreHead`, which applies only the ``lm_head`` rows of
 the "yes" and "no" tokens to each pair's last token. Everything else is a
 :class:`~models.text.classifier.TextClassifier` with one label: the same pair tokenizer (the
 tokenizer's pair template, longest-first truncation, long-document windows), the same activation
@@ -19,16 +19,16 @@ from pathlib import Path
 from typing import Any, cast
 
 from models.errors import ModelInputError
-from models.text.chat_pairs import ChatPairs
 from models.text.classifier import TextClassifier
-from models.text.folder import TextFolder
-from models.text.logit_score import (
+from models.text.folders.embedding import TextFolder
+from models.text.folders.logit_score import (
     CausalRerankerFolder,
     LogitScoreHead,
     load_logit_score,
     read_causal_reranker_folder,
 )
-from models.text.pairs import PairRow, PairTokenizer, PairWindows, TextOrPair
+from models.text.tokens.chat_pairs import ChatPairs
+from models.text.tokens.pairs import PairRow, PairTokenizer, PairWindows, TextOrPair
 
 
 class PromptedPairTokenizer(PairTokenizer):
@@ -78,7 +78,7 @@ class PromptedPairTokenizer(PairTokenizer):
 class CausalReranker(TextClassifier):
     """Relevance scores of ``(query, document)`` pairs from a causal LM's next-token logits.
 
-    Build with :meth:`from_folder` (:func:`~models.text.logit_score.read_causal_reranker_folder`);
+    Build with :meth:`from_folder` (:func:`~models.text.folders.logit_score.read_causal_reranker_folder`);
     then ``predict(pairs, backend)`` gives ``CrossEncoder.predict``'s scores ``[n, 1]``.
     """
 

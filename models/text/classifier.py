@@ -1,9 +1,9 @@
 """``TextClassifier``: a cross-encoder (reranker) or sequence classifier from a user's folder,
 with the attention backend chosen per call.
 
-The encoder is the same :class:`~models.text.bert.BertEncoder` the sentence encoders run (one
+The encoder is the same :class:`~models.text.network.bert.BertEncoder` the sentence encoders run (one
 loaded copy of the weights serves every backend); on top sits the architecture's own
-classification head (:mod:`models.text.heads`). A reranker is a classifier with one logit:
+classification head (:mod:`models.text.network.heads`). A reranker is a classifier with one logit:
 ``(query, document)`` pairs in, a relevance score out, as sentence-transformers'
 ``CrossEncoder.predict`` computes it (its activation; raw logits on request).
 """
@@ -17,13 +17,13 @@ from typing import Any
 import torch
 from torch import Tensor
 
-import models.text.serial as serial
+import models.text.network.serial as serial
 from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, TextModel
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.classifier_folder import ClassifierFolder, read_classifier_folder
-from models.text.folder import TextFolder
-from models.text.heads import ClassificationHead, load_head
-from models.text.pairs import PairRow, PairTokenizer, TextOrPair
+from models.text.folders.classifier import ClassifierFolder, read_classifier_folder
+from models.text.folders.embedding import TextFolder
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.heads import ClassificationHead, load_head
+from models.text.tokens.pairs import PairRow, PairTokenizer, TextOrPair
 
 # Calibration pairs per word-count bin of the shipped corpus for int8 (as the sentence
 # encoders' INT8_CALIBRATION_PER_BIN): each text paired with one from the other end.
@@ -63,7 +63,7 @@ class TextClassifier(TextModel):
     :class:`TextModel` whose head is the architecture's classification head (float32).
 
     Build with :meth:`from_folder` (a cross-encoder or ``...ForSequenceClassification``
-    folder, :mod:`models.text.classifier_folder`); then
+    folder, :mod:`models.text.folders.classifier`); then
     ``logits(classifier.tokenize(inputs), backend)``.
 
     Args:
@@ -147,7 +147,7 @@ class TextClassifier(TextModel):
     def _calibrate(self, network: BertEncoder) -> None:
         """Score :data:`INT8_CALIBRATION_PER_BIN` pairs of shipped texts per length band with
         ``network``."""
-        from models.text.corpus import length_spread
+        from models.text.quality.corpus import length_spread
 
         texts = length_spread(INT8_CALIBRATION_PER_BIN)
         pairs = [(texts[i], texts[-1 - i]) for i in range(len(texts))]

@@ -2,7 +2,7 @@
 
 The shipped all-MiniLM-L6-v2 (:meth:`SentenceEncoder.load`) and a user's sentence-transformers or
 transformers folder (:meth:`SentenceEncoder.from_folder`) load through the same path
-(:mod:`models.text.folder`, :mod:`models.text.weights`). One loaded copy of the weights serves
+(:mod:`models.text.folders.embedding`, :mod:`models.text.folders.weights`). One loaded copy of the weights serves
 every attention backend; the backend and its options are chosen per call. Output matches
 sentence-transformers' pipeline (Transformer -> Pooling -> Normalize) for the exact backends (see
 ``tests/unit/test_text_encoder.py`` and ``tests/unit/test_text_folders.py``).
@@ -18,23 +18,23 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-import models.text.windows as windows
+import models.text.tokens.windows as windows
 from models.compile import compile_forward
 from models.names import TEXT_MODEL
 from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, TextModel
-from models.text.batching import round_up
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.card import QUALITY_FILE
-from models.text.dense import DenseLayer, describe_dense, read_dense_stack
-from models.text.folder import TextFolder, read_text_folder
+from models.text.folders.embedding import TextFolder, read_text_folder
+from models.text.folders.weights import model_dir
 from models.text.matryoshka import Shortening, read_shortening
-from models.text.prompts import PromptedText
-from models.text.tokenizer import TextTokenizer, with_prompt
-from models.text.weights import model_dir
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.dense import DenseLayer, describe_dense, read_dense_stack
+from models.text.quality.card import QUALITY_FILE
+from models.text.tokens.batching import round_up
+from models.text.tokens.prompts import PromptedText
+from models.text.tokens.tokenizer import TextTokenizer, with_prompt
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
 HARD_MAX_TOKENS = 512  # rows in its position-embedding table
-# Calibration texts per word-count bin of the shipped corpus (models.text.corpus.length_spread)
+# Calibration texts per word-count bin of the shipped corpus (models.text.quality.corpus.length_spread)
 # for int8: every length band, a second or two of float32 work per model.
 INT8_CALIBRATION_PER_BIN = 16
 
@@ -44,7 +44,7 @@ class SentenceEncoder(TextModel, PromptedText):
     pools the token states (``model.pooling``) into one vector per text.
 
     Build with :meth:`load` (the shipped all-MiniLM-L6-v2) or :meth:`from_folder` (a
-    sentence-transformers or transformers folder, :mod:`models.text.folder`); then
+    sentence-transformers or transformers folder, :mod:`models.text.folders.embedding`); then
     ``encode(texts, backend=...)`` or, for callers that tokenize up front (a batcher counting
     tokens), ``tokenize`` + ``embed``.
 
@@ -61,7 +61,7 @@ class SentenceEncoder(TextModel, PromptedText):
         default_max_tokens: the folder's own ``max_seq_length`` (``max_tokens`` overrides it).
         shortening: whether the model was trained for shorter embeddings (its folder's card).
         precision: the precision ``model`` was converted to (:class:`TextModel`).
-        dense: the folder's ``Dense`` modules after pooling (:mod:`models.text.dense`), run in
+        dense: the folder's ``Dense`` modules after pooling (:mod:`models.text.network.dense`), run in
             float32 on the pooled vectors.
     """
 
@@ -181,7 +181,7 @@ class SentenceEncoder(TextModel, PromptedText):
     def _calibrate(self, network: BertEncoder) -> None:
         """Embed :data:`INT8_CALIBRATION_PER_BIN` shipped texts per length band with
         ``network``."""
-        from models.text.corpus import length_spread
+        from models.text.quality.corpus import length_spread
 
         twin = self._with_network(network, self.precision)
         ids = self.tokenize(length_spread(INT8_CALIBRATION_PER_BIN), truncate=True)
@@ -298,8 +298,8 @@ class SentenceEncoder(TextModel, PromptedText):
         self, texts: list[str], prompt_name: str | None = None, max_tokens: int | None = None
     ) -> windows.Windowed:
         """Rows for ``texts`` with every text over ``max_tokens`` cut into overlapping windows,
-        each carrying the special tokens and the prompt (:mod:`models.text.windows`).
-        ``max_tokens``: raise :class:`~models.text.bounded.OverTokenBudget` once the texts
+        each carrying the special tokens and the prompt (:mod:`models.text.tokens.windows`).
+        ``max_tokens``: raise :class:`~models.text.tokens.bounded.OverTokenBudget` once the texts
         hold more (:meth:`TextTokenizer.with_special_mask`), tokenising about that much."""
         prompt = self.prompt(prompt_name)
         keep = 0

@@ -6,7 +6,7 @@ its tokens and scores a query against a document by MaxSim (:mod:`models.text.ma
 ColBERTv2 (Santhanam et al., NAACL 2022) keeps the same encoder. This is sentence-transformers
 6's ``MultiVectorEncoder`` on our own BERT-family network (one loaded copy of the weights serves
 every attention backend, chosen per call), read from its folder
-(:mod:`models.text.multi_vector_folder`):
+(:mod:`models.text.folders.multi_vector`):
 
 1. the text, with the side's prompt (``[Q] ``/``[D] `` markers are prompts), is tokenized at the
    side's limit (``query_length`` / ``document_length`` / ``max_seq_length``);
@@ -36,14 +36,14 @@ from torch import Tensor, nn
 from models.attention import AttentionError
 from models.errors import ModelInputError
 from models.text.base import DEFAULT_ATTENTION, PAD_MULTIPLE, TextModel
-from models.text.batching import round_up
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.dense import DenseLayer, describe_dense, read_dense
-from models.text.folder import TextFolder
+from models.text.folders.embedding import TextFolder
+from models.text.folders.multi_vector import MultiVectorFolder, read_multi_vector_folder
 from models.text.maxsim import maxsim_scores
-from models.text.multi_vector_folder import MultiVectorFolder, read_multi_vector_folder
-from models.text.prompts import PromptedText
-from models.text.tokenizer import TextTokenizer, with_prompt
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.dense import DenseLayer, describe_dense, read_dense
+from models.text.tokens.batching import round_up
+from models.text.tokens.prompts import PromptedText
+from models.text.tokens.tokenizer import TextTokenizer, with_prompt
 
 SIDES = ("query", "document", "none")
 INT8_CALIBRATION_PER_BIN = 16  # as the sentence encoders'
@@ -162,7 +162,7 @@ class MultiVectorModel(TextModel, PromptedText):
         )
 
     def _calibrate(self, network: BertEncoder) -> None:
-        from models.text.corpus import length_spread
+        from models.text.quality.corpus import length_spread
 
         twin = self._with_network(network, self.precision)
         twin.encode(

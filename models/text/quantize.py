@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.text.corpus import stdlib_docstrings
 from models.text.matryoshka import shorten
+from models.text.quality.corpus import stdlib_docstrings
 
 PRECISIONS = ("int8", "uint8", "binary", "ubinary")
 SCALAR = ("int8", "uint8")

@@ -1,12 +1,12 @@
 """``SparseEncoder``: SPLADE sparse lexical vectors with a per-call attention backend.
 
 SPLADE (Formal et al., SIGIR 2021; SPLADE v2, arXiv:2109.10086, 2021): our BERT-family encoder
-(:class:`~models.text.bert.BertEncoder`, one loaded copy of the weights serving every attention
-backend), its masked-language-model head (:mod:`models.text.mlm_head`) and SPLADE pooling of
+(:class:`~models.text.network.bert.BertEncoder`, one loaded copy of the weights serving every attention
+backend), its masked-language-model head (:mod:`models.text.network.mlm_head`) and SPLADE pooling of
 the vocabulary logits (:mod:`models.text.splade`): one weight per vocabulary entry, most of
 them zero. The inference-free form (Geng et al., arXiv:2411.04403, 2024) routes one kind of
 text (usually queries) through fixed per-token weights instead, with no network at all; which
-route a text takes follows sentence-transformers' Router (:mod:`models.text.sparse_folder`).
+route a text takes follows sentence-transformers' Router (:mod:`models.text.folders.sparse`).
 
 Output matches sentence-transformers' ``SparseEncoder.encode`` / ``encode_query`` /
 ``encode_document`` for the exact backends (``tests/unit/test_sparse_encoder.py``).
@@ -24,12 +24,10 @@ from torch import Tensor
 
 from models.errors import ModelInputError
 from models.text.base import DEFAULT_ATTENTION, MAX_BATCH_SIZE, PAD_MULTIPLE, TextModel
-from models.text.batching import round_up
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.folder import TextFolder, read_optional_json
-from models.text.mlm_head import MLMHead, MLMHeadSpec, load_mlm_head
-from models.text.prompts import TASK_PROMPTS, PromptedText
-from models.text.sparse_folder import MLM, STATIC, SparseFolder, read_sparse_folder
+from models.text.folders.embedding import TextFolder, read_optional_json
+from models.text.folders.sparse import MLM, STATIC, SparseFolder, read_sparse_folder
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.mlm_head import MLMHead, MLMHeadSpec, load_mlm_head
 from models.text.splade import (
     LOGIT_CHUNK_TOKENS,
     keep_largest,
@@ -37,7 +35,9 @@ from models.text.splade import (
     splade_pool,
     static_vectors,
 )
-from models.text.tokenizer import TextTokenizer, with_prompt
+from models.text.tokens.batching import round_up
+from models.text.tokens.prompts import TASK_PROMPTS, PromptedText
+from models.text.tokens.tokenizer import TextTokenizer, with_prompt
 
 Entries = tuple[list[int], list[float]]  # a sparse vector: indices (ascending), their values
 # A tokenizer_config.json model_max_length at or above this means "no limit".
@@ -151,7 +151,7 @@ class SparseEncoder(TextModel, PromptedText):
 
     def _calibrate(self, network: BertEncoder) -> None:
         """Encode shipped texts of every length band with ``network`` (int8 calibration)."""
-        from models.text.corpus import length_spread
+        from models.text.quality.corpus import length_spread
 
         twin = self._with_network(network, self.precision)
         rows = twin.tokenize(length_spread(8), truncate=True)

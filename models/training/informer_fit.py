@@ -23,8 +23,8 @@ from tqdm import tqdm
 
 from models.informer.checkpoint import count_parameters
 from models.informer.model import Informer
-from models.training.data import WindowDataset, decoder_input
-from models.training.metrics import evaluate_loader
+from models.training.data.ett import WindowDataset, decoder_input
+from models.training.evaluate.metrics import evaluate_loader
 
 # Per-epoch state for --resume (also after a finished run, to train on for more epochs); never
 # served or shipped.

@@ -1,7 +1,7 @@
 """``attnserve train``: fit an Informer-family forecaster on any CSV and write a checkpoint folder.
 
 Data: a CSV with a date column and value columns (all others by default), read and checked by
-:mod:`models.training.table`; split by ratios, explicit row borders or a named preset (the ETT
+:mod:`models.training.data.table`; split by ratios, explicit row borders or a named preset (the ETT
 12/4/4-month protocol). Protocol after Zhou et al. 2021 / Informer2020 ``exp/exp_informer.py``:
 scaler fit on train rows, MSE loss on scaled data, Adam, the learning rate halved after every
 epoch (``lradj='type1'``; ``--lr-decay`` changes the factor), early stopping on the validation loss, the best-validation weights
@@ -30,13 +30,13 @@ from models.informer.checkpoint import count_parameters, save_checkpoint
 from models.informer.config import PRESETS, InformerConfig, preset
 from models.informer.model import Informer
 from models.informer.timefeatures import feature_names
-from models.training.csv_file import DataError
-from models.training.data import WindowDataset, etth1_path
+from models.training.data.csv_file import DataError
+from models.training.data.ett import WindowDataset, etth1_path
+from models.training.data.source import DataSource, add_data_arguments, source_from_args
+from models.training.data.splits import make_splits
+from models.training.data.table import SeriesTable
 from models.training.informer_fit import STATE_FILE, fit_model
 from models.training.linear import LinearBaseline
-from models.training.source import DataSource, add_data_arguments, source_from_args
-from models.training.splits import make_splits
-from models.training.table import SeriesTable
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         flush=True,
     )
     if not args.no_evaluate:
-        from models.training.informer_evaluate import evaluate_checkpoint
+        from models.training.evaluate.informer import evaluate_checkpoint
 
         evaluate_checkpoint(out)
     return record

@@ -30,7 +30,7 @@ def sliding_windows(
     values: np.ndarray, context: int, horizon: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """Views ``[w, c, n]`` (history) and ``[w, c, h]`` (target) of every window of ``values``
-    ``[rows, c]``, in the order of :class:`~models.training.data.WindowDataset`."""
+    ``[rows, c]``, in the order of :class:`~models.training.data.ett.WindowDataset`."""
     both = sliding_window_view(values, context + horizon, axis=0)  # [w, c, n + h]
     return both[..., :context], both[..., context:]
 

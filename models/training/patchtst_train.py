@@ -36,9 +36,9 @@ import torch
 from tqdm import tqdm
 
 from models.hf_forecast.folder import SIDECAR, write_sidecar
-from models.training.csv_file import DataError
-from models.training.data import data_dir
-from models.training.source import add_data_arguments, source_from_args
+from models.training.data.csv_file import DataError
+from models.training.data.ett import data_dir
+from models.training.data.source import add_data_arguments, source_from_args
 
 STATE_FILE = "train_state.pt"
 

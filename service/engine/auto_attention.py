@@ -8,7 +8,7 @@ Two ingredients, both measured, none assumed:
   (:meth:`~service.engine.servables.base.ServedModel.quality_losses`): for a forecaster the relative
   test-MSE increase over exact attention (``quality.json``, ``attnserve evaluate --variants``),
   for the encoder ``1 - mean cosine`` to the exact embedding over texts of the request's length
-  (``models/text/quality.json``). Exact backends (``flash``, ``full``) lose nothing; a backend
+  (``models/text/quality/quality.json``). Exact backends (``flash``, ``full``) lose nothing; a backend
   or option set without a figure is never chosen.
 - **cost**: the worker's estimate for *this* request (rows and length) under each candidate,
   from the rates it measured on this device at warm-up, each variant at its own options

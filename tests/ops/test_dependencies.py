@@ -26,7 +26,7 @@ OPTIONAL_MODULES = {
     # Text models on a transformers backbone (LLM embedders, causal-LM rerankers): imported only
     # when such a folder loads, and the refusal names the extra when it is missing.
     ROOT / "models" / "hf_text" / "config.py": "transformers",
-    ROOT / "models" / "text" / "chat_pairs.py": "transformers",
+    ROOT / "models" / "text" / "tokens" / "chat_pairs.py": "transformers",
     # Zero-shot forecasters: TimesFM 2.5 is a transformers class, Chronos-2 the chronos package's;
     # each is imported only when such a folder loads (models/zero_shot/folder.py names the extra).
     ROOT / "models" / "zero_shot" / "timesfm.py": "transformers",

@@ -20,11 +20,11 @@ from models.informer.config import preset
 from models.informer.model import Informer
 from models.informer.scaler import StandardScaler
 from models.text import SentenceEncoder
-from models.text.bert import BertEncoder
-from models.text.config import BertConfig
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import model_dir
-from models.training.data import ETTH1_CHANNELS
+from models.text.folders.weights import model_dir
+from models.text.network.bert import BertEncoder
+from models.text.network.config import BertConfig
+from models.text.tokens.tokenizer import TextTokenizer
+from models.training.data.ett import ETTH1_CHANNELS
 from service.app import create_app
 from service.engine.servables.base import ServedModel
 from service.engine.servables.forecast import ForecastServable

@@ -143,7 +143,7 @@ def test_auto_chooses_among_measured_backends(folder: Path, tmp_path: Path) -> N
 
     from models.quality_file import save_quality
     from models.text import SentenceEncoder
-    from models.text.quality import measure
+    from models.text.quality.embedding import measure
 
     measured = shutil.copytree(folder, tmp_path / "measured-qwen3")
     encoder = SentenceEncoder.from_folder(measured)

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from models.text.tokenizer import MAX_LISTED_TOKENS
+from models.text.tokens.tokenizer import MAX_LISTED_TOKENS
 from tests.service.server_process import ServerProcess
 from tests.utils.informer import tiny_checkpoint
 from tests.utils.large_bodies import Large, Observed, beside, large_requests, percentile

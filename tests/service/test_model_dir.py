@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from safetensors.torch import load_file, save_file
 
 from models.informer import InformerForecaster
-from models.training.data import ETTH1_CHANNELS
+from models.training.data.ett import ETTH1_CHANNELS
 from service.app import create_app
 from service.engine.registry import ModelLoadError, load_servables, model_dir_checkpoints
 from service.engine.servables.forecast import ForecastServable

@@ -1,5 +1,5 @@
 """``attention: "auto"`` for a multi-vector (ColBERT) model: with the folder's ``quality.json``
-written by ``attnserve evaluate`` (:mod:`models.text.multi_vector_quality`), the card shows the
+written by ``attnserve evaluate`` (:mod:`models.text.quality.multi_vector`), the card shows the
 figures and the server picks the fastest backend whose measured ranking loss (1 - Kendall's tau
 of the MaxSim scores) fits the request's budget, on ``/v1/rerank`` and on ``/encode`` alike."""
 

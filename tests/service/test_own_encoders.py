@@ -326,7 +326,7 @@ def test_a_text_folder_in_model_dir_is_served_under_its_name(tmp_path: Path) -> 
 
 
 def test_evaluate_measures_a_folder_so_auto_can_choose_on_it(tmp_path: Path) -> None:
-    from models.text.quality import main as evaluate
+    from models.text.quality.embedding import main as evaluate
 
     folder = save_tiny_encoder(tmp_path / "tiny-long", "modernbert", max_seq_length=128)
     evaluate([str(folder), "--per-bin", "4"])

@@ -11,7 +11,7 @@ import pytest
 
 from models.quality_file import read_quality
 from models.quality_loss import classifier_losses
-from models.text.classifier_quality import main as evaluate
+from models.text.quality.classifier import main as evaluate
 from tests.service.helpers import folders_client
 from tests.utils.tiny_classifiers import DOCUMENTS, QUERIES, save_tiny_classifier
 

@@ -1,5 +1,5 @@
 """``attention: "auto"`` for a SPLADE model: with the folder's ``quality.json`` written by
-``attnserve evaluate`` (:mod:`models.text.sparse_quality`), the card shows the figures and
+``attnserve evaluate`` (:mod:`models.text.quality.sparse`), the card shows the figures and
 ``/embed_sparse`` runs the fastest backend whose measured ranking loss (1 - Kendall's tau of the
 dot-product scores) fits the request's budget; without figures it runs exact attention."""
 

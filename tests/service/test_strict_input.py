@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from models.training.data import ETTH1_CHANNELS
+from models.training.data.ett import ETTH1_CHANNELS
 from tests.service.helpers import TINY_FORECAST, Wrapped, assert_error, hourly_series, make_app
 
 JSON = {"content-type": "application/json"}

@@ -27,7 +27,7 @@ import json, sys
 import service  # sets the cache bounds unless the environment has them
 import torch
 from torch import nn
-from models.text import fused_linear
+from models.text.network import fused_linear
 from service.engine.batching.allocator import trim
 from service.engine.batching.device import proc_status_bytes
 torch.manual_seed(0)

@@ -10,8 +10,8 @@ from models.attention import BACKENDS, AttentionCall, AttentionError, attention_
 from models.informer.config import preset
 from models.informer.memory import forward_work as informer_work
 from models.informer.model import attention_plan
-from models.text.config import BertConfig
-from models.text.memory import forward_work as text_work
+from models.text.network.config import BertConfig
+from models.text.network.memory import forward_work as text_work
 
 
 def call(length: int, b: int = 2, causal: bool = False) -> AttentionCall:

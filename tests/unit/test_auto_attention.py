@@ -10,7 +10,7 @@ import pytest
 
 from models.quality_file import backends_of, read_quality
 from models.quality_loss import embedding_losses, forecast_losses, forecast_variant_losses
-from models.text.card import QUALITY_FILE
+from models.text.quality.card import QUALITY_FILE
 from service.engine.auto_attention import EXACT_BACKENDS, Candidate, Choice, choose
 from service.engine.servables.base import Call
 

@@ -1,4 +1,4 @@
-"""Truncation that tokenises only what it keeps (models/text/bounded.py) keeps exactly the
+"""Truncation that tokenises only what it keeps (models/text/tokens/bounded.py) keeps exactly the
 tokens the tokenizer's own truncation of the whole text keeps, for every tokenizer kind we
 serve, both directions, single texts and pairs; and a long text costs what is kept.
 
@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
-from models.text import pairs as pairs_module
-from models.text.bounded import OverTokenBudget, bounded_reason
-from models.text.pairs import PairTokenizer, longest_first
+from models.text.tokens import pairs as pairs_module
+from models.text.tokens.bounded import OverTokenBudget, bounded_reason
+from models.text.tokens.pairs import PairTokenizer, longest_first
 from tests.utils.tiny_tokenizers import KINDS, save_tokenizer, tokenizer_json
 
 # An odd and an even room for the pair's texts (longest_first splits them differently).
@@ -206,7 +206,7 @@ SCRIPTS = {
     "comma-space": "value, " * 300_000,
     "word": "abcdefghij" * 200_000,
 }
-# Where no cut is proven (models/text/bounded.py): Unigram's suffixes inside a Metaspace piece
+# Where no cut is proven (models/text/tokens/bounded.py): Unigram's suffixes inside a Metaspace piece
 # (the suffix alone would start with a "▁"), so keeping the end of a text without U+0020 after
 # a letter tokenises it whole. (Its prefixes are cut where no vocabulary piece holds the two
 # characters in a row; CJK and Thai, unknown to the tiny vocabulary, are one fused <unk>.
@@ -433,7 +433,7 @@ def test_unigram_cuts_inside_a_piece_keep_the_whole_texts_tokens(text: str, data
     """A head cut leaves a prefix whose tokens start the whole text's (all of them when the
     rule says so); a tail cut falls at white space (its suffix's tokens end the text's) or comes
     with a text that is one unknown run, never inside a piece."""
-    from models.text.cuts import cut_rule
+    from models.text.tokens.cuts import cut_rule
 
     rule = cut_rule(tokenizer_json("unigram"))
     tok = Tokenizer.from_str(tokenizer_json("unigram"))

@@ -13,8 +13,8 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from models.text.classifier import TextClassifier
-from models.text.classifier_folder import is_classifier_folder, read_classifier_folder
-from models.text.folder import is_text_folder
+from models.text.folders.classifier import is_classifier_folder, read_classifier_folder
+from models.text.folders.embedding import is_text_folder
 from tests.utils.tiny_classifiers import save_tiny_classifier
 
 

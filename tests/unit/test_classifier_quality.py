@@ -1,4 +1,4 @@
-"""``attnserve evaluate`` for rerankers and classifiers (:mod:`models.text.classifier_quality`):
+"""``attnserve evaluate`` for rerankers and classifiers (:mod:`models.text.quality.classifier`):
 the rank statistics on hand-worked cases, and the ``quality.json`` it writes for a tiny folder."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 
 from models.attention import BACKENDS
 from models.text.classifier import TextClassifier
-from models.text.classifier_quality import build_corpus, main, measure
-from models.text.ranking import graded_relevance, kendall_tau_b, label_figures, ndcg_at_k
+from models.text.quality.classifier import build_corpus, main, measure
+from models.text.quality.ranking import graded_relevance, kendall_tau_b, label_figures, ndcg_at_k
 from service.cli import main as cli_main
 from tests.utils.tiny_classifiers import save_tiny_classifier
 

@@ -1,6 +1,6 @@
-"""The character classes behind the cut rules (models/text/char_classes.py, cuts.py) agree with what the
+"""The character classes behind the cut rules (models/text/tokens/char_classes.py, cuts.py) agree with what the
 tokenizers library's own normalizers and pre-tokenizers do, character by character: the facts
-the lemma in models/text/bounded.py rests on."""
+the lemma in models/text/tokens/bounded.py rests on."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import unicodedata
 import pytest
 from tokenizers import normalizers, pre_tokenizers
 
-from models.text import char_classes, cuts
+from models.text.tokens import char_classes, cuts
 from tests.utils.tiny_tokenizers import KINDS, tokenizer_json
 
 BMP = [chr(c) for c in range(0x10000) if not 0xD800 <= c < 0xE000]

@@ -12,7 +12,7 @@ import pytest
 
 from models.attention import BACKENDS
 from models.quality_file import backends_of, read_quality
-from models.training.source import DataSource
+from models.training.data.source import DataSource
 from service.cli import main as cli
 from service.engine.registry import load_servables
 from service.engine.servables.base import Call

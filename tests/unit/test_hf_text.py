@@ -184,7 +184,7 @@ def test_bfloat16_copy_runs(folders: dict[str, Path]) -> None:
 def test_quality_command_measures_a_decoder(folders: dict[str, Path]) -> None:
     """``attnserve evaluate``'s measurement on a decoder embedder: the exact and fallback rows
     match the reference, the approximations are measured, not assumed."""
-    from models.text.quality import measure
+    from models.text.quality.embedding import measure
 
     encoder = SentenceEncoder.from_folder(folders["qwen3"])
     result = measure(encoder, per_bin=1, max_tokens=128, only=["flash", "nystrom", "performer"])

@@ -12,8 +12,8 @@ import torch
 from models.attention import BACKENDS
 from models.profiling import allocated_peak
 from models.text import SentenceEncoder
-from models.text.bert import PackedBatch
-from models.text.costs import network_bytes
+from models.text.network.bert import PackedBatch
+from models.text.network.costs import network_bytes
 from tests.utils.tiny_decoders import save_tiny_decoder_encoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")

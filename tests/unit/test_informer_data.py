@@ -23,7 +23,7 @@ from models.informer.timefeatures import (
     step_freq,
     time_features,
 )
-from models.training.data import SPLIT_BORDERS, WindowDataset, data_dir, load_etth1, make_splits
+from models.training.data.ett import SPLIT_BORDERS, WindowDataset, data_dir, load_etth1, make_splits
 from tests.utils.informer import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")

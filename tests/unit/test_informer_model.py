@@ -12,7 +12,7 @@ from models.informer import model as model_module
 from models.informer.config import PRESETS, preset
 from models.informer.layers import DistilLayer
 from models.informer.model import Informer, LayerChoice, attention_plan
-from models.training.data import decoder_input
+from models.training.data.ett import decoder_input
 from tests.utils.informer import random_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -10,8 +10,8 @@ from models.informer import InformerForecaster, shipped_models
 from models.informer.checkpoint import WEIGHTS_DIR, shipped_dirs
 from models.informer.timefeatures import feature_names
 from models.quality_file import backends_of
-from models.training.informer_evaluate import slice_mse
-from models.training.source import source_of
+from models.training.data.source import source_of
+from models.training.evaluate.informer import slice_mse
 from tests.utils.informer import needs_data
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -22,11 +22,11 @@ from models.informer.memory import forward_bytes as informer_bytes
 from models.informer.model import Informer, LayerChoice, attention_plan
 from models.informer.scaler import StandardScaler
 from models.profiling import allocated_peak
-from models.text import fused_linear
-from models.text.bert import BertEncoder, PackedBatch
-from models.text.config import BertConfig
-from models.text.memory import forward_bytes as bert_bytes
-from models.training.data import ETTH1_CHANNELS
+from models.text.network import fused_linear
+from models.text.network.bert import BertEncoder, PackedBatch
+from models.text.network.config import BertConfig
+from models.text.network.memory import forward_bytes as bert_bytes
+from models.training.data.ett import ETTH1_CHANNELS
 from tests.utils.informer import random_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -141,7 +141,7 @@ def test_text_encoder_estimate(minilm_shaped: BertEncoder, backend: str, mixed: 
 
 
 def _random_encoder(raw: dict) -> BertEncoder:
-    from models.text.architectures import read_config
+    from models.text.network.architectures import read_config
 
     with torch.random.fork_rng():  # module set-up runs outside the per-test own_rng
         torch.manual_seed(0)

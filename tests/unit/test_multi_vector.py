@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from models.attention import BACKENDS, AttentionError
+from models.text.folders.multi_vector import is_multi_vector_folder, read_multi_vector_folder
 from models.text.multi_vector import MultiVectorModel
-from models.text.multi_vector_folder import is_multi_vector_folder, read_multi_vector_folder
 from tests.utils.tiny_encoders import ARCHITECTURES
 from tests.utils.tiny_multi_vector import (
     QUERY_EXPANSION,

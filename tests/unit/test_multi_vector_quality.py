@@ -1,4 +1,4 @@
-"""``attnserve evaluate`` of a multi-vector (ColBERT) folder (:mod:`models.text.multi_vector_quality`):
+"""``attnserve evaluate`` of a multi-vector (ColBERT) folder (:mod:`models.text.quality.multi_vector`):
 every backend the model accepts is measured against exact attention by the agreement of its
 MaxSim rankings (Kendall tau, NDCG@10) and the cosine of its token vectors; the exact backends
 lose nothing, an approximation is measured, and ``quality.json`` is written in the folder and
@@ -15,9 +15,9 @@ from models.attention import BACKENDS, AttentionError
 from models.names import DEFAULT_PRECISION
 from models.quality_file import backends_of, read_quality
 from models.quality_loss import classifier_losses
-from models.text.classifier_quality import plan_for
 from models.text.multi_vector import MultiVectorModel
-from models.text.multi_vector_quality import encode_corpus, measure, run
+from models.text.quality.classifier import plan_for
+from models.text.quality.multi_vector import encode_corpus, measure, run
 from service.cli import run_model_tool
 from tests.utils.tiny_multi_vector import VARIANTS, reference_scores, save_tiny_multi_vector
 

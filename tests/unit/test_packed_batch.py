@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from models.attention import attend
-from models.text.bert import PackedBatch
+from models.text.network.bert import PackedBatch
 
 LENGTHS = [5, 2, 7, 1]
 

@@ -12,7 +12,7 @@ from torch import nn
 from models.precision import quantize_int8
 from models.quality_file import measured_precisions
 from models.quality_loss import embedding_losses, forecast_losses
-from models.text import fused_linear
+from models.text.network import fused_linear
 from service.engine.batching.cost import CostModel
 
 OLD_FORECAST = {  # a quality.json written before precisions existed
@@ -100,7 +100,7 @@ def test_cost_model_keeps_a_rate_per_precision() -> None:
 def test_text_quality_measures_each_precision_against_float32_exact() -> None:
     """``attnserve evaluate --precisions`` for a text model: every backend in bfloat16 and int8,
     the reference included, against the float32 exact embedding, read back per precision."""
-    from models.text.quality import measure
+    from models.text.quality.embedding import measure
     from tests.service.helpers import tiny_encoder
 
     encoder = tiny_encoder()

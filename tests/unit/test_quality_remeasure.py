@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from models.quality_file import merge_backends
-from models.text.quality import write_quality
-from models.training.forecast_quality import score_precisions
+from models.text.quality.embedding import write_quality
+from models.training.evaluate.forecast_quality import score_precisions
 
 
 def _section(loss: float) -> dict[str, Any]:
@@ -88,7 +88,7 @@ def test_a_forecaster_run_that_leaves_the_reference_alone_keeps_them(
 
 
 def test_adding_one_backend_keeps_every_other_figure() -> None:
-    """``python -m models.text.quality --backends skyformer``: the new backend's figures join
+    """``python -m models.text.quality.embedding --backends skyformer``: the new backend's figures join
     each precision it measured; nothing else changes, and a different corpus is refused."""
     before = {
         "reference": "full",

@@ -11,8 +11,8 @@ import pytest
 from models.attention import BACKENDS
 from models.hf_forecast.folder import read_sidecar, shipped_folders
 from models.quality_file import backends_of, read_quality
-from models.training.source import DataSource
-from models.training.table import load_series_csv
+from models.training.data.source import DataSource
+from models.training.data.table import load_series_csv
 from service.engine.registry import load_servables
 from service.settings import Settings
 

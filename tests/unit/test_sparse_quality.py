@@ -1,4 +1,4 @@
-"""``attnserve evaluate`` of a SPLADE folder (:mod:`models.text.sparse_quality`): every backend
+"""``attnserve evaluate`` of a SPLADE folder (:mod:`models.text.quality.sparse`): every backend
 the model accepts is measured against exact attention by the agreement of its dot-product
 rankings (Kendall tau, NDCG@10), the top-k overlap and relative L2 error of its vectors; the
 exact backends lose nothing, an approximation is measured, an inference-free folder's static
@@ -16,9 +16,9 @@ from models.attention import BACKENDS, AttentionError
 from models.names import DEFAULT_PRECISION
 from models.quality_file import backends_of, read_quality
 from models.quality_loss import classifier_losses
-from models.text.classifier_quality import plan_for
+from models.text.quality.classifier import plan_for
+from models.text.quality.sparse import encode_corpus, measure, relative_l2, run, top_k_overlap
 from models.text.sparse import SparseEncoder
-from models.text.sparse_quality import encode_corpus, measure, relative_l2, run, top_k_overlap
 from service.cli import run_model_tool
 from tests.utils.tiny_sparse import reference_vectors, save_tiny_inference_free, save_tiny_splade
 

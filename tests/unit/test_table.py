@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from models.training import data
-from models.training.csv_file import DataError
-from models.training.splits import SPLIT_PRESETS, make_splits, split_borders
-from models.training.table import load_series_csv
+from models.training.data import ett as data
+from models.training.data.csv_file import DataError
+from models.training.data.splits import SPLIT_PRESETS, make_splits, split_borders
+from models.training.data.table import load_series_csv
 from tests.utils.informer import needs_data
 
 HEADER = "date,a,b\n"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from models.text.batching import plan_batches, round_up
+from models.text.tokens.batching import plan_batches, round_up
 
 
 def _lengths(seed: int, n: int) -> list[int]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from models.text.card import load_quality
-from models.text.corpus import (
+from models.text.quality.card import load_quality
+from models.text.quality.corpus import (
     WORD_BINS,
     extract_module_documents,
     length_spread,
@@ -16,7 +16,7 @@ from models.text.corpus import (
     stdlib_docstrings,
 )
 
-# What `.venv/bin/python -m models.text.corpus --write ...` gave on CPython 3.11.7.
+# What `.venv/bin/python -m models.text.quality.corpus --write ...` gave on CPython 3.11.7.
 SNAPSHOT_PYTHON = "3.11.7"
 SNAPSHOT_MODULES = 504
 SNAPSHOT_DOCSTRINGS = 7333

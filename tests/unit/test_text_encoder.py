@@ -19,10 +19,11 @@ from tokenizers import Tokenizer
 
 from models.attention import BACKENDS, AttentionError, get_backend
 from models.errors import ModelInputError
-from models.text import SentenceEncoder, fused_linear
-from models.text.bert import PackedBatch
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import model_dir
+from models.text import SentenceEncoder
+from models.text.folders.weights import model_dir
+from models.text.network import fused_linear
+from models.text.network.bert import PackedBatch
+from models.text.tokens.tokenizer import TextTokenizer
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "minilm_reference.json"
 EXACT = [b for b in BACKENDS if get_backend(b).exact]

@@ -17,7 +17,7 @@ import torch
 from safetensors.torch import load_file
 
 from models.text import SentenceEncoder
-from models.text.architectures import KNOWN_HEAD_PREFIXES, read_config
+from models.text.network.architectures import KNOWN_HEAD_PREFIXES, read_config
 from tests.utils.hostile_folders import HOSTILE, PRISTINE_LAYERS, hostile_folder
 from tests.utils.tiny_encoders import (
     SAMPLE_TEXTS,

@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.text import fused_linear
+from models.text.network import fused_linear
 
 needs_onednn = pytest.mark.skipif(
     not fused_linear.ENABLED, reason="torch.ops.mkldnn._linear_pointwise unavailable here"

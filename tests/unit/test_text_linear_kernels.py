@@ -1,4 +1,4 @@
-"""Which kernel each text linear layer runs (models.text.fused_linear), over every input that
+"""Which kernel each text linear layer runs (models.text.network.fused_linear), over every input that
 decides it: the op (plain, GELU, residual), the layer (as loaded, laid out ``[i, o]`` by
 ``prepack``, int8), rows, dtype, threads, autograd, the oneDNN switch and compiling.
 
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from models.text import fused_linear
+from models.text.network import fused_linear
 
 needs_onednn = pytest.mark.skipif(
     not fused_linear.ENABLED, reason="torch.ops.mkldnn._linear_pointwise unavailable here"

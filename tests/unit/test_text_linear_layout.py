@@ -1,5 +1,5 @@
 """Float32 linear weights laid out [i, o] at prepack, and the MKL path for a few rows on one
-thread (models.text.fused_linear): same values, same results as the eager layer."""
+thread (models.text.network.fused_linear): same values, same results as the eager layer."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models.text import fused_linear
+from models.text.network import fused_linear
 
 needs_onednn = pytest.mark.skipif(
     not fused_linear.ENABLED, reason="torch.ops.mkldnn._linear_pointwise unavailable here"

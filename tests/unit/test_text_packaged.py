@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from models.text import SentenceEncoder
-from models.text.corpus import length_spread
-from models.text.packaged import PACKAGED, PackagedModel, packaged_folder
+from models.text.folders.packaged import PACKAGED, PackagedModel, packaged_folder
+from models.text.quality.corpus import length_spread
 from tests.utils.tiny_encoders import min_cosine
 
 NAME = "all-mpnet-base-v2"

@@ -2,10 +2,10 @@
 
 Floors are measurements, not targets: ``cosines_to_reference`` on ``length_spread(2)`` (10 stdlib
 docstrings of 9 to 256 tokens, from the shipped Python 3.11.7 snapshot of
-:mod:`models.text.corpus`, so the same texts on every Python) gave the values in ``MEASURED``;
+:mod:`models.text.quality.corpus`, so the same texts on every Python) gave the values in ``MEASURED``;
 each floor is the measurement minus 0.002 for float rounding across CPUs/BLAS builds. A backend
 that gets worse, or that silently turns exact, fails here. The full measurement over 550 texts is
-``python -m models.text.quality`` (written to ``models/text/quality.json``).
+``python -m models.text.quality.embedding`` (written to ``models/text/quality/quality.json``).
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ import torch
 from models.attention import BACKENDS, get_backend
 from models.quality_file import backends_of
 from models.text import SentenceEncoder
-from models.text.card import load_quality
-from models.text.corpus import length_spread
-from models.text.quality import cosines_to_reference
+from models.text.quality.card import load_quality
+from models.text.quality.corpus import length_spread
+from models.text.quality.embedding import cosines_to_reference
 
 APPROXIMATE = [b for b in BACKENDS if not get_backend(b).exact]
 SUBSET_SHA1 = "a802bd4f5f269abb7300daa0972f5dfec2334e86"

@@ -12,6 +12,7 @@ import torch
 from sentence_transformers import SentenceTransformer, quantize_embeddings
 
 from models.text import SentenceEncoder
+from models.text.folders.weights import model_dir
 from models.text.matryoshka import read_shortening, shorten
 from models.text.quantize import (
     CALIBRATION_TEXTS,
@@ -21,7 +22,6 @@ from models.text.quantize import (
     quantize,
     ranges_of,
 )
-from models.text.weights import model_dir
 from tests.utils.tiny_encoders import save_tiny_encoder
 
 TEXTS = ["a first text", "the second one is longer than the first", "three", "x y z w"]

@@ -1,4 +1,4 @@
-"""Short CPU forwards run on one thread where OpenMP helpers sleep (models.text.serial), and give
+"""Short CPU forwards run on one thread where OpenMP helpers sleep (models.text.network.serial), and give
 the same embeddings as on every thread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from models.text import serial
+from models.text.network import serial
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
 """Texts over the limit embedded as overlapping windows: how they are cut, and how the windows'
-embeddings are merged (``models/text/windows.py``)."""
+embeddings are merged (``models/text/tokens/windows.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from models.errors import ModelInputError
 from models.text import SentenceEncoder
-from models.text.windows import OVERLAP, Windowed, merge, split_texts, window_starts
+from models.text.tokens.windows import OVERLAP, Windowed, merge, split_texts, window_starts
 
 CLS, SEP = 101, 102
 

@@ -1,4 +1,4 @@
-"""The token floor (models/text/token_floor.py) never exceeds the tokenizers library's count,
+"""The token floor (models/text/tokens/token_floor.py) never exceeds the tokenizers library's count,
 for every tokenizer kind we serve and the packaged all-MiniLM-L6-v2, on texts of every script;
 and a windows request far over its token cap is refused without tokenising."""
 
@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
-from models.text.bounded import OverTokenBudget
-from models.text.pairs import PairTokenizer
-from models.text.token_floor import token_floor
+from models.text.tokens.bounded import OverTokenBudget
+from models.text.tokens.pairs import PairTokenizer
+from models.text.tokens.token_floor import token_floor
 from tests.utils.tiny_tokenizers import KINDS, save_tokenizer, tokenizer_json
 
 MINILM = "minilm"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from models.errors import ModelInputError
-from models.text.tokenizer import TextTokenizer
-from models.text.weights import model_dir
+from models.text.folders.weights import model_dir
+from models.text.tokens.tokenizer import TextTokenizer
 
 
 @pytest.fixture(scope="module")

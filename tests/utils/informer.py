@@ -17,7 +17,7 @@ from models.informer.checkpoint import save_checkpoint
 from models.informer.config import preset
 from models.informer.model import Informer
 from models.informer.scaler import StandardScaler
-from models.training.data import DATA_ENV, ETTH1_CHANNELS, decoder_input, etth1_path
+from models.training.data.ett import DATA_ENV, ETTH1_CHANNELS, decoder_input, etth1_path
 
 
 def needs_data(test: Callable[..., Any]) -> Callable[..., Any]:

@@ -37,7 +37,7 @@ EOS = "<|endoftext|>"
 def _tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
-    from models.text.corpus import stdlib_docstrings
+    from models.text.quality.corpus import stdlib_docstrings
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)

@@ -82,7 +82,7 @@ def _tokenizer_json(style: _Style) -> str:
     """A WordPiece tokenizer (``tokenizer.json`` text) trained on stdlib docstrings."""
     from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors, trainers
 
-    from models.text.corpus import stdlib_docstrings
+    from models.text.quality.corpus import stdlib_docstrings
 
     tok = Tokenizer(models.WordPiece(unk_token=style.unk))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)

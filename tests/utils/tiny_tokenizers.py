@@ -33,7 +33,7 @@ def tokenizer_json(kind: str) -> str:
         trainers,
     )
 
-    from models.text.corpus import stdlib_docstrings
+    from models.text.quality.corpus import stdlib_docstrings
 
     corpus = stdlib_docstrings()[:2000]
     if kind == "wordpiece":

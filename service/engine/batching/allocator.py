@@ -3,7 +3,7 @@
 Two things made the resident set creep up under traffic of varied lengths (every padded length
 is a new tensor shape); ``loadtest/soak.py`` measures both.
 
-**Kernel caches.** The fused linear layers (:mod:`models.text.fused_linear`) run oneDNN matmul
+**Kernel caches.** The fused linear layers (:mod:`models.text.network.fused_linear`) run oneDNN matmul
 primitives, and PyTorch's oneDNN glue (ideep) and oneDNN itself each keep up to 1,024 of them,
 one per input shape, with their buffers: resident memory grew by hundreds of MiB before the
 caches filled. :func:`bound_kernel_caches` caps both at :data:`KERNEL_CACHE_CAPACITY` entries

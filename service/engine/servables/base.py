@@ -24,7 +24,7 @@ from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 
 if TYPE_CHECKING:
-    from models.text.tokenizer import Token
+    from models.text.tokens.tokenizer import Token
 
 OptionItems = tuple[tuple[str, Hashable], ...]
 
@@ -74,7 +74,9 @@ class TextInput:
     attention: str | None = None
     attention_options: Mapping[str, Any] = field(default_factory=dict)
     normalize: bool | None = None  # None: as the model does (its Normalize module)
-    long_text: str = "error"  # over the limit: error, truncate or windows (models.text.windows)
+    long_text: str = (
+        "error"  # over the limit: error, truncate or windows (models.text.tokens.windows)
+    )
     cut_start: bool = False  # truncate: drop a long text's first tokens rather than its last
     dimensions: int | None = None  # keep the first dimensions components (renormalised)
     max_quality_loss: float | None = None  # with attention "auto" (service.engine.auto_attention)
@@ -146,7 +148,7 @@ class Checked:
         token_cap: set by the engine from the compute budget: the most tokens a text request
             cut into windows may hold (:func:`~service.engine.batching.admission.window_token_cap`);
             a text model stops tokenising past it and raises
-            :class:`~models.text.bounded.OverTokenBudget`. None: no bound.
+            :class:`~models.text.tokens.bounded.OverTokenBudget`. None: no bound.
     """
 
     call: Call

@@ -18,7 +18,7 @@ import torch
 from models.errors import ModelInputError
 from models.quality_loss import classifier_losses
 from models.text.classifier import TextClassifier, activate
-from models.text.tokenizer import Token
+from models.text.tokens.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, ClassifyInput, OptionItems, Work
 

@@ -14,9 +14,8 @@ import torch
 
 from models.errors import ModelInputError
 from models.quality_loss import embedding_losses
-from models.text import SentenceEncoder, windows
+from models.text import SentenceEncoder
 from models.text.matryoshka import shorten
-from models.text.prompts import TASK_PROMPTS
 from models.text.quantize import (
     CALIBRATION_TEXTS,
     CALIBRATION_WORDS,
@@ -26,7 +25,9 @@ from models.text.quantize import (
     calibration_texts,
     quantize,
 )
-from models.text.tokenizer import Token
+from models.text.tokens import windows
+from models.text.tokens.prompts import TASK_PROMPTS
+from models.text.tokens.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Checked, OptionItems, TextCall, TextInput, Work
 

@@ -19,7 +19,7 @@ from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import classifier_losses
 from models.text.multi_vector import MultiVectorModel, VectorRow
-from models.text.tokenizer import Token
+from models.text.tokens.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, ClassifyInput, OptionItems, TextInput, Work
 from service.engine.servables.embed import TOKEN_OUTPUT_VALUES
@@ -159,7 +159,7 @@ class MultiVectors:
         self, quality: Mapping[str, Any], length: int, precision: str
     ) -> dict[str, tuple[float, dict[str, Any]]]:
         """1 - Kendall's tau of the MaxSim scores to exact attention's, per backend, in the
-        band holding ``length`` (``attnserve evaluate``: :mod:`models.text.multi_vector_quality`)."""
+        band holding ``length`` (``attnserve evaluate``: :mod:`models.text.quality.multi_vector`)."""
         return classifier_losses(quality, length, precision)
 
     def sample_rows(self, document: str, count: int, tokens: int) -> list[VectorRow]:
@@ -201,7 +201,7 @@ class MultiVectorServable(TextServable):
     @property
     def quality_task(self) -> str:
         """``multi_vector``: ``auto`` budgets the ranking loss its ``quality.json`` measures
-        (:mod:`models.text.multi_vector_quality`), not an embedding's cosine."""
+        (:mod:`models.text.quality.multi_vector`), not an embedding's cosine."""
         return "multi_vector"
 
     def __init__(

@@ -21,7 +21,7 @@ from models.names import DEFAULT_PRECISION
 from models.quality_loss import classifier_losses
 from models.text.sparse import SparseEncoder
 from models.text.splade import keep_largest
-from models.text.tokenizer import Token
+from models.text.tokens.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Call, Checked, OptionItems, TextInput, Work
 from service.engine.servables.text import TextServable
@@ -130,7 +130,7 @@ class SparseEmbeddings:
         self, quality: Mapping[str, Any], length: int, precision: str
     ) -> dict[str, tuple[float, dict[str, Any]]]:
         """1 - Kendall's tau of the dot-product scores to exact attention's, per backend, in
-        the band holding ``length`` (``attnserve evaluate``: :mod:`models.text.sparse_quality`);
+        the band holding ``length`` (``attnserve evaluate``: :mod:`models.text.quality.sparse`);
         ``{}`` without figures (``auto`` then runs an exact backend)."""
         return classifier_losses(quality, length, precision)
 

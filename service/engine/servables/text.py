@@ -20,7 +20,7 @@ from models.names import DEFAULT_PRECISION
 from models.quality_file import backends_of
 from models.text import SentenceEncoder
 from models.text.classifier import TextClassifier
-from models.text.tokenizer import Token
+from models.text.tokens.tokenizer import Token
 from service.engine.servables.base import (
     INLINE_TOKENIZE_CHARS,
     Call,

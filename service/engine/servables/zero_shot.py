@@ -75,7 +75,7 @@ def refuse_foreign(folder: Path) -> None:
     serves (attnserve's own checkpoints have none): one line naming it and the families that
     are served, instead of the checkpoint loader's complaint about its own keys."""
     from models.hf_forecast.folder import PREDICTION_CLASSES, read_config
-    from models.text.folder import ARCHITECTURES
+    from models.text.folders.embedding import ARCHITECTURES
     from models.zero_shot import FORECASTERS
 
     config = read_config(folder)

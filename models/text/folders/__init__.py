@@ -1,0 +1,1 @@
+"""Model folders and checkpoints: reading what sentence-transformers and transformers save."""

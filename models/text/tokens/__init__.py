@@ -1,0 +1,1 @@
+"""Texts into tokens: tokenizers, length rules, cheap truncation, windows, prompts and pairs."""

@@ -1,0 +1,1 @@
+"""``attnserve evaluate`` for forecasters: test metrics per backend and the results table."""
