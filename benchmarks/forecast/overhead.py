@@ -1,10 +1,9 @@
 """What a long-history forecast request costs over its own inference, through HTTP.
 
     python -m benchmarks.forecast.overhead                      # 2,048 x 7, ETTm1, probsparse
-    python -m benchmarks.forecast.overhead --before /tmp/attn-before   # and an older checkout
 
-One ``attnserve serve`` process (only ``--model``, ``--threads`` torch threads) per checkout;
-per server and client library (``--clients``: ``http.client``, the leanest, so the figure is the
+One ``attnserve serve`` process (only ``--model``, ``--threads`` torch threads);
+per client library (``--clients``: ``http.client``, the leanest, so the figure is the
 server's and the transport's, and ``httpx.Client``, which adds its own time) one keep-alive
 connection sending one ETTm1 test-split window per request, one at a time, in each payload of
 :data:`FORMATS`. Per request: the round trip (sent to the last byte read, the body not decoded)
@@ -12,23 +11,19 @@ and the server's ``x-inference-time-ms`` (the batch's model call) and ``x-queue-
 overhead is the round trip minus the inference time (HTTP, parsing, validation, the
 forecaster's checks and calendar features, hand-offs, the response). p50/p95 over
 ``--requests`` per payload and server after ``--warmup``, in turns of ``--block`` (every
-payload on every server each turn), so a busy spell of a shared host lands on all alike.
-
-``--before PATH`` (repeatable) also serves another checkout (``git archive <commit> | tar -x -C
-PATH``), measured in the same turns. Writes ``benchmarks/results/forecast-overhead.md``.
+payload each turn), so a busy spell of a shared host lands on all alike. Writes ``benchmarks/results/forecast-overhead.md``.
 ``--smoke``: 4 requests per payload, one client.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.forecast.common import KeepAlive, request_body, test_windows
 from benchmarks.harness import cli
-from benchmarks.harness.process import ROOT, ServerProcess, attnserve
+from benchmarks.harness.process import ServerProcess, attnserve
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.timing import percentile
 from models.informer.checkpoint import shipped_dirs
@@ -97,18 +92,6 @@ def measure(
     return got
 
 
-def _roots(before: list[Path]) -> dict[str, Path]:
-    """The checkouts to serve, by label: each ``--before`` (named by its commit), then this."""
-    roots: dict[str, Path] = {}
-    for path in before:
-        commit = subprocess.run(
-            ["git", "-C", str(path), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-        ).stdout.strip()
-        roots[f"before ({commit or path.name})"] = path
-    roots["after"] = ROOT
-    return roots
-
-
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(
         __doc__,
@@ -121,9 +104,6 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--requests", type=int, default=300, help="measured requests per format")
     p.add_argument("--block", type=int, default=10, help="requests per turn")
     p.add_argument("--warmup", type=int, default=10, help="unmeasured requests per format")
-    p.add_argument(
-        "--before", type=Path, action="append", default=[], help="also this checkout (repeatable)"
-    )
     p.add_argument("--log-dir", default="/tmp")
     args = cli.parse(p, argv, requests=4, block=2, warmup=1, clients=["http.client"])
     channels, histories = test_windows(shipped_dirs()[args.model], 16)
@@ -136,10 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     }
     report = Report("benchmarks.forecast.overhead", argv)
     servers = {
-        label: attnserve(
-            [args.model], args.threads, 32, Path(args.log_dir) / f"overhead-{i}.log", root=root
+        "attnserve": attnserve(
+            [args.model], args.threads, 32, Path(args.log_dir) / "overhead-0.log"
         )
-        for i, (label, root) in enumerate(_roots(args.before).items())
     }
     try:
         for server in servers.values():

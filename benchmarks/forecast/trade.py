@@ -20,9 +20,7 @@ checkpoint's ``quality.json`` beside the linear baseline's. The page states how 
 Each option variant scored in ``quality.json`` (``attnserve evaluate --variants``) gets a row,
 sent with its ``attention_options`` (``--no-variants``: none); ``auto`` (in ``--backends`` by
 default) gets one at ``max_quality_loss`` ``--auto-budget``, set against the fastest fixed
-backend within that budget and against ``flash``. ``--before PATH`` also serves the same
-weights from another checkout (``git archive <commit> | tar -x -C PATH``), timed at 1 client in
-the same rounds: a before/after table. The load average is recorded at every round's start.
+backend within that budget and against ``flash``. The load average is recorded at every round's start.
 
 Writes ``benchmarks/results/forecast-trade.{md,json,png}`` (``--out``; tables and plot:
 :mod:`benchmarks.forecast.trade_report`). ``--smoke``: one model, flash and auto, 1 s phases.
@@ -48,7 +46,7 @@ from benchmarks.forecast.common import KeepAlive, series, test_windows
 from benchmarks.harness import cli
 from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, LoadResult, build_request, combined, run_load
-from benchmarks.harness.process import ServerProcess, attnserve
+from benchmarks.harness.process import attnserve
 from benchmarks.harness.report import RESULTS, Report
 from benchmarks.harness.timing import samples
 from models.attention import get_backend
@@ -164,19 +162,6 @@ def auto_reason(url: str, body: bytes) -> str | None:
     return r.headers.get("x-attention-choice")
 
 
-def _servers(directory: Path, args: Any) -> tuple[ServerProcess, ServerProcess | None]:
-    """This checkout's server and (``--before``) the other checkout's, the same weights."""
-    log = args.log_dir / f"trade-{directory.name}.log"
-    server = attnserve([str(directory)], args.threads, 32, log, workers=args.workers)
-    old = None
-    if args.before is not None:
-        log = args.log_dir / f"trade-before-{directory.name}.log"
-        old = attnserve(
-            [str(directory)], args.threads, 32, log, workers=args.workers, root=args.before
-        )
-    return server, old
-
-
 def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any]]:
     """One model's rows: every backend (and variant, and ``auto``) through HTTP and in process,
     in round-robin rounds."""
@@ -192,12 +177,11 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
     forecaster = InformerForecaster.load(str(directory))
     request = ForecastRequest.model_validate({"model": directory.name, "series": windows[:1]})
     window = forecaster.prepare(**request.series[0].packed())
-    server, old = _servers(directory, args)
+    log = args.log_dir / f"trade-{directory.name}.log"
+    server = attnserve([str(directory)], args.threads, 32, log, workers=args.workers)
     rows = []
     try:
         server.wait_ready()
-        if old is not None:
-            old.wait_ready()
         prepared = {}
         for label in labels:
             run = runs.get(label, {"attention": label, "options": {}})
@@ -223,7 +207,6 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
             prepared[label] = (bodies, ran, reason, backend, predict)
         ones: dict[str, list[LoadResult]] = {label: [] for label in labels}
         eights: dict[str, list[LoadResult]] = {label: [] for label in labels}
-        olds: dict[str, list[LoadResult]] = {label: [] for label in labels}
         local: dict[str, list[float]] = {label: [] for label in labels}
         overheads: dict[str, list[float]] = {label: [] for label in labels}
         peaks: dict[str, float] = dict.fromkeys(labels, 0.0)
@@ -251,8 +234,6 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                     busy[label][3] += eight_run.seconds
                     eights[label].append(eight_run)
                 peaks[label] = max(peaks[label], mem.extra_mib)
-                if old is not None:
-                    olds[label].append(one_client(old.url, bodies, share, warm)[0])
         for label in labels:
             _bodies, ran, reason, backend, _predict = prepared[label]
             one, eight = combined(ones[label]), combined(eights[label])
@@ -267,7 +248,6 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
                     "budget": args.auto_budget if label == "auto" else None,
                     "approximate": not get_backend(backend).exact,
                     "p50_ms_1_client": one.pct(50),
-                    "before_p50_ms_1_client": combined(olds[label]).pct(50) if old else None,
                     "overhead_p50_ms": trade_report.median(overheads[label]),
                     "in_process_ms": trade_report.median(local[label]),
                     "requests_per_s_8_clients": eight.throughput,
@@ -293,8 +273,6 @@ def measure_model(model: str, args: Any, loads: list[str]) -> list[dict[str, Any
             )
     finally:
         server.stop()
-        if old is not None:
-            old.stop()
     return rows
 
 
@@ -320,7 +298,6 @@ def main(argv: list[str] | None = None) -> None:
         help="leave out the option variants scored in quality.json (measured by default)",
     )
     p.add_argument("--log-dir", type=Path, default=Path("/tmp"), help="server logs go here")
-    p.add_argument("--before", type=Path, default=None, help="another checkout, same rounds")
     args = cli.parse(
         p, argv, models=LONG_MODELS[:1], backends=["flash", "auto"], seconds=1.0, rounds=1,
         variants=False,

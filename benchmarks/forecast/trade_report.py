@@ -176,33 +176,6 @@ def main_table(rows: list[Row], default: dict[str, str]) -> str:
     return table(columns, cells, "ll" + "r" * 13)
 
 
-def before_after(rows: list[Row]) -> str:
-    """p50 at 1 client of the ``--before`` checkout and this one, each with its ratio to its
-    own ``flash`` (empty without ``--before``)."""
-    if not any(r.get("before_p50_ms_1_client") for r in rows):
-        return ""
-    cells = []
-    for model, group in by_model(rows):
-        flash = group.get("flash")
-        if flash is None:
-            continue
-        for r in group.values():
-            b, a = r["before_p50_ms_1_client"], r["p50_ms_1_client"]
-            cells.append(
-                [model, r["backend"], f"{b:.1f}", f"{flash['before_p50_ms_1_client'] / b:.2f}x",
-                 f"{a:.1f}", f"{flash['p50_ms_1_client'] / a:.2f}x"]
-            )  # fmt: skip
-    columns = [
-        "model",
-        "backend",
-        "before p50 ms",
-        "before × flash",
-        "after p50 ms",
-        "after × flash",
-    ]
-    return table(columns, cells, "llrrrr")
-
-
 def gain_summary(rows: list[Row]) -> Iterator[str]:
     """Per model: how much of each approximate backend's in-process speed-up over ``flash``
     survives HTTP (the bar: :data:`KEEP_GAIN`)."""
@@ -295,13 +268,6 @@ def write(
             ]
         ),
     )
-    comparison = before_after(rows)
-    if comparison:
-        report.add(
-            f"Before/after (`--before`: {args.before}, the same weights served by that "
-            "checkout's code, timed at 1 client right after this checkout in every round):",
-            comparison,
-        )
     report.add("Load average (1, 5, 15 min) at each round's start: " + "; ".join(loads))
     report.write(args.out.with_suffix(".md"), data=rows)
     plot(rows, args.out.with_suffix(".png"))

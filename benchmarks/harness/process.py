@@ -288,10 +288,9 @@ def attnserve(
     log: Path,
     workers: int = 1,
     device: str = "cpu",
-    root: Path = ROOT,
     extra: Sequence[str] = (),
 ) -> ServerProcess:
-    """``python -m service serve`` from the checkout at ``root`` on a free port: ``threads``
+    """``python -m service serve`` from this checkout on a free port: ``threads``
     torch threads (0: torch's default), max queue 1024, warnings only in its log."""
     port = free_port()
     command = [
@@ -306,8 +305,8 @@ def attnserve(
         "--log-level", "warning",
         *extra,
     ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    return ServerProcess(command, log, port, env=env, cwd=root, name="attnserve")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return ServerProcess(command, log, port, env=env, cwd=ROOT, name="attnserve")
 
 
 @contextlib.contextmanager

@@ -1,12 +1,11 @@
 """Head-of-line blocking: one-text requests while a large ``full`` encode runs, per time slice.
 
-    .venv/bin/python -m benchmarks.service.head_of_line [--slices 0.25 0.1 0.5 0] [--before REF]
-        [--threads 1 2] [--repeats 5]
+    .venv/bin/python -m benchmarks.service.head_of_line [--slices 0.25 0.1 0.5 0] [--threads 1 2]
+        [--repeats 5]
 
 The large request is the largest legal ``/encode``: 64 texts of exactly 256 tokens (truncated)
 under attention ``full`` on all-MiniLM-L6-v2. Per ``attnserve serve`` (max batch 32, no compute
-bound, 120 s timeout; one per ``--slices`` value, 0: slice off, and with ``--before`` a first
-row from the code before the change, a git ref or a folder), the large request's latency alone,
+bound, 120 s timeout; one per ``--slices`` value, 0: slice off), the large request's latency alone,
 then beside a one-text request every ``--interval-ms`` (open loop), with the small requests'
 own compute and client latency. Servers are started together and measured in turn, round by
 round (medians of ``--repeats``), a table per ``--threads`` value. Writes
@@ -21,7 +20,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,7 +30,7 @@ import httpx
 
 from benchmarks.harness import cli
 from benchmarks.harness.host import cpu_model, load_average
-from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve
+from benchmarks.harness.process import TEXT_MODEL, ServerProcess, attnserve
 from benchmarks.harness.report import RESULTS, command, write
 from benchmarks.harness.timing import percentile
 
@@ -156,46 +154,29 @@ async def measure(servers: list[tuple[str, Row]], large: dict[str, Any], args: A
             await client.http.aclose()
 
 
-def export(ref: str) -> Path:
-    """The code at git ``ref`` in a temporary folder (``git archive``); a folder as is."""
-    if Path(ref).is_dir():
-        return Path(ref)
-    folder = Path(tempfile.mkdtemp(prefix="attnserve-before-"))
-    archive = subprocess.run(
-        ["git", "archive", ref], cwd=ROOT, check=True, capture_output=True
-    ).stdout
-    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive, check=True)
-    return folder
-
-
-def start_server(label: str, root: Path, slice_s: float | None, threads: int) -> ServerProcess:
+def start_server(label: str, slice_s: float | None, threads: int) -> ServerProcess:
     extra = ["--max-request-compute-s", "0", "--request-timeout-s", "120"]
     if slice_s is not None:
         extra += ["--batch-slice-s", str(slice_s)]
     name = label.split(" ")[0] if slice_s is None else f"slice-{slice_s:g}"
     log = Path(tempfile.gettempdir()) / f"head-of-line-{name}.log"
-    server = attnserve([TEXT_MODEL], threads, 32, log, root=root, extra=extra)
+    server = attnserve([TEXT_MODEL], threads, 32, log, extra=extra)
     server.wait_ready()
     return server
 
 
-def table(rows: list[Row], before: Row | None) -> str:
-    def change(value: float, reference: float | None) -> str:
-        return "-" if reference is None else f"{(value / reference - 1) * 100:+.1f} %"
-
+def table(rows: list[Row]) -> str:
     lines = [
-        "| server | slice s | rows per forward pass | large alone s | vs before | "
-        "large with traffic s | vs before | small requests per run | their compute s | "
+        "| server | slice s | rows per forward pass | large alone s | "
+        "large with traffic s | small requests per run | their compute s | "
         "small wait p50 ms | p95 ms | max ms |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
         runs = max(1, len(r.small_per_run))
         lines.append(
             f"| {r.server} | {'-' if r.slice_s is None else f'{r.slice_s:g}'} | "
-            f"{r.large_batch_size} | {r.alone:.2f} | "
-            f"{change(r.alone, before.alone if before else None)} | {r.with_traffic:.2f} | "
-            f"{change(r.with_traffic, before.with_traffic if before else None)} | "
+            f"{r.large_batch_size} | {r.alone:.2f} | {r.with_traffic:.2f} | "
             f"{statistics.median(r.small_per_run or [0]):.0f} | "
             f"{sum(r.small_inference_ms) / 1000 / runs:.2f} | {r.small_pct(50):.0f} | "
             f"{r.small_pct(95):.0f} | {max(r.small_waits_ms, default=0):.0f} |"
@@ -204,18 +185,18 @@ def table(rows: list[Row], before: Row | None) -> str:
 
 
 def run_servers(
-    plan: list[tuple[str, Path, float | None]],
+    plan: list[tuple[str, float | None]],
     threads: int,
     large: dict[str, Any],
     args: argparse.Namespace,
 ) -> list[Row]:
-    """Start every server of ``plan`` (label, code folder, slice) with ``threads`` torch
+    """Start every server of ``plan`` (label, slice) with ``threads`` torch
     threads, measure them round by round, stop them."""
     servers: list[ServerProcess] = []
-    rows = [Row(label, slice_s) for label, _, slice_s in plan]
+    rows = [Row(label, slice_s) for label, slice_s in plan]
     try:
-        for label, root, slice_s in plan:
-            servers.append(start_server(label, root, slice_s, threads))
+        for label, slice_s in plan:
+            servers.append(start_server(label, slice_s, threads))
         asyncio.run(measure([(s.url, r) for s, r in zip(servers, rows, strict=True)], large, args))
     finally:
         for server in servers:
@@ -226,10 +207,6 @@ def run_servers(
 def main(argv: list[str] | None = None) -> None:
     p = cli.parser(__doc__, cli.repeats(5))
     p.add_argument("--slices", type=float, nargs="+", default=[0.25, 0.0])
-    p.add_argument(
-        "--before", help="the code before the change (a 'before' row): a git ref or a folder"
-    )
-    p.add_argument("--root", type=Path, default=ROOT, help="checkout to serve the slices from")
     p.add_argument(
         "--threads", type=int, nargs="+", default=[1], help="server torch threads (a table each)"
     )
@@ -244,11 +221,7 @@ def main(argv: list[str] | None = None) -> None:
         "attention": "full",
         "truncate": True,
     }
-    plan: list[tuple[str, Path, float | None]] = []
-    if args.before:
-        plan.append((f"before ({Path(args.before).name})", export(args.before), None))
-    for slice_s in args.slices:
-        plan.append(("time slice" if slice_s else "slice off", args.root, slice_s))
+    plan = [("time slice" if slice_s else "slice off", slice_s) for slice_s in args.slices]
     run_command = command("benchmarks.service.head_of_line", argv)
     cores = len(os.sched_getaffinity(0))
     runs, sections = [], []
@@ -259,7 +232,7 @@ def main(argv: list[str] | None = None) -> None:
             f"{cpu_model()}, {cores} cores, server torch threads {threads}; load average "
             f"before {load_before}, after {load_average()}"
         )
-        text = table(rows, rows[0] if args.before else None)
+        text = table(rows)
         print(machine, text, sep="\n")
         runs.append({"threads": threads, "machine": machine, "rows": [asdict(r) for r in rows]})
         sections.append(

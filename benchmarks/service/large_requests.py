@@ -1,12 +1,11 @@
 """The largest legal request on each route, and what the server answers beside it.
 
-    .venv/bin/python -m benchmarks.service.large_requests [--old-root /tmp/old] [--repeats 2]
+    .venv/bin/python -m benchmarks.service.large_requests [--repeats 2]
 
 ``attnserve serve`` (one torch thread, default limits) with all-MiniLM-L6-v2, a MiniLM-sized
 cross-encoder (random weights) and a tiny forecaster gets each body of
 :func:`tests.utils.large_bodies.large_requests` while ``/healthz`` and a one-text ``/encode`` are
-probed beside it; with ``--old-root`` (a ``git worktree`` of an earlier commit) the same against
-that code. Writes ``benchmarks/results/large-requests-cpu.md``. ``--smoke``: the first request
+probed beside it. Writes ``benchmarks/results/large-requests-cpu.md``. ``--smoke``: the first request
 once.
 """
 
@@ -41,11 +40,11 @@ def folders(root: Path) -> tuple[Path, Path]:
 
 
 def measure(
-    server_root: Path, models: list[str], repeats: int, log: Path, limit: int | None = None
+    models: list[str], repeats: int, log: Path, limit: int | None = None
 ) -> list[dict[str, Any]]:
     """Each large request (the first ``limit``) ``repeats`` times against a server run from
-    ``server_root``."""
-    server = attnserve(models, threads=1, max_batch_size=32, log=log, root=server_root)
+    this checkout."""
+    server = attnserve(models, threads=1, max_batch_size=32, log=log)
     try:
         server.wait_ready()
         cards = httpx.get(server.url + "/models", timeout=30).json()["data"]
@@ -77,13 +76,11 @@ def table(rows: list[dict[str, Any]], label: str) -> list[str]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = cli.parser(__doc__, cli.repeats(2))
-    parser.add_argument("--old-root", type=Path, help="a git worktree of the commit to compare")
     parser.set_defaults(limit=None)
     args = cli.parse(parser, argv, repeats=1, limit=1)
     with tempfile.TemporaryDirectory() as tmp:
         reranker, forecaster = folders(Path(tmp))
         models = [ENCODER, str(reranker), str(forecaster)]
-        runs = [("this", ROOT)] + ([("old", args.old_root)] if args.old_root else [])
         lines = [
             "# The largest legal request per route, and the server beside it (CPU)",
             "",
@@ -97,15 +94,10 @@ def main(argv: list[str] | None = None) -> None:
             "least 1 s.",
             "",
         ]
-        for label, root in runs:
-            where = "this checkout" if root == ROOT else f"the checkout at {root}"
-            lines.append(f"`{label}`: {where} (commit {commit(root)}).")
-        lines.append("")
-        for label, root in runs:
-            log = Path(tmp) / f"{label}.log"
-            rows = measure(root, models, args.repeats, log, args.limit)
-            lines += [*table(rows, label), ""]
-            print("\n".join(table(rows, label)), flush=True)
+        lines += [f"`this`: this checkout (commit {commit(ROOT)}).", ""]
+        rows = measure(models, args.repeats, Path(tmp) / "this.log", args.limit)
+        lines += [*table(rows, "this"), ""]
+        print("\n".join(table(rows, "this")), flush=True)
         lines.append(f"Load average after: {load_average()}.")
     page = "\n".join(lines) + "\n"
     print(f"wrote {write(OUT, page)}")

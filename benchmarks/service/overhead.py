@@ -21,7 +21,6 @@ from benchmarks.harness.host import load_average
 from benchmarks.harness.load import HOST, LoadResult, run_load
 from benchmarks.harness.process import ROOT, TEXT_MODEL, ServerProcess, attnserve, free_port
 from benchmarks.harness.report import RESULTS, write, write_json
-from benchmarks.service.common import commit
 from benchmarks.service.workloads import short_texts, workload
 
 
@@ -58,8 +57,6 @@ def measure(server: ServerProcess, args: argparse.Namespace, ready: str) -> dict
 def table(
     plain: dict[int, LoadResult],
     ours: dict[int, LoadResult],
-    before: dict[int, LoadResult] | None = None,
-    before_label: str = "",
 ) -> str:
     lines = [
         "| clients | server | req/s | p50 ms | p99 ms | mean batch | p50 / wrapper | req/s / wrapper |",
@@ -71,16 +68,12 @@ def table(
             f"| {clients} | plain FastAPI wrapper (reference) | {ref.throughput:.1f} | "
             f"{ref.pct(50):.2f} | {ref.pct(99):.2f} | 1 | 1.00 | 1.00 |"
         )
-        rows = [("attnserve", mine)]
-        if before:
-            rows.insert(0, (f"attnserve before ({before_label})", before[clients]))
-        for label, got in rows:
-            batch = sum(got.batch_sizes) / max(1, len(got.batch_sizes))
-            lines.append(
-                f"| {clients} | {label} | {got.throughput:.1f} | {got.pct(50):.2f} | "
-                f"{got.pct(99):.2f} | {batch:.1f} | {got.pct(50) / ref.pct(50):.2f} | "
-                f"{got.throughput / ref.throughput:.2f} |"
-            )
+        batch = sum(mine.batch_sizes) / max(1, len(mine.batch_sizes))
+        lines.append(
+            f"| {clients} | attnserve | {mine.throughput:.1f} | {mine.pct(50):.2f} | "
+            f"{mine.pct(99):.2f} | {batch:.1f} | {mine.pct(50) / ref.pct(50):.2f} | "
+            f"{mine.throughput / ref.throughput:.2f} |"
+        )
     return "\n".join(lines)
 
 
@@ -94,11 +87,6 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 32])
     parser.add_argument("--warmup", type=float, default=2.0)
     parser.add_argument("--max-batch-size", type=int, default=32)
-    parser.add_argument(
-        "--before",
-        type=Path,
-        help="also measure attnserve from this checkout (e.g. a git worktree of an older commit)",
-    )
     parser.add_argument("--log-dir", default="/tmp")
     args = cli.parse(parser, argv, seconds=1.0, warmup=0.5, clients=[2])
     load_before = load_average()
@@ -106,21 +94,10 @@ def main(argv: list[str] | None = None) -> None:
     plain = measure(plain_server(args.threads, log_dir / "plain-wrapper.log"), args, "/encode")
     server = attnserve([TEXT_MODEL], args.threads, args.max_batch_size, log_dir / "attnserve.log")
     ours = measure(server, args, "/readyz")
-    before = None
-    label = ""
-    if args.before:
-        label = commit(args.before)
-        log = log_dir / "attnserve-before.log"
-        old = attnserve(
-            [TEXT_MODEL], args.threads, args.max_batch_size, log, root=args.before.resolve()
-        )
-        before = measure(old, args, "/readyz")
-    text = table(plain, ours, before, label)
+    text = table(plain, ours)
     header = (
         f"# attnserve vs a plain FastAPI wrapper: /encode, one short text per request\n\n"
-        f"`python -m benchmarks.service.overhead --seconds {args.seconds:g}"
-        + (f" --before <worktree of {label}>" if args.before else "")
-        + "` "
+        f"`python -m benchmarks.service.overhead --seconds {args.seconds:g}` "
         f"(flash, {args.threads} torch thread(s), one process each, {os.cpu_count()} CPUs; "
         f"load average before {load_before}, after {load_average()}).\n\n"
     )
@@ -131,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
             str(c): {"req_s": r.throughput, "p50_ms": r.pct(50), "p99_ms": r.pct(99)}
             for c, r in results.items()
         }
-        for name, results in (("plain", plain), ("attnserve", ours), ("before", before or {}))
+        for name, results in (("plain", plain), ("attnserve", ours))
     }
     write_json(args.out.with_suffix(".json"), raw)
 

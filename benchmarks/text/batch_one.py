@@ -1,7 +1,7 @@
-"""One short text per forward: attnserve before and after a change, beside ONNX Runtime, and
-(``--ops``) where this checkout's forward spends its time, per op.
+"""One short text per forward: attnserve beside ONNX Runtime, and (``--ops``) where this
+checkout's forward spends its time, per op.
 
-    .venv/bin/python -m benchmarks.text.batch_one --before REV [--rounds 3] [--threads 2] [--ops]
+    .venv/bin/python -m benchmarks.text.batch_one [--rounds 3] [--threads 2] [--ops]
 
 Issue 37 item 3 compares attnserve's in-process encoder with ONNX Runtime's optimized float32
 graph of the same weights (:mod:`benchmarks.peers.onnx_reference`) on the peers' texts (8-24
@@ -9,9 +9,7 @@ words, :func:`benchmarks.service.workloads.short_texts`), at batch 1 and 32, tok
 contender runs :mod:`benchmarks.peers.inprocess` in its own process, in the environment every peer
 row gets (:func:`benchmarks.harness.process.server_env`: same threads, same OpenMP wait policy):
 
-- ``before``: the tree of ``--before`` (``git archive``, unpacked in a temporary folder), run with
-  this virtualenv's interpreter;
-- ``after``: this checkout;
+- ``attnserve``: this checkout;
 - ``onnxruntime``: ``--peers-python`` (the peers' virtualenv, which has onnxruntime; the row is
   left out when that interpreter is missing).
 
@@ -20,8 +18,8 @@ average around it, and the table gives the median over rounds of each run's best
 texts/s, with CPU milliseconds per text (all threads of the process; steadier than wall time when
 other work takes time slices). ``--ops`` appends ``torch.profiler``'s self CPU time per text by op
 (with calls per text) over 128 lone texts through :meth:`models.text.SentenceEncoder.embed`, run
-in that same environment, plus the wall time per text outside the profiler. ``--smoke``:
-``--before HEAD``, one round, one pass, batch 1, 4 texts per op.
+in that same environment, plus the wall time per text outside the profiler. ``--smoke``: one
+round, one pass, batch 1, 4 texts per op.
 """
 
 from __future__ import annotations
@@ -46,16 +44,6 @@ from benchmarks.service.workloads import short_texts
 
 TEXTS = 256  # as the peers' in-process rows
 OPS_TEXTS, OPS_ROWS = 128, 14  # lone texts profiled by --ops, ops listed
-
-
-def unpack(rev: str, into: Path) -> Path:
-    """The tree of ``rev`` (tracked files only) unpacked under ``into``."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev], cwd=ROOT, capture_output=True, check=True
-    ).stdout
-    into.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
-    return into
 
 
 def run_one(
@@ -125,7 +113,6 @@ def main(argv: list[str] | None = None) -> None:
         cli.sizes("--batches", [1, 32]),
         cli.out(None, "also write the table here (markdown)"),
     )
-    parser.add_argument("--before", help="git revision of the 'before' row (required)")
     parser.add_argument("--omp-wait-policy", default="passive")
     parser.add_argument(
         "--peers-python", type=Path, default=ROOT / ".venv-peers" / "bin" / "python"
@@ -138,28 +125,22 @@ def main(argv: list[str] | None = None) -> None:
         help="also this checkout with precision bfloat16 (a reference row: fewer bits, not the "
         "float32 target)",
     )
-    args = cli.parse(parser, argv, before="HEAD", rounds=1, repeats=1, batches=[1])
+    args = cli.parse(parser, argv, rounds=1, repeats=1, batches=[1])
     if args.ops_child:
         print(ops_table(args.ops_child, args.threads))
         return
-    if args.before is None:
-        parser.error("--before is required")
     report = Report("benchmarks.text.batch_one", argv)
     folder = peer_folder()
     with tempfile.TemporaryDirectory() as tmp:
         texts = Path(tmp) / "texts.json"
         texts.write_text(json.dumps(short_texts(512)[:TEXTS]))
-        old = unpack(args.before, Path(tmp) / "before")
-        contenders = {
-            "before": ("attnserve", Path(sys.executable), old),
-            "after": ("attnserve", Path(sys.executable), ROOT),
-        }
+        contenders = {"attnserve": ("attnserve", Path(sys.executable), ROOT)}
         if args.peers_python.exists():
             contenders["onnxruntime"] = ("onnxruntime", args.peers_python, ROOT)
         else:
             print(f"{args.peers_python} is missing: no ONNX Runtime row", flush=True)
         if args.bfloat16:
-            contenders["after-bfloat16"] = ("attnserve-bfloat16", Path(sys.executable), ROOT)
+            contenders["attnserve-bfloat16"] = ("attnserve-bfloat16", Path(sys.executable), ROOT)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
         for k in range(args.rounds):
             for name, (impl, python, tree) in contenders.items():
@@ -185,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
             cwd=ROOT, env=server_env(args.threads, args.omp_wait_policy), capture_output=True,
             text=True, check=True,
         ).stdout  # fmt: skip
-        report.add(f"Per op, after (load {load_average()}): " + ops.strip())
+        report.add(f"Per op, this checkout (load {load_average()}): " + ops.strip())
     report.write(args.out)
 
 
@@ -193,10 +174,9 @@ def table_rows(runs: dict[str, list[dict[str, Any]]], args: argparse.Namespace) 
     """Per batch size and contender: the rates per round, their median, the ratio to ONNX
     Runtime, CPU per text and the load average around each run."""
     labels = {
-        "before": f"attnserve before ({args.before})",
-        "after": "attnserve after (this checkout)",
+        "attnserve": "attnserve (this checkout)",
         "onnxruntime": "ONNX Runtime, optimized graph, float32",
-        "after-bfloat16": "attnserve after, precision bfloat16",
+        "attnserve-bfloat16": "attnserve, precision bfloat16",
     }
     out = []
     for batch in args.batches:
