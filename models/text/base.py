@@ -234,6 +234,14 @@ class TextModel:
             raise AttentionError(f"{'; '.join(reasons)}; {self.name} runs: {', '.join(able)}")
         return resolved
 
+    def attention_fallback(self, backend: str, options: Mapping[str, Any]) -> str | None:
+        """Which layers ran exact attention instead of ``backend``, and why: a transformers
+        backbone's layers that have no form for it (its causal layers under a backend without
+        a causal form); None when every layer ran it, as our own network's always do."""
+        if isinstance(self.model, BertEncoder):
+            return None
+        return self.model.fallback(backend, options)
+
     def _check_inputs(
         self,
         token_ids: Sequence[Sequence[int]],

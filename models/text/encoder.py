@@ -324,8 +324,10 @@ class SentenceEncoder(TextModel, PromptedText):
         fields["output"] = "dense"
         if self.dense is not None:
             fields["dense"] = [describe_dense(layer) for layer in self.dense]
-        describe = getattr(self.model, "describe", None)  # a transformers backbone's own fields
-        fields.update(describe() if describe else {"backbone": "attnserve"})
+        if isinstance(self.model, BertEncoder):
+            fields["backbone"] = "attnserve"
+        else:  # a transformers backbone's own fields
+            fields.update(self.model.describe())
         if config.windows:
             local = config.num_hidden_layers - len(config.global_layers())
             fields["attention_layout"] = (

@@ -71,6 +71,7 @@ class Client:
     request_id: str = ""
     labels: MutableMapping[str, Any] | None = None
     disconnected: Callable[[], Awaitable[Any]] | None = None
+    priority: int = 0  # lower is served first (vLLM's priority field)
 
 
 @dataclass(frozen=True)
@@ -223,10 +224,10 @@ class Engine:
             finish=work.finish,
             disconnected=client.disconnected,
             request_id=client.request_id,
+            priority=client.priority,
         )
         horizon = int(checked.detail.get("horizon", 0))
         reason = choice.header() if choice is not None else None
-        fallback_of = getattr(model, "attention_fallback", None)
         return Answer(
             model.name,
             checked.call.backend,
@@ -236,7 +237,7 @@ class Engine:
             horizon,
             reason,
             checked.call.precision,
-            fallback_of(checked.call) if fallback_of else None,
+            model.attention_fallback(checked.call),
         )
 
     def text_model(self, name: str | None, tasks: tuple[str, ...] = TEXT_TASKS) -> tuple[str, str]:
@@ -311,7 +312,7 @@ class Engine:
         is cut into windows (:func:`~service.engine.batching.admission.window_token_cap`), and
         the refusal for a request found over it; None when nothing bounds it."""
         worker = self.batcher.workers.get(model.name)
-        limit = getattr(model, "max_tokens", None)
+        limit = model.max_tokens
         budget = worker.limits.max_request_seconds if worker is not None else None
         if worker is None or not limit or budget is None:
             return None
@@ -327,7 +328,7 @@ class Engine:
 
     def labels(self, name: str) -> list[str]:
         """A classifier's label names in score order (``[]`` for other models)."""
-        return list(getattr(self.registry.find(name), "labels", ()))
+        return list(self.registry.find(name).labels)
 
     def cards(self) -> list[dict[str, Any]]:
         """Every loaded model's card, in load order."""
@@ -348,15 +349,15 @@ class Engine:
         }
         worker = self.batcher.workers.get(model.name)
         if worker is not None:
-            context = getattr(model, "context", None)  # forecasters: every window's length
-            lengths = [context] if context else TEXT_TABLE_LENGTHS
+            # forecasters: every window's length; text models: the quality bands' tops
+            lengths = [model.context] if model.context else TEXT_TABLE_LENGTHS
             card["auto"] = {
                 "default_max_quality_loss": DEFAULT_MAX_QUALITY_LOSS[model.quality_task],
                 "quality_metric": QUALITY_METRIC[model.quality_task],
                 "by_length": {
                     str(n): quality_table(model, worker, n)
                     for n in lengths
-                    if n <= getattr(model, "max_tokens", n)
+                    if model.max_tokens is None or n <= model.max_tokens
                 },
             }
         return card

@@ -320,7 +320,7 @@ def task_serves(model_task: str, task: str) -> bool:
 def serves(model: ServedModel, task: str) -> bool:
     """Whether ``model`` answers ``task``'s routes (see :func:`task_serves`; a multi-vector
     model also answers ``rerank``: its ``extra_tasks``)."""
-    return task_serves(model.task, task) or task in getattr(model, "extra_tasks", ())
+    return task_serves(model.task, task) or task in model.extra_tasks
 
 
 def _refuse_other_output(model: ServedModel, task: str) -> None:

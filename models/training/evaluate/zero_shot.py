@@ -259,8 +259,6 @@ def main(argv: list[str] | None = None) -> None:
         forecaster = load_zero_shot(args.folder)
         horizon = forecaster.check_horizon(args.horizon)
         for precision in args.precisions:  # refused before any scoring
-            if not hasattr(forecaster, "with_precision"):
-                raise ValueError(f"{forecaster.name} runs in {forecaster.precision} only here")
             forecaster.with_precision(precision)
         source, table = source_from_args(args, args.data, 1, horizon)
         context = choose_context(args, forecaster.context, table, horizon)

@@ -187,6 +187,33 @@ class ServedModel(Protocol):
     aliases: tuple[str, ...]
     default_attention: str
 
+    # What the engine and routes read of every kind (read-only here: a kind narrows the type).
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        """A classifier's label names in score order; ``()`` for every other kind."""
+        ...
+
+    @property
+    def max_tokens(self) -> int | None:
+        """A text model's longest row, special tokens included; None for a forecaster."""
+        ...
+
+    @property
+    def context(self) -> int | None:
+        """A forecaster's window length (a zero-shot one's longest); None for a text model."""
+        ...
+
+    @property
+    def extra_tasks(self) -> tuple[str, ...]:
+        """Routes' tasks it answers besides its own (a multi-vector model: ``rerank``)."""
+        ...
+
+    @property
+    def zero_shot(self) -> bool:
+        """A forecaster of histories of any length (TimesFM, Chronos-2), not a fixed window."""
+        ...
+
     @property
     def quality_task(self) -> str:
         """The task whose quality figures ``auto`` reads: its default ``max_quality_loss`` and
@@ -212,6 +239,11 @@ class ServedModel(Protocol):
 
     def card(self) -> dict[str, Any]:
         """The model card served at ``GET /models``."""
+        ...
+
+    def attention_fallback(self, call: Any) -> str | None:
+        """Which layers ran another backend than ``call``'s, and why (the
+        ``x-attention-fallback`` header); None when every layer ran it."""
         ...
 
     # What the worker needs to operate the model (not per request).

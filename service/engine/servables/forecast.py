@@ -97,7 +97,7 @@ class ForecastServable(Servable):
         models = in_precisions(forecaster, precisions)
         default = next(iter(models.values()))
         super().__init__(models, (), accepted_backends(default.check_attention))
-        self.context = forecaster.context
+        self.context: int = forecaster.context  # every window's length (zero-shot: the most)
         self.horizon = forecaster.horizon
         # The shipped figures do not change while serving: read once, asked per auto request.
         quality = self.model.quality
@@ -119,7 +119,7 @@ class ForecastServable(Servable):
         backend = request.attention or self.default_attention
         options = self.model.check_attention(backend, dict(request.attention_options))
         call = self.call(backend, option_items(options), precision)
-        if request.model_options and not hasattr(self.model, "read_options"):
+        if request.model_options and not self.zero_shot:
             raise ModelInputError(f"{self.name} takes no model_options (zero-shot forecasters do)")
         if request.quantiles and not self.model.probabilistic:
             raise ModelInputError(

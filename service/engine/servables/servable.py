@@ -28,6 +28,13 @@ class Servable(ABC):
     """
 
     task: str
+    # What the engine asks of every kind (:class:`~service.engine.servables.base.ServedModel`);
+    # a kind that has one sets it, the others keep these.
+    labels: tuple[str, ...] = ()
+    max_tokens: int | None = None
+    context: int | None = None
+    extra_tasks: tuple[str, ...] = ()
+    zero_shot: bool = False
 
     def __init__(
         self, models: Mapping[str, Any], aliases: tuple[str, ...], backends: list[str]
@@ -59,6 +66,11 @@ class Servable(ABC):
     def backends(self) -> list[str]:
         """Backends this model serves on its device (warmed up at start-up)."""
         return list(self._backends)
+
+    def attention_fallback(self, call: Call) -> str | None:
+        """Which layers ran another backend than ``call``'s, and why; None: every layer ran it
+        (what every kind but a transformers text backbone's answers)."""
+        return None
 
     def precisions(self) -> list[str]:
         """The precisions this model is loaded in, the default first."""

@@ -92,7 +92,7 @@ class TextServable(Servable):
         super().__init__(models, aliases, [b for b in accepted[0] if all(b in a for a in accepted)])
         self.head: Embeddings | Scores = self._make_head(model)
         self.task = self.head.task
-        self.labels = self.head.labels
+        self.labels: tuple[str, ...] = tuple(self.head.labels)
         self.max_tokens: int = model.max_tokens
         self._quality = model.quality()
         self._losses: dict[int, dict[Call, float]] = {}
@@ -133,8 +133,7 @@ class TextServable(Servable):
         """Which layers ran exact attention instead of ``call``'s backend, and why (a
         transformers backbone's causal layers under a backend with no causal form); None when
         every layer ran it."""
-        fallback = getattr(self.models[call.precision].model, "fallback", None)
-        return fallback(call.backend, dict(call.options)) if fallback else None
+        return self.models[call.precision].attention_fallback(call.backend, dict(call.options))
 
     def _tokenless_at_a_glance(self, text: str) -> bool | None:
         """Whether ``text`` has no tokens of its own for this model (the documented rule: such

@@ -53,7 +53,7 @@ def wants_forecast(engine: Engine, name: str | None, data: Any) -> bool:
     found = [m for m in engine.registry.models.values() if name in (m.name, *m.aliases)]
     if not found or found[0].task != "forecast":
         return False
-    return shaped or bool(getattr(found[0], "zero_shot", False))
+    return shaped or found[0].zero_shot
 
 
 def parse(data: Any) -> SageMakerForecastRequest:

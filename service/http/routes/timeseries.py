@@ -82,9 +82,9 @@ def require_zero_shot(engine: Engine, name: str | None, shape: str) -> str:
     if not loaded:
         engine.registry.get(name, "forecast")  # raises ModelNotFound naming what is loaded
     model = loaded[0]
-    if not getattr(model, "zero_shot", False):
+    if not model.zero_shot:
         raise InvalidRequest(
-            f"model {model.name!r} forecasts a fixed window of {getattr(model, 'context', '?')} "
+            f"model {model.name!r} forecasts a fixed window of {model.context} "
             f"rows; the {shape} shape serves zero-shot forecasters (TimesFM 2.5, Chronos-2). "
             "Send it to POST /forecast (series of rows: values or columns)."
         )
