@@ -22,11 +22,11 @@ from typing import Any
 
 from models.text.folders.embedding import (
     TextFolder,
-    max_tokens_of,
     module_dir,
     read_json,
     read_optional_json,
     read_weights_folder,
+    transformer_text_folder,
 )
 from models.text.network.architectures import ARCHITECTURES
 from models.text.network.config import BertConfig
@@ -170,14 +170,12 @@ def read_classifier_folder(path: Path) -> ClassifierFolder:
     task = transformer.get("transformer_task", "sequence-classification")
     if task != "sequence-classification":
         raise ValueError(f"transformer_task {task!r} is not served (sequence-classification)")
-    encoder = TextFolder(
+    encoder = transformer_text_folder(
         path,
         weights,
         config,
         Pooling(("cls",)),
-        normalize=False,
-        max_tokens=max_tokens_of(weights, config, transformer.get("max_seq_length")),
-        lowercase=bool(transformer.get("do_lower_case", False)),
+        transformer,
         layout="cross-encoder" if cross_encoder else "transformers",
     )
     head = HeadSpec.from_config(raw, config, len(labels))

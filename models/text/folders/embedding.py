@@ -168,6 +168,46 @@ def max_tokens_of(weights: Path, config: BertConfig | BackboneConfig, given: int
     return int(given)
 
 
+def transformer_text_folder(
+    path: Path,
+    weights: Path,
+    config: BertConfig | BackboneConfig,
+    pooling: Pooling,
+    transformer: dict[str, Any],
+    **fields: Any,
+) -> TextFolder:
+    """The :class:`TextFolder` of a ``Transformer`` module whose files are in ``weights``:
+    its token limit and lower-casing come from ``transformer`` (that module's
+    ``sentence_bert_config.json``: ``max_seq_length``, ``do_lower_case``); ``fields`` give the
+    rest (``normalize`` is False unless given)."""
+    fields.setdefault("normalize", False)
+    return TextFolder(
+        path,
+        weights,
+        config,
+        pooling,
+        max_tokens=max_tokens_of(weights, config, transformer.get("max_seq_length")),
+        lowercase=bool(transformer.get("do_lower_case", False)),
+        **fields,
+    )
+
+
+def read_prompts(st_config: dict[str, Any]) -> tuple[dict[str, str], str | None]:
+    """The named prompts and the default prompt's name in ``config_sentence_transformers.json``.
+
+    Raises:
+        ValueError: ``prompts`` is not a JSON object, or the default names none of them.
+    """
+    given = st_config.get("prompts") or {}
+    if not isinstance(given, dict):
+        raise ValueError("config_sentence_transformers.json prompts must be a JSON object")
+    prompts = {str(k): str(v) for k, v in given.items()}
+    default_prompt = st_config.get("default_prompt_name")
+    if default_prompt is not None and default_prompt not in prompts:
+        raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")
+    return prompts, default_prompt
+
+
 def read_weights_folder(
     path: Path, any_backbone: bool = False
 ) -> tuple[Path, BertConfig | BackboneConfig]:
@@ -233,22 +273,16 @@ def read_text_folder(path: Path) -> TextFolder:
     transformer = read_optional_json(weights / "sentence_bert_config.json")
     pooling_dir = dict(kinds)["Pooling"]
     pooling = _pooling(_object(pooling_dir / "config.json"), config.hidden_size)
-    st_config = read_optional_json(path / "config_sentence_transformers.json")
-    given_prompts = st_config.get("prompts") or {}
-    if not isinstance(given_prompts, dict):
-        raise ValueError("config_sentence_transformers.json prompts must be a JSON object")
-    prompts = {str(k): str(v) for k, v in given_prompts.items()}
-    default_prompt = st_config.get("default_prompt_name")
-    if default_prompt is not None and default_prompt not in prompts:
-        raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")
-    return TextFolder(
+    prompts, default_prompt = read_prompts(
+        read_optional_json(path / "config_sentence_transformers.json")
+    )
+    return transformer_text_folder(
         path,
         weights,
         config,
         pooling,
+        transformer,
         normalize="Normalize" in order,
-        max_tokens=max_tokens_of(weights, config, transformer.get("max_seq_length")),
-        lowercase=bool(transformer.get("do_lower_case", False)),
         prompts=prompts,
         default_prompt_name=default_prompt,
         dense=dense,

@@ -30,12 +30,11 @@ from torch import Tensor, nn
 from models.hf_text.config import BackboneConfig
 from models.text.folders.classifier import ClassifierFolder, score_activation
 from models.text.folders.embedding import (
-    TextFolder,
-    max_tokens_of,
     module_dir,
     read_json,
     read_optional_json,
     read_weights_folder,
+    transformer_text_folder,
 )
 from models.text.folders.weights import _shards as shard_files
 from models.text.network.heads import HeadSpec
@@ -203,15 +202,8 @@ def read_causal_reranker_folder(path: Path) -> CausalRerankerFolder:
     default = st_config.get("default_prompt_name")
     if default is not None and (not isinstance(prompts, dict) or default not in prompts):
         raise ValueError(f"default_prompt_name {default!r} is not one of its prompts")
-    encoder = TextFolder(
-        path,
-        weights,
-        config,
-        Pooling(("lasttoken",)),
-        normalize=False,
-        max_tokens=max_tokens_of(weights, config, transformer.get("max_seq_length")),
-        lowercase=bool(transformer.get("do_lower_case", False)),
-        layout="cross-encoder",
+    encoder = transformer_text_folder(
+        path, weights, config, Pooling(("lasttoken",)), transformer, layout="cross-encoder"
     )
     head = HeadSpec(config.architecture, 1, pooling="lasttoken")
     classifier = ClassifierFolder(encoder, head, ("LABEL_0",), activation, cross_encoder=True)

@@ -24,11 +24,12 @@ from tokenizers import Tokenizer
 
 from models.text.folders.embedding import (
     TextFolder,
-    max_tokens_of,
     module_dir,
     read_json,
     read_optional_json,
+    read_prompts,
     read_weights_folder,
+    transformer_text_folder,
 )
 from models.text.network.config import BertConfig
 from models.text.network.pooling import Pooling
@@ -216,29 +217,21 @@ def read_multi_vector_folder(path: Path) -> MultiVectorFolder:
     if not isinstance(config, BertConfig):  # pragma: no cover - read_weights_folder's default
         raise ValueError("multi-vector models run on attnserve's own BERT-family encoders only")
     transformer = read_optional_json(weights / "sentence_bert_config.json")
-    limit = max_tokens_of(weights, config, transformer.get("max_seq_length"))
     tokenizer = Tokenizer.from_file(str(weights / "tokenizer.json"))
     expansion = _expansion(transformer.get("query_expansion"), tokenizer, weights)
-    prompts = st.get("prompts") or {}
-    if not isinstance(prompts, dict):
-        raise ValueError("config_sentence_transformers.json prompts must be a JSON object")
-    default_prompt = st.get("default_prompt_name")
-    if default_prompt is not None and default_prompt not in prompts:
-        raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")
+    prompts, default_prompt = read_prompts(st)
     similarity = st.get("similarity_fn_name") or "maxsim"
     if similarity not in SIMILARITIES:
         raise ValueError(
             f"similarity_fn_name {similarity!r} is not one of {', '.join(SIMILARITIES)}"
         )
-    text = TextFolder(
+    text = transformer_text_folder(
         path,
         weights,
         config,
         Pooling(("mean",)),  # unused: token vectors are not pooled
-        normalize=False,
-        max_tokens=limit,
-        lowercase=bool(transformer.get("do_lower_case", False)),
-        prompts={str(k): str(v) for k, v in prompts.items()},
+        transformer,
+        prompts=prompts,
         default_prompt_name=default_prompt,
     )
     steps = tuple(
@@ -250,7 +243,7 @@ def read_multi_vector_folder(path: Path) -> MultiVectorFolder:
         if kind in ("Dense", "Normalize")
     )
     spec = MultiVectorFolder(
-        text, steps, _sides(transformer, limit, expansion), MASK_MODULE in order
+        text, steps, _sides(transformer, text.max_tokens, expansion), MASK_MODULE in order
     )
     mask_entry = next((entry for kind, entry in kinds if kind == MASK_MODULE), None)
     if mask_entry is None:

@@ -23,11 +23,12 @@ from typing import Any
 
 from models.text.folders.embedding import (
     TextFolder,
-    max_tokens_of,
     module_dir,
     read_json,
     read_optional_json,
+    read_prompts,
     read_weights_folder,
+    transformer_text_folder,
 )
 from models.text.network.config import BertConfig
 from models.text.network.pooling import Pooling
@@ -220,22 +221,16 @@ def read_sparse_folder(path: Path) -> SparseFolder:
     weights, config = read_weights_folder(transformer)
     assert isinstance(config, BertConfig)  # our own encoders only: the head reads our states
     st_config = read_optional_json(path / "config_sentence_transformers.json")
-    prompts = {str(k): str(v) for k, v in (st_config.get("prompts") or {}).items()}
-    default_prompt = st_config.get("default_prompt_name")
-    if default_prompt is not None and default_prompt not in prompts:
-        raise ValueError(f"default_prompt_name {default_prompt!r} is not one of its prompts")
+    prompts, default_prompt = read_prompts(st_config)
     top = st_config.get("max_active_dims")
     if top is not None and (isinstance(top, bool) or not isinstance(top, int) or top < 1):
         raise ValueError(f"max_active_dims must be a positive integer, got {top!r}")
-    settings = read_optional_json(transformer / "sentence_bert_config.json")
-    encoder = TextFolder(
+    encoder = transformer_text_folder(
         path,
         weights,
         config,
         Pooling(("cls",)),  # unused: SPLADE pools the logits
-        normalize=False,
-        max_tokens=max_tokens_of(weights, config, settings.get("max_seq_length")),
-        lowercase=bool(settings.get("do_lower_case", False)),
+        read_optional_json(transformer / "sentence_bert_config.json"),
         prompts=prompts,
         default_prompt_name=default_prompt,
     )
