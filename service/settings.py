@@ -280,11 +280,9 @@ class Settings(BaseSettings):
     )
     compile_backends: Annotated[tuple[str, ...], NoDecode] = Field(
         default=(),
-        description=(
-            "Attention backends whose model forward runs torch.compile'd (comma-separated; empty: "
-            "all eager). Graphs compile during warm-up, before ready: one per batch bucket "
-            "(forecast) or per backend (text, symbolic shapes)."
-        ),
+        description="Attention backends whose model forward runs torch.compile'd (comma-separated; "
+        "empty: all eager). Graphs compile during warm-up, before ready: one per batch bucket "
+        "(forecast) or per backend (text, symbolic shapes).",
     )
     compile_mode: Literal[
         "default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"
@@ -295,20 +293,22 @@ class Settings(BaseSettings):
     )
     batch_buckets: Annotated[tuple[int, ...], NoDecode] = Field(
         default=DEFAULT_BATCH_BUCKETS,
-        description=(
-            "Batch sizes (rows) a compiled forecast batch is padded up to, so shapes repeat; "
-            "larger batches run eagerly."
-        ),
+        description="Batch sizes (rows) a compiled forecast batch is padded up to, so shapes "
+        "repeat; larger batches run eagerly.",
     )
     background_load: bool = Field(
         default=True,
-        description=(
-            "Load and warm up after the server starts listening, so /healthz answers and /readyz "
-            "says 503 meanwhile; off: the server listens only once it is ready."
-        ),
+        description="Load and warm up after the server starts listening, so /healthz answers and "
+        "/readyz says 503 meanwhile; off: the server listens only once it is ready.",
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = Field(
         default="info", description="Log level of the server and uvicorn."
+    )
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description="OpenTelemetry collector that gets a trace of each request as OTLP/HTTP: a "
+        "base URL (/v1/traces added) or the traces URL. Unset: OTEL_EXPORTER_OTLP_ENDPOINT or "
+        "_TRACES_ENDPOINT, else tracing is off. The SDK's other OTEL_* variables apply.",
     )
 
     @field_validator("models", "compile_backends", "batch_buckets", "precisions", mode="before")
