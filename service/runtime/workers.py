@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping
 from multiprocessing.process import BaseProcess
 from pathlib import Path
 from types import FrameType
@@ -47,7 +48,7 @@ from types import FrameType
 from service.engine.batching.cpus import available_cpus
 from service.observability.logs import configure_logging
 from service.observability.metrics import MULTIPROC_ENV
-from service.runtime.auto_workers import WorkerChoice
+from service.runtime.auto_workers import WorkerChoice, omp_num_threads
 from service.settings import Settings
 
 log = logging.getLogger("attnserve")
@@ -56,17 +57,19 @@ log = logging.getLogger("attnserve")
 KILL_MARGIN_S = 15.0
 
 
-def worker_settings(settings: Settings, cpus: int | None = None) -> Settings:
+def worker_settings(
+    settings: Settings, cpus: int | None = None, environ: Mapping[str, str] = os.environ
+) -> Settings:
     """The settings each worker runs with: ``workers`` stays the number of processes (the
-    default batch memory budget is split among them); when ``torch_threads`` is 0, the CPUs
-    the process may use (:func:`~service.engine.batching.cpus.available_cpus`) shared out among the
-    workers, so they do not oversubscribe;
-    and no background load: a worker takes connections from the shared socket only once its
+    default batch memory budget is split among them); ``torch_threads`` per worker is the
+    setting, else ``OMP_NUM_THREADS`` (a team size per process, not a total), else the CPUs the
+    process may use (:func:`~service.engine.batching.cpus.available_cpus`) shared out among the
+    workers, so they do not oversubscribe; and no background load: a worker takes connections from the shared socket only once its
     models are warm, so one that starts late (or replaces a dead one) never answers 503 while
     its peers could serve."""
     assert settings.workers > 0, "resolve workers auto first (service.runtime.auto_workers)"
     cpus = cpus or available_cpus()  # the quota and affinity mask too, not just the host's
-    threads = settings.torch_threads or max(1, cpus // settings.workers)
+    threads = settings.torch_threads or omp_num_threads(environ) or max(1, cpus // settings.workers)
     return settings.model_copy(update={"torch_threads": threads, "background_load": False})
 
 

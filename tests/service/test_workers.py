@@ -193,10 +193,11 @@ def test_workers_drain_and_exit_when_the_supervisor_is_killed(tmp_path: Path) ->
 
 
 def test_torch_threads_are_shared_out_among_workers() -> None:
-    assert worker_settings(Settings(workers=2), cpus=8).torch_threads == 4
-    assert worker_settings(Settings(workers=4), cpus=2).torch_threads == 1
-    assert worker_settings(Settings(workers=4, torch_threads=3), cpus=2).torch_threads == 3
-    assert worker_settings(Settings(workers=3), cpus=8).workers == 3  # the budget's divisor
+    assert worker_settings(Settings(workers=2), cpus=8, environ={}).torch_threads == 4
+    assert worker_settings(Settings(workers=4), cpus=2, environ={}).torch_threads == 1
+    three = Settings(workers=4, torch_threads=3)
+    assert worker_settings(three, cpus=2, environ={}).torch_threads == 3
+    assert worker_settings(Settings(workers=3), cpus=8, environ={}).workers == 3  # budget divisor
 
 
 @pytest.mark.e2e
@@ -219,7 +220,7 @@ def test_workers_auto_starts_what_the_host_allows_and_logs_why(tmp_path: Path) -
         else:
             line = "workers: 1 (auto: "
         log = s.log_path.read_text()
-        assert line in log and "usable CPUs, 1 torch thread(s) a process; ~" in log
+        assert line in log and "usable CPUs, 1 torch thread(s) a process (torch_threads)" in log
     finally:
         s.stop()
         for pid in pids:

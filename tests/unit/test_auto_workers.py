@@ -14,13 +14,14 @@ from service.runtime import auto_workers as aw
 from service.runtime.auto_workers import (
     FIT_FRACTION,
     GIB,
+    MAX_AUTO_WORKERS,
     RUNTIME_BYTES,
     UNKNOWN_MODEL_BYTES,
     WorkerChoice,
     choose_workers,
     gpu_visible,
+    omp_num_threads,
     process_bytes,
-    usable_cpus,
 )
 from service.runtime.workers import worker_settings
 from service.settings import Settings
@@ -48,6 +49,22 @@ PLENTY = 64 * GIB
         (0, {"cpus": 8, "gpu": True, "available_bytes": PLENTY}, 1, "GPU"),  # device auto
         (0, {"cpus": 8, "gpu": True, "device": "cpu", "available_bytes": PLENTY}, 8, "CPUs"),
         (0, {"cpus": 8, "ray": True, "available_bytes": PLENTY}, 1, "Ray Serve"),
+        # Past MAX_AUTO_WORKERS (8) CPUs: at most 8 processes, several threads each.
+        (0, {"cpus": 16, "available_bytes": PLENTY}, 8, "2 torch thread(s) a process (auto)"),
+        (0, {"cpus": 12, "available_bytes": PLENTY}, 6, "2 torch thread(s) a process (auto)"),
+        (0, {"cpus": 9, "available_bytes": PLENTY}, 4, "2 torch thread(s) a process (auto)"),
+        (0, {"cpus": 64, "available_bytes": PLENTY}, 8, "8 torch thread(s) a process (auto)"),
+        (0, {"cpus": 8, "available_bytes": PLENTY}, 8, "1 torch thread(s) a process (auto)"),
+        # OMP_NUM_THREADS is each process's team: CPUs // t processes, capped.
+        (0, {"cpus": 16, "omp_threads": 1, "available_bytes": PLENTY}, 8, "(OMP_NUM_THREADS)"),
+        (0, {"cpus": 16, "omp_threads": 2, "available_bytes": PLENTY}, 8, "(OMP_NUM_THREADS)"),
+        (0, {"cpus": 16, "omp_threads": 4, "available_bytes": PLENTY}, 4, "(OMP_NUM_THREADS)"),
+        (0, {"cpus": 2, "omp_threads": 1, "available_bytes": PLENTY}, 2, "(OMP_NUM_THREADS)"),
+        (0, {"cpus": 2, "omp_threads": 4, "available_bytes": PLENTY}, 1, "(OMP_NUM_THREADS)"),
+        # torch_threads, the server's own setting, wins over the environment.
+        (0, {"cpus": 16, "torch_threads": 8, "omp_threads": 1}, 2, "(torch_threads)"),
+        # Explicit counts are not capped (up to the setting's own bound).
+        (12, {"cpus": 64}, 12, "set explicitly"),
     ],
 )
 def test_the_automatic_choice(
@@ -67,14 +84,47 @@ def test_the_memory_rule_is_the_fit_fraction_of_what_is_available() -> None:
     assert choose_workers(0, cpus=8, process_bytes=p, available_bytes=edge - 2).workers == 2
 
 
-def test_usable_cpus_follow_omp_num_threads(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(aw, "available_cpus", lambda: 8)
-    assert usable_cpus({}) == 8
-    assert usable_cpus({"OMP_NUM_THREADS": "2"}) == 2
-    assert usable_cpus({"OMP_NUM_THREADS": "3,1"}) == 3  # nested levels: the outer one
-    assert usable_cpus({"OMP_NUM_THREADS": "16"}) == 8  # never more than the CPUs
-    assert usable_cpus({"OMP_NUM_THREADS": "0"}) == 8
-    assert usable_cpus({"OMP_NUM_THREADS": "lots"}) == 8
+def test_omp_num_threads_is_a_team_size() -> None:
+    assert omp_num_threads({}) is None
+    assert omp_num_threads({"OMP_NUM_THREADS": "2"}) == 2
+    assert omp_num_threads({"OMP_NUM_THREADS": "3,1"}) == 3  # nested levels: the outer one
+    assert omp_num_threads({"OMP_NUM_THREADS": " 16 "}) == 16  # not capped here: a team size
+    assert omp_num_threads({"OMP_NUM_THREADS": "0"}) is None
+    assert omp_num_threads({"OMP_NUM_THREADS": "lots"}) is None
+
+
+@pytest.mark.parametrize("cpus", [1, 2, 3, 4, 7, 8, 9, 12, 16, 24, 32, 48, 64, 96, 128, 256])
+def test_every_host_size_gets_a_capped_count_that_fills_its_cpus(cpus: int) -> None:
+    workers = choose_workers(0, cpus=cpus, available_bytes=PLENTY).workers
+    threads = worker_settings(Settings(workers=workers), cpus=cpus, environ={}).torch_threads
+    assert 1 <= workers <= MAX_AUTO_WORKERS
+    assert workers * threads <= cpus  # never oversubscribed
+    # Idle CPUs only where the count does not divide: fewer than one thread per worker.
+    assert cpus - workers * threads < workers
+    if cpus <= MAX_AUTO_WORKERS:
+        assert (workers, threads) == (cpus, 1)  # small hosts: one thread a process, as measured
+
+
+def test_the_automatic_cap_is_one_the_explicit_setting_accepts() -> None:
+    bound = next(m.le for m in Settings.model_fields["workers"].metadata if hasattr(m, "le"))
+    assert bound >= MAX_AUTO_WORKERS
+    Settings(workers=MAX_AUTO_WORKERS)  # and it validates
+
+
+@pytest.mark.parametrize(("omp", "workers", "threads"), [("1", 8, 1), ("2", 8, 2), ("4", 4, 4)])
+def test_omp_num_threads_gives_each_worker_its_team_on_16_cpus(
+    started: dict[str, object],
+    monkeypatch: pytest.MonkeyPatch,
+    omp: str,
+    workers: int,
+    threads: int,
+) -> None:
+    monkeypatch.setattr(aw, "available_cpus", lambda: 16)
+    monkeypatch.setenv("OMP_NUM_THREADS", omp)
+    assert main(["serve", "--device", "cpu"]) == 0
+    settings = started["supervisor"]
+    assert isinstance(settings, Settings) and settings.workers == workers
+    assert worker_settings(settings, cpus=16).torch_threads == threads
 
 
 def test_a_gpu_is_seen_from_device_nodes_unless_hidden(tmp_path: Path) -> None:

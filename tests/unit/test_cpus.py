@@ -126,6 +126,7 @@ def test_default_threads_follow_the_quota_and_never_exceed_torch(
 
 def test_workers_share_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("service.runtime.workers.available_cpus", lambda: 2)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert worker_settings(Settings(workers=2)).torch_threads == 1
     assert worker_settings(Settings(workers=1)).torch_threads == 2
     assert worker_settings(Settings(workers=2, torch_threads=3)).torch_threads == 3
