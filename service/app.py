@@ -49,7 +49,9 @@ from service.http.routes import (
     tei,
     timeseries,
 )
+from service.observability import tracing
 from service.observability.metrics import Metrics
+from service.observability.spans import TraceRequests
 from service.settings import Settings
 from service.state import AppState
 
@@ -221,5 +223,8 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     app.add_middleware(ApiKeyGate, api_key=settings.api_key_value, metrics=state.metrics)
     app.add_middleware(ConnectionRecycler, max_age_s=settings.max_connection_age_s)
     app.add_middleware(TrimAfterLargeBodies, state=state)
+    traces = tracing.configured(settings)  # None when off: no middleware, no cost
+    if traces is not None:  # inside RequestContext, whose request id its spans carry
+        app.add_middleware(TraceRequests, tracing=traces)
     app.add_middleware(RequestContext, metrics=state.metrics)
     return app

@@ -20,6 +20,7 @@ from service.engine.batching.worker import ModelWorker
 from service.engine.servables.base import ServedModel
 from service.errors import ClientDisconnected, ModelNotFound, RequestTimeout
 from service.observability.metrics import Metrics
+from service.observability.spans import trace_job
 
 Disconnected = Callable[[], Awaitable[Any]]
 
@@ -106,7 +107,7 @@ class Batcher:
                 job.cancelled = True  # timed out, client left, or the handler was cancelled
         if job.future.done():
             try:
-                return job.future.result()
+                return trace_job(model, job, job.future.result())  # no-op untraced
             except RequestTimeout:
                 self.metrics.rejections.labels(model, "timeout").inc()
                 raise

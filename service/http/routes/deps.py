@@ -11,6 +11,7 @@ from fastapi import Depends, Header, Request, Response
 from service.engine.engine import Answer, Client, Engine
 from service.errors import InvalidRequest, NotReady, ShuttingDown
 from service.http.middleware import request_state
+from service.observability.spans import note_answered, note_parsed
 from service.state import AppState
 
 
@@ -57,6 +58,7 @@ def client_of(request: Request) -> Client:
                 return
 
     state = request_state(request.scope)
+    note_parsed()  # the trace's parse span ends here, at the engine call
     return Client(state.get("request_id", ""), state, disconnected)
 
 
@@ -69,6 +71,7 @@ def set_timing_headers(response: Response, answer: Answer) -> None:
     causal layers under a backend without a causal form), ``x-attention-fallback`` (which, and
     why)."""
     result = answer.result
+    note_answered()  # the trace's render span starts here
     response.headers["x-model"] = answer.model
     response.headers["x-attention"] = answer.attention
     response.headers["x-queue-time-ms"] = f"{result.queue_s * 1000:.2f}"
