@@ -48,6 +48,9 @@ from service.http.routes import (
     sparse,
     tei,
     timeseries,
+    vllm_pooling,
+    vllm_score,
+    vllm_shared,
 )
 from service.observability import tracing
 from service.observability.metrics import Metrics
@@ -210,6 +213,8 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     app.state.attnserve = state
     install_error_handlers(app)
     routers = (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere, sparse)
+    # vllm_shared first: it answers the paths vLLM shares with the peers (see its rule).
+    routers = (vllm_shared, *routers, vllm_pooling, vllm_score)
     for module in (*routers, timeseries):  # timeseries: KServe's time series forecast
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any

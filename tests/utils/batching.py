@@ -25,3 +25,4 @@ class FakePending:
     deadline: float = 100.0
     cancelled: bool = False
     arrived_idle: bool = False
+    priority: int = 0

@@ -65,8 +65,9 @@ class Batcher:
         finish: Callable[[list[Any]], Any],
         disconnected: Disconnected | None = None,
         request_id: str = "",
+        priority: int = 0,
     ) -> JobResult:
-        """Queue rows for ``model`` and await their result.
+        """Queue rows for ``model`` and await their result (``priority``: lower runs first).
 
         Raises:
             QueueFull, ShuttingDown: refused at once.
@@ -88,6 +89,7 @@ class Batcher:
             enqueued_at=now,
             deadline=now + self.timeout_s,
             request_id=request_id,
+            priority=priority,
         )
         worker.submit(job)
         watcher = asyncio.ensure_future(disconnected()) if disconnected else None

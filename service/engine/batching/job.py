@@ -54,6 +54,7 @@ class Job:
         enqueued_at, deadline: ``time.monotonic()`` seconds.
         cancelled: the client left or timed out; the worker drops the job if not yet run.
         arrived_idle: it found the worker idle and the queue empty, so it runs at once.
+        priority: lower is served first (see :func:`~service.engine.batching.policy.served_order`).
     """
 
     key: BatchKey
@@ -66,6 +67,7 @@ class Job:
     request_id: str = ""
     cancelled: bool = False
     arrived_idle: bool = False
+    priority: int = 0
 
     @property
     def n_rows(self) -> int:

@@ -28,6 +28,11 @@ LitServe's ``collate_requests``):
    much. Its parts are the worker's turns, one forward pass each; between two of them the
    requests that arrived meanwhile get one batch (:func:`between_parts`), so a small request
    waits for about one part, not for the whole of a large one (head-of-line blocking).
+6. Priority (vLLM's ``priority`` field: lower is served first, default 0) reorders rules 2 and
+   3: the head is the live request of the lowest priority (arrival breaks ties), and requests
+   of its key join by priority, then arrival. Fairness bound (aging): a request that has waited
+   half its time to its deadline outranks every priority (oldest first), so a stream of
+   lower values delays a request but never expires it (:func:`served_order`).
 """
 
 from __future__ import annotations
@@ -107,6 +112,8 @@ class Pending(Protocol):
     def cancelled(self) -> bool: ...
     @property
     def arrived_idle(self) -> bool: ...
+    @property
+    def priority(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -184,6 +191,21 @@ def _gone(pending: Sequence[Pending], now: float) -> tuple[tuple[int, ...], tupl
     return dropped, expired
 
 
+def served_order(pending: Sequence[Pending], live: list[int], now: float) -> list[int]:
+    """``live`` (indices in arrival order) in the order they are served: overdue requests
+    (waited at least half their time to their deadline) first, oldest first; then the rest by
+    priority, lower first, arrival breaking ties. All of one priority: arrival order."""
+    if len({pending[i].priority for i in live}) <= 1:
+        return live
+
+    def rank(i: int) -> tuple[int, int, int]:
+        p = pending[i]
+        overdue = now - p.enqueued_at >= (p.deadline - p.enqueued_at) / 2
+        return (0, 0, i) if overdue else (1, p.priority, i)
+
+    return sorted(live, key=rank)
+
+
 def next_batch(
     pending: Sequence[Pending],
     now: float,
@@ -211,6 +233,7 @@ def next_batch(
     live = [i for i in range(len(pending)) if i not in gone]
     if not live:
         return Decision(expired=expired, dropped=dropped)
+    live = served_order(pending, live, now)
 
     head = pending[live[0]]
     budget = limits.max_batch_memory if memory is not None else None
@@ -261,7 +284,7 @@ def next_batch(
     if free_since is not None:
         start_at = max(start_at, free_since + limits.max_wait_s)
     if full or flush or head.arrived_idle or now >= start_at:
-        return Decision(batch=tuple(batch), expired=expired, dropped=dropped)
+        return Decision(batch=tuple(sorted(batch)), expired=expired, dropped=dropped)
     wake_at = min(start_at, min(pending[i].deadline for i in live))
     return Decision(expired=expired, dropped=dropped, wake_at=wake_at)
 
