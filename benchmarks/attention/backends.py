@@ -15,6 +15,9 @@ no package; its peer ``peer:informer2020`` re-implements the reference code's al
 Prints a markdown table and writes a JSON file and a PNG plot to ``--results-dir``
 (``benchmarks/results/attention-<device>-<dtype>.{json,png}``). ``--smoke``: L = 128, our
 backends only, one repeat each.
+
+Our rows are every backend the registry holds (:func:`models.attention.registry.names`, read
+when the script runs), each at its default options; only the peers are named here.
 """
 
 from __future__ import annotations
@@ -27,7 +30,6 @@ import statistics
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -35,20 +37,48 @@ from benchmarks.attention.common import full_fits, in_subprocess, length_plot, p
 from benchmarks.harness import cli
 from benchmarks.harness.report import RESULTS, table, write_json
 from benchmarks.harness.timing import budget_samples
-from models.attention import BACKENDS, get_backend
+from models.attention import get_backend
+from models.attention.performer import default_num_features
+from models.attention.registry import names
 
-FEATURES = 266  # int(64·ln 64): our performer default, given to the peer too
-LANDMARKS = 64
-FACTOR = 5  # ProbSparse c: our default and the reference code's
-APPROXIMATE = tuple(b for b in BACKENDS if not get_backend(b).exact)
+# The peers run at our backends' default budgets (read from the registry where the option has
+# a fixed default): m = int(d·ln d) random features, 64 landmarks, factor c = 5.
+LANDMARKS = get_backend("nystrom").resolve_options(None)["num_landmarks"]
+FACTOR = get_backend("probsparse").resolve_options(None)["factor"]
 # Each approximation's peer: the same algorithm from its reference package (or code).
 PEERS = {
     "performer": "peer:performer-pytorch",
     "nystrom": "peer:nystrom-attention",
     "probsparse": "peer:informer2020",
 }
-OURS = list(BACKENDS)  # every registered backend, in listing order
-IMPLEMENTATIONS = [*OURS, *PEERS.values()]
+
+
+def ours() -> list[str]:
+    """Every registered backend, in listing order (a new backend file is a new row)."""
+    return list(names())
+
+
+def implementations() -> list[str]:
+    """Our backends, then the peers."""
+    return [*ours(), *PEERS.values()]
+
+
+def approximate() -> tuple[str, ...]:
+    """The registered backends that approximate attention."""
+    return tuple(b for b in names() if not get_backend(b).exact)
+
+
+def options_note() -> str:
+    """Each approximation's budget option at its default, for the table's caption."""
+    notes = []
+    for name in approximate():
+        backend = get_backend(name)
+        if backend.budget is None:
+            continue
+        value = backend.resolve_options(None)[backend.budget]
+        # None: derived from the input (performer's m = int(d·ln d))
+        notes.append(f"{name} {backend.budget}={'from D' if value is None else value}")
+    return ", ".join(notes)
 
 
 def informer2020_probsparse(q, k, v, factor: int = FACTOR):
@@ -83,7 +113,8 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
     if name.startswith("peer:performer"):
         from performer_pytorch import FastAttention
 
-        module = FastAttention(dim_heads=head_dim, nb_features=FEATURES, causal=False).to(device)
+        features = default_num_features(head_dim)  # our performer's default m
+        module = FastAttention(dim_heads=head_dim, nb_features=features, causal=False).to(device)
         return module
     if name.startswith("peer:nystrom"):
         from nystrom_attention import NystromAttention
@@ -111,12 +142,7 @@ def _runner(name: str, heads: int, head_dim: int, device: str):
 
     from models.attention import attend
 
-    options: dict[str, dict[str, Any]] = {
-        "performer": {"num_features": FEATURES},
-        "nystrom": {"num_landmarks": LANDMARKS},
-        "skyformer": {"num_landmarks": LANDMARKS},
-    }
-    return lambda q, k, v: attend(q, k, v, backend=name, **options.get(name, {}))
+    return lambda q, k, v: attend(q, k, v, backend=name)  # its default options
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -215,7 +241,7 @@ def main(args: argparse.Namespace) -> None:
         args.results_dir / f"{tag}.png",
         rows,
         "impl",
-        IMPLEMENTATIONS,
+        implementations(),
         ("sequence length L", "median latency (ms)", "peak memory (MiB)"),
         title,
     )
@@ -238,15 +264,16 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
     lines = [
         f"B=1, H={args.heads}, D={args.head_dim}, {args.dtype} on {args.device} "
         f"({args.threads or torch.get_num_threads()} threads); error vs exact "
-        f"(flash), mean relative row error; performer m={FEATURES}, nystrom and skyformer landmarks={LANDMARKS}, "
-        f"probsparse factor={FACTOR}, every other backend at its default options",
+        f"(flash), mean relative row error; every backend at its default options "
+        f"({options_note()}), the peers at the same budgets",
         "",
         table(["implementation", "L", "median ms", "peak MiB", "rel. error"], cells, "lrrrr"),
         "",
         "Ratios (from this run):",
     ]
     by = {(r["impl"], r["L"]): r for r in rows if "median_ms" in r}
-    for ref, impls in (("full", ("flash", *APPROXIMATE)), ("flash", APPROXIMATE)):
+    approx = approximate()
+    for ref, impls in (("full", ("flash", *approx)), ("flash", approx)):
         for length in args.lengths:
             for impl in impls:
                 r, base = by.get((impl, length)), by.get((ref, length))
@@ -257,25 +284,28 @@ def _table(rows: list[dict], args: argparse.Namespace) -> str:
                         f"- L={length}: {impl} is {base['median_ms'] / r['median_ms']:.1f}x faster "
                         f"than {ref}{also}"
                     )
-    for impl in ("flash", *APPROXIMATE):
+    for impl in ("flash", *approx):
         a, b = by.get((impl, 8192)), by.get((impl, 32768))
         if a and b:
             lines.append(
                 f"- {impl}: peak memory x{b['peak_mib'] / max(a['peak_mib'], 1e-9):.1f} "
                 "from L=8192 to 32768 (linear would be x4)"
             )
-    for ours in APPROXIMATE:
+    for mine in approx:
         for length in args.lengths:
-            a, b = by.get((ours, length)), by.get((PEERS.get(ours, ""), length))
+            a, b = by.get((mine, length)), by.get((PEERS.get(mine, ""), length))
             if a and b:
                 lines.append(
-                    f"- L={length}: {ours} {b['median_ms'] / a['median_ms']:.2f}x the peer's speed, "
+                    f"- L={length}: {mine} {b['median_ms'] / a['median_ms']:.2f}x the peer's speed, "
                     f"error {a['rel_error']:.3f} vs {b['rel_error']:.3f}"
                 )
     return "\n".join(lines)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line; ``--implementations`` defaults to every registered backend and peer
+    (``--smoke``: our backends only)."""
+    every = implementations()
     p = cli.parser(
         __doc__,
         cli.sizes("--lengths", [512, 1024, 2048, 4096, 8192, 16384, 32768]),
@@ -292,10 +322,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--implementations",
         nargs="+",
-        default=IMPLEMENTATIONS,
-        choices=IMPLEMENTATIONS,
+        default=every,
+        choices=every,
         metavar="IMPL",
-        help=f"which to run (flash always runs: it is the exact reference); {IMPLEMENTATIONS}",
+        help=f"which to run (flash always runs: it is the exact reference); {every}",
     )
     p.add_argument(
         "--results-dir",
@@ -308,8 +338,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--impl", help=argparse.SUPPRESS)
     p.add_argument("--length", type=int, help=argparse.SUPPRESS)
     p.add_argument("--save", help=argparse.SUPPRESS)
-    ours = [i for i in IMPLEMENTATIONS if not i.startswith("peer")]
-    return cli.parse(p, argv, lengths=[128], seconds=0.1, min_reps=1, implementations=ours)
+    return cli.parse(p, argv, lengths=[128], seconds=0.1, min_reps=1, implementations=ours())
 
 
 if __name__ == "__main__":

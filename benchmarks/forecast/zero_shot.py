@@ -69,6 +69,7 @@ from models.names import DEFAULT_PRECISION
 
 ROOT = Path(__file__).resolve().parents[2]
 FLOOR = "no attention (floor)"
+# a selection: the default sweep (flash, full and the approximations with a causal form)
 DEFAULT_BACKENDS = ["flash", "full", "bigbird", "performer", "probsparse", "reformer"]
 # What --smoke (and --tiny) build: the tests' tiny TimesFM, contexts of a few patches.
 TINY: dict[str, Any] = {

@@ -8,8 +8,9 @@ re-exports this module, and the registry never import each other).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
@@ -30,6 +31,32 @@ def _load(name: str) -> Backend:
 _REGISTRY: dict[str, Backend] = {name: _load(name) for name in BACKEND_NAMES}
 
 BACKENDS: tuple[str, ...] = tuple(_REGISTRY)
+
+
+def names() -> tuple[str, ...]:
+    """The registered backends' names by ascending ``order``, read at call time.
+
+    Equal to :data:`BACKENDS` outside :func:`registered`. Listings that must show every backend
+    (benchmark tables, quality commands) iterate over this rather than a constant bound at
+    import, so a test can prove that a backend added with :func:`registered` appears in them.
+    """
+    return tuple(sorted(_REGISTRY, key=lambda name: _REGISTRY[name].order))
+
+
+@contextlib.contextmanager
+def registered(backend: Backend) -> Iterator[Backend]:
+    """``backend`` looked up like the file-declared ones for the block's duration: a test's
+    stand-in for a new backend file (its name and order must be new). Only :func:`names` and
+    the look-ups see it: :data:`BACKENDS` and :data:`models.names.BACKEND_NAMES` stay the files.
+    """
+    orders = {b.order for b in _REGISTRY.values()}
+    if backend.name in _REGISTRY or backend.order in orders:
+        raise ValueError(f"backend {backend.name!r} (order {backend.order}) is taken")
+    _REGISTRY[backend.name] = backend
+    try:
+        yield backend
+    finally:
+        del _REGISTRY[backend.name]
 
 
 def get_backend(name: str) -> Backend:

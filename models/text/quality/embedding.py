@@ -33,7 +33,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from models.attention import BACKENDS, AttentionError, get_backend
+from models.attention import AttentionError, get_backend
+from models.attention.registry import names
 from models.names import DEFAULT_PRECISION
 from models.quality_file import (
     backend_rows,
@@ -171,7 +172,7 @@ def measure(
     uncut = encoder.tokenizer.count(texts)
     reference = reference_for(limit)
     backends = []
-    for name in BACKENDS:
+    for name in names():
         if only is not None and name not in only:
             continue
         try:
@@ -282,7 +283,7 @@ def main(argv: list[str] | None = None) -> None:
         "--backends",
         nargs="+",
         default=None,
-        choices=list(BACKENDS),
+        choices=list(names()),
         help="measure these backends alone and add them to the existing quality.json (the "
         "same corpus: same --per-bin and --max-tokens), keeping every other figure",
     )

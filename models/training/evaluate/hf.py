@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.attention import BACKENDS
 from models.attention.base import AttentionError
+from models.attention.registry import names
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
 from models.names import DEFAULT_PRECISION, PRECISION_NAMES
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     p.add_argument("folder", type=Path, help="a transformers time-series folder")
-    p.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS))
+    p.add_argument("--backends", nargs="+", default=None, choices=list(names()))
     p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
     p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
     p.add_argument("--threads", type=int, default=1)
@@ -219,7 +219,7 @@ def main(argv: list[str] | None = None) -> None:
         source, table = data_source(args, forecaster)
     except (ValueError, AttentionError, DataError) as exc:
         p.error(str(exc))
-    backends = args.backends if args.backends is not None else ([] if variants else list(BACKENDS))
+    backends = args.backends if args.backends is not None else ([] if variants else list(names()))
     evaluate_folder(
         args.folder, source, table, backends, variants, args.stride, forecaster, precisions
     )

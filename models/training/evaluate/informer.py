@@ -40,8 +40,8 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Subset
 
-from models.attention import BACKENDS
 from models.attention.base import AttentionError
+from models.attention.registry import names
 from models.informer.checkpoint import shipped_dirs
 from models.informer.forecaster import InformerForecaster
 from models.informer.timefeatures import format_timestamps
@@ -126,7 +126,7 @@ def evaluate_checkpoint(
     for backend, options in variants:  # bad options fail here, before any scoring
         f.check_attention(backend, options)
     if backends is None:
-        backends = [] if variants else list(BACKENDS)
+        backends = [] if variants else list(names())
     source = source_of(f.meta)
     if data is not None:
         source = replace(source, path=str(Path(data).resolve()))
@@ -210,10 +210,10 @@ def parse_variant(text: str) -> tuple[str, dict[str, Any]]:
     """``performer:num_features=16,...`` -> ``("performer", {"num_features": 16})``; numbers
     become int or float, anything else stays a string. ValueError on a malformed spec."""
     backend, sep, rest = text.partition(":")
-    if backend not in BACKENDS or not sep or not rest:
+    if backend not in names() or not sep or not rest:
         raise ValueError(
             f"variant {text!r}: expected backend:option=value[,option=value] with a backend "
-            f"among {', '.join(BACKENDS)}"
+            f"among {', '.join(names())}"
         )
     options: dict[str, Any] = {}
     for item in rest.split(","):
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> None:
         "--backends",
         nargs="+",
         default=None,
-        choices=list(BACKENDS),
+        choices=list(names()),
         help="backends to score at their default options (default: all, or none with --variants)",
     )
     p.add_argument(

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from models.attention import BACKENDS
+from models.attention.registry import names
 from models.informer.checkpoint import shipped_dirs
 from models.names import DEFAULT_PRECISION
 from models.quality_file import precision_figures, read_quality
@@ -46,7 +46,7 @@ def results_table() -> str:
         )
         scored = [
             (f"**{b}** (default)" if b == default else b, backends[b])
-            for b in BACKENDS
+            for b in names()
             if b in backends
         ]
         variants = float32.get("variants") or []

@@ -26,8 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from models.attention import BACKENDS
 from models.attention.base import AttentionError
+from models.attention.registry import names
 from models.errors import ModelInputError
 from models.hf_forecast.folder import FolderError
 from models.names import DEFAULT_PRECISION, PRECISION_NAMES
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawTextHelpFormatter,
     )
     p.add_argument("folder", type=Path, help="a TimesFM 2.5 or Chronos-2 folder")
-    p.add_argument("--backends", nargs="+", default=None, choices=list(BACKENDS))
+    p.add_argument("--backends", nargs="+", default=None, choices=list(names()))
     p.add_argument("--context", type=int, default=None, help="history steps per window")
     p.add_argument("--horizon", type=int, default=None, help="steps forecast per window")
     p.add_argument(
@@ -271,7 +271,7 @@ def main(argv: list[str] | None = None) -> None:
             season = 1
     except (ValueError, AttentionError, DataError, FolderError, ModelInputError) as exc:
         p.error(str(exc))
-    backends = args.backends if args.backends is not None else list(BACKENDS)
+    backends = args.backends if args.backends is not None else list(names())
     evaluate_zero_shot(forecaster, source, table, windows, season, backends, tuple(args.precisions))
 
 
