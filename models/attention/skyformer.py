@@ -48,14 +48,17 @@ Differences from the reference code (pkuzengqi/Skyformer, ``src/models/attention
       centred); and every output coordinate is clamped between the values' least and greatest
       over the real keys, where softmax attention's lies, which only moves a row closer to the
       exact one and bounds the rows whose approximate denominator is near zero.
-    * A row with at most ``m`` real keys gets exact attention of its kernel (``full``, or exact
-      Gaussian attention as the authors' ``SoftmaxAttention_RBF`` computes it).
+    * Softmax kernel: a row with at most ``m`` real keys gets exact softmax attention (``full``),
+      as ``nystrom`` does. The Gaussian kernel is Nyström at every length, as in the reference
+      code (no exact path; landmarks drawn with replacement, so a row shorter than ``m`` repeats
+      some, and the ridge keeps κ(L, L) invertible): a model trained with it expects that
+      function, and an exact path below ``m`` would make the output jump at length ``m``.
 There is no causal variant: landmarks mix every position into every output.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import lru_cache, partial
 from typing import Any, Literal
@@ -105,7 +108,8 @@ def gaussian_attention(
     q: Tensor, k: Tensor, v: Tensor, key_padding_mask: Tensor | None = None
 ) -> Tensor:
     """Exact (unnormalised) Gaussian-kernel attention: exp(−‖q − k‖² / 2√d)·V over real keys,
-    as the authors' "kernelized attention" (``SoftmaxAttention_RBF``)."""
+    as the authors' "kernelized attention" (``SoftmaxAttention_RBF``): what ``kernel="gaussian"``
+    approximates (a reference for tests and docs; the backend itself is always Nyström)."""
     scale = q.shape[-1] ** -0.25
     weights = gaussian_kernel(q * scale, k * scale)
     if key_padding_mask is not None:
@@ -252,10 +256,6 @@ def skyformer_nystrom(
     return out.clamp_(low, high)
 
 
-def _exact(kernel: KernelName) -> Callable[..., Tensor]:
-    return full_attention if kernel == "softmax" else gaussian_attention
-
-
 def skyformer_attention(
     q: Tensor,
     k: Tensor,
@@ -271,11 +271,8 @@ def skyformer_attention(
     if causal:  # the registry refuses this first; kept for direct callers
         raise ValueError("skyformer has no causal variant")
     m = num_landmarks
-    exact = _exact(kernel)
     out_dtype = q.dtype
     q, k, v = working_precision(q, k, v)
-    if k.shape[-2] <= m:  # every row has at most m keys: exact is as cheap as the approximation
-        return exact(q, k, v, key_padding_mask).to(out_dtype)
     approximate = partial(
         skyformer_nystrom,
         num_landmarks=m,
@@ -283,54 +280,73 @@ def skyformer_attention(
         landmarks=landmarks,
         pinv_iterations=pinv_iterations,
     )
-    return short_rows_exact(q, k, v, key_padding_mask, m, approximate, exact).to(out_dtype)
+    if kernel == "gaussian":  # Nyström at every length, as the authors' code (module docstring)
+        key_real = key_padding_mask
+        query_real = key_real if q.shape[-2] == k.shape[-2] else None  # self-attention
+        return approximate(q, k, v, key_real, query_real).to(out_dtype)
+    if k.shape[-2] <= m:  # every row has at most m keys: exact is as cheap as the approximation
+        return full_attention(q, k, v, key_padding_mask).to(out_dtype)
+    return short_rows_exact(q, k, v, key_padding_mask, m, approximate).to(out_dtype)
 
 
 def skyformer_bytes(call: AttentionCall, options: Mapping[str, Any]) -> int:
-    """Peak bytes (``m`` landmarks; exact attention in float32 when ``Lk <= m``): linear in length.
+    """Peak bytes (``m`` landmarks; exact attention in float32 when the softmax kernel has
+    ``Lk <= m``): linear in length.
 
     Alive throughout the product: the scaled (softmax: and centred) queries and keys, ``n·d``
-    with ``n = Lq + Lk``. Then, in order: the centring copies and the stacked set ``[b, h, n, d]``
-    (padded: the masked means' ``[b, h, L, d]`` temporaries); landmarks (a gather, or segment
-    means through a ``[b, m+1, n]`` assignment matrix); the ``m x m`` kernel, its normalised copy
-    and the pseudo-inverse's temporaries (about twelve ``m x m``); the values with the key factor
-    and the denominator's column ``[b, h, Lk, d+1]`` beside ``v·weight`` and κ(K, L)
-    ``[b, h, Lk, m]``; κ(Q, L) ``[b, h, Lq, m]`` and the product ``[b, h, Lq, d+1]``; the
-    normalised output. A padded call may also run exact attention on rows with at most ``m``
-    real keys (``[b, h, Lq, m]`` scores, up to three copies) and merges the two results.
+    with ``n = Lq + Lk``. Then, in order: softmax's centring copies (padded: the masked means'
+    ``[b, h, L, d]`` temporaries); the landmarks, gathered from the two clouds (``uniform``: the
+    stacked set is never built) or, for ``segment_means`` only, the stacked set ``[b, h, n, d]``
+    and its means (a ``[b, m+1, n]`` assignment matrix and a copy of the set, unless a reshape
+    does); the ``m x m`` kernel, its normalised copy and the pseudo-inverse's temporaries (about
+    twelve ``m x m``); the values (softmax: with the key factor and the denominator's column,
+    ``[b, h, Lk, d+1]``, beside ``v·weight``; Gaussian: the masked values when padded) and
+    κ(K, L) ``[b, h, Lk, m]`` with its ``[b, h, Lk, d]`` squares; κ(Q, L) ``[b, h, Lq, m]`` and
+    the product ``[b, h, Lq, d+1]``; softmax's normalised output. A padded softmax call may also
+    run exact attention on rows with at most ``m`` real keys (``[b, h, Lq, m]`` scores, up to
+    three copies) and merges the two.
     """
     m = options["num_landmarks"]
     work, cast = in_float32(call)
-    if call.lk <= m:
+    if options["kernel"] == "softmax" and call.lk <= m:  # Gaussian: Nyström at every length
         return cast + full_bytes(replace(call, itemsize=work), {})
     lq, lk, d, bh = call.lq, call.lk, call.d, call.heads
     n = lq + lk
-    extra = 1 if options["kernel"] == "softmax" else 0  # the denominator's column
+    softmax = options["kernel"] == "softmax"
+    extra = 1 if softmax else 0  # the denominator's column
     points = bh * n * d  # scaled (centred) q and k
     if options["landmarks"] == "segment_means":
-        select = call.b * (m + 1) * n + bh * m * d
+        # the stacked set and its means: a reshape when unpadded and m divides n, else an
+        # einsum over the assignment matrix, which makes its own copy of the stacked set
+        copies = 1 if not call.padded and n % m == 0 else 2
+        select = copies * bh * n * d + call.b * (m + 1) * n + bh * m * d
     else:
-        select = bh * m * d
+        select = 2 * bh * m * d  # the two gathered halves and their concatenation
+    # softmax: v·weight (then k's squares) beside the values with their column; Gaussian: k's
+    # squares, and the masked values when padded
+    values = lk * (2 * d + extra) if softmax else lk * d * (2 if call.padded else 1)
     phases = [
-        points + bh * n * d + (bh * max(lq, lk) * d if call.padded else 0),  # centring, stacking
-        points + bh * n * d + select,  # the stacked set and its landmarks
+        points + select,  # the landmarks
         points + bh * (m * d + 12 * m * m),  # landmark kernel, pseudo-inverse
-        points + bh * (m * d + m * m + lk * (2 * d + extra) + lk * m),  # values, κ(K, L)
-        points + bh * (m * d + lq * m + lq * (d + extra)),  # κ(Q, L), product
-        points + bh * lq * (3 * d + extra),  # normalisation, output
+        points + bh * (m * d + m * m + values + lk * m),  # values, κ(K, L)
+        points + bh * (m * d + lq * m + lq * (d + extra)),  # κ(Q, L) (q's squares), product
     ]
-    if call.padded:  # rows with at most m real keys: exact attention on m keys, torch.where
+    if softmax:  # centring: new q and k beside the scaled ones (padded: masked copies); the
+        # normalisation and the output (the Gaussian kernel's output is the product itself)
+        phases.append(points + bh * n * d + (bh * max(lq, lk) * d if call.padded else 0))
+        phases.append(points + bh * lq * (3 * d + extra))
+    if softmax and call.padded:  # rows with at most m real keys: exact attention, torch.where
         phases += [call.queries + bh * lq * m * 3, 2 * call.queries]
     return cast + max(phases) * work + call.b * n * INDEX * 2
 
 
 def skyformer_work(call: AttentionCall, options: Mapping[str, Any]) -> float:
-    """Flop-equivalents (``full``'s when ``Lk <= m``): scaling, centring and stacking q and k,
-    the landmarks, three Gaussian kernels κ(Q, L), κ(K, L), κ(L, L) (a product and four
-    elementwise passes each), the iterative pseudo-inverse (five ``m x m`` products per
-    iteration) and the products right to left, then the normalisation."""
+    """Flop-equivalents (``full``'s when the softmax kernel has ``Lk <= m``): scaling, centring
+    (softmax) and selecting the landmarks, three Gaussian kernels κ(Q, L), κ(K, L), κ(L, L) (a
+    product and four elementwise passes each), the iterative pseudo-inverse (five ``m x m``
+    products per iteration) and the products right to left, then the normalisation."""
     m = options["num_landmarks"]
-    if call.lk <= m:
+    if options["kernel"] == "softmax" and call.lk <= m:
         return full_work(call, {})
     iterations = options["pinv_iterations"]
     lq, lk, d = call.lq, call.lk, call.d
@@ -350,8 +366,8 @@ BACKEND = Backend(
     exact=False,
     summary=(
         "Skyformer: symmetric Nyström on the kernel matrix of the stacked queries and keys "
-        "(m landmarks, iterative pseudo-inverse); the softmax kernel, normalised, or the "
-        "paper's Gaussian kernel. O(L·m·d), exact for rows with at most m keys. No causal variant."
+        "(m landmarks, iterative pseudo-inverse); the softmax kernel, normalised (exact for rows "
+        "with at most m keys), or the paper's Gaussian kernel. O(L·m·d). No causal variant."
     ),
     citation="Chen, Zeng, Ji, Yang, Skyformer, NeurIPS 2021",
     kernel=skyformer_attention,

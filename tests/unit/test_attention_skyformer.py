@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from models.attention import AttentionCall, attend, attention_bytes, attention_work
-from models.attention.skyformer import gaussian_attention, skyformer_nystrom, uniform_landmarks
+from models.attention.skyformer import skyformer_nystrom, uniform_landmarks
 from tests.attention_inputs import reference_attention, relative_error, structured_qkv
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "skyformer_reference.json"
@@ -107,16 +107,14 @@ def test_uniform_landmarks_are_one_fixed_draw_and_leave_the_global_generator_alo
     )
 
 
-def test_rows_with_at_most_m_keys_get_exact_attention_of_their_kernel() -> None:
+def test_rows_with_at_most_m_keys_get_exact_softmax_attention() -> None:
+    """(The Gaussian kernel is Nyström at every length: tests/unit/test_skyformer_gaussian.py.)"""
     q, k, v = structured_qkv(2, 2, 100, 100, 16, seed=8)
     mask = torch.ones(2, 100, dtype=torch.bool)
     mask[1, 30:] = False  # 30 real keys <= 32 landmarks
-    for kernel, exact in (("softmax", reference_attention), ("gaussian", gaussian_attention)):
-        out = attend(
-            q, k, v, backend="skyformer", key_padding_mask=mask, num_landmarks=32, kernel=kernel
-        )
-        want = exact(q[1:, :, :30], k[1:, :, :30], v[1:, :, :30])
-        assert torch.allclose(out[1, :, :30].double(), want[0].double(), atol=1e-5), kernel
+    out = attend(q, k, v, backend="skyformer", key_padding_mask=mask, num_landmarks=32)
+    want = reference_attention(q[1:, :, :30], k[1:, :, :30], v[1:, :, :30])
+    assert torch.allclose(out[1, :, :30].double(), want[0].double(), atol=1e-5)
 
 
 def test_near_zero_denominators_stay_within_the_values() -> None:
