@@ -1,1 +1,2 @@
-"""Prometheus metrics (every one in :mod:`~service.observability.metrics`) and logging."""
+"""Prometheus metrics (every one in :mod:`~service.observability.metrics`), logging, and
+OpenTelemetry traces (:mod:`~service.observability.tracing`, :mod:`~service.observability.spans`)."""

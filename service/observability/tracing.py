@@ -42,6 +42,9 @@ TRACES_PATH = "/v1/traces"
 # The exporter's own logger: one line per failed batch and per retry (every few seconds while a
 # collector is down); muffled, and summed up by :class:`QuietExporter` once a minute.
 EXPORTER_LOGGER = "opentelemetry.exporter.otlp.proto.http.trace_exporter"
+# The batch processor's logger: "Queue full, dropping Span." when spans come faster than they
+# leave (a collector that answers slowly), up to three times a minute; held to once a minute.
+PROCESSOR_LOGGER = "opentelemetry.sdk._shared_internal"
 # How long stopping may wait for the last spans to leave before the server exits without them.
 STOP_TIMEOUT_S = 5.0
 
@@ -88,13 +91,31 @@ class _Muffle(logging.Filter):
         return False
 
 
+class _OncePerMinute(logging.Filter):
+    """Lets a record through when none has passed in the last minute."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__()
+        self._clock = clock
+        self._passed_at: float | None = None
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        now = self._clock()
+        if self._passed_at is not None and now - self._passed_at < QuietExporter.WARN_EVERY_S:
+            return False
+        self._passed_at = now
+        return True
+
+
 _MUFFLE = _Muffle()
+_ONCE_PER_MINUTE = _OncePerMinute()
 
 
 def _muffle_exporter_logs() -> None:
-    logger = logging.getLogger(EXPORTER_LOGGER)
-    if _MUFFLE not in logger.filters:
-        logger.addFilter(_MUFFLE)
+    for name, quiet in ((EXPORTER_LOGGER, _MUFFLE), (PROCESSOR_LOGGER, _ONCE_PER_MINUTE)):
+        logger = logging.getLogger(name)
+        if quiet not in logger.filters:
+            logger.addFilter(quiet)
 
 
 class QuietExporter(SpanExporter):
@@ -152,7 +173,8 @@ def _resource(environ: Mapping[str, str]) -> Resource:
         version = metadata.version("attnserve")
     except metadata.PackageNotFoundError:  # a source tree that was never installed
         version = "unknown"
-    resource = Resource.create({"service.version": version})
+    # process.pid: worker processes export apart, and their spans stay told apart.
+    resource = Resource.create({"service.version": version, "process.pid": os.getpid()})
     named = environ.get("OTEL_SERVICE_NAME", "").strip() or any(
         pair.split("=", 1)[0].strip() == "service.name"
         for pair in environ.get("OTEL_RESOURCE_ATTRIBUTES", "").split(",")

@@ -6,6 +6,7 @@ unreachable collector, and tracing off by default."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -78,6 +79,7 @@ def test_request_trace_reaches_the_collector(receiver: OtlpReceiver, text_double
     assert server.attributes["attnserve.request_id"] == r.headers["x-request-id"] == "req-7"
     assert server.attributes["attnserve.model"] == r.headers["x-model"]
     assert server.resource["service.name"] == "attnserve"
+    assert server.resource["process.pid"] == os.getpid()
     for name in ("parse", "queue", "batch", "render"):
         assert spans[name].parent_span_id == server.span_id, name
         assert spans[name].kind == INTERNAL
@@ -282,3 +284,17 @@ def test_stopping_is_bounded_when_the_collector_never_answers() -> None:
         assert traces.stop(timeout_s=1.0) is False
         assert time.monotonic() - started < 3.0
         assert traces.tracer is None
+
+
+def test_the_processors_queue_full_lines_come_once_a_minute() -> None:
+    now = [0.0]
+    once = tracing._OncePerMinute(lambda: now[0])
+    record = logging.LogRecord("x", logging.WARNING, "", 0, "Queue full, dropping Span.", (), None)
+    passed = []
+    for t in (0.0, 1.0, 20.0, 59.0, 60.0, 61.0, 119.0, 120.5):
+        now[0] = t
+        passed.append(once.filter(record))
+    assert passed == [True, False, False, False, True, False, False, True]
+    processor = logging.getLogger(tracing.PROCESSOR_LOGGER)
+    tracing._muffle_exporter_logs()
+    assert tracing._ONCE_PER_MINUTE in processor.filters
