@@ -81,6 +81,18 @@ DEFAULT_BATCH_BUCKETS: tuple[int, ...] = (1, 4, 16, 32)
 TEXT_MODEL = "all-MiniLM-L6-v2"
 TEXT_ALIASES: tuple[str, ...] = ("sentence-transformers/all-MiniLM-L6-v2",)
 
+# What the server loads when its settings name no models: the encoder and the shipped Informers.
+DEFAULT_MODELS: tuple[str, ...] = (
+    TEXT_MODEL,
+    "informer-etth1-h24",
+    "informer-etth1-h48",
+    "informer-etth1-h168",
+    "informer-etth1-h336",
+    "informer-etth1-h720",
+    "informer-ettm1-h96-c2048",
+    "informer-ettm1-h288-c2048",
+)
+
 # Numeric precisions a model may be loaded in (models/precision.py). float32 first: the default,
 # and the one every exactness contract is stated for.
 PRECISION_NAMES: tuple[str, ...] = ("float32", "bfloat16", "int8", "float16")

@@ -32,6 +32,7 @@ from service.engine.batching.host_memory import host_memory_limit
 from service.engine.batching.policy import Limits
 from service.engine.engine import Engine
 from service.engine.registry import Loader, ModelLoadError, Registry, load_servables
+from service.engine.served_names import with_served_names
 from service.errors import install_error_handlers
 from service.http.body_pool import BodyParsePool
 from service.http.memory_trim import TrimAfterLargeBodies
@@ -90,7 +91,7 @@ async def start_serving(state: AppState) -> None:
                 settings.compile_backend,
                 settings.batch_buckets,
             )
-    registry = Registry(servables)
+    registry = Registry(with_served_names(servables, settings.served_model_names))
     budget = runtime.memory_budget(settings.max_batch_memory_mb, len(servables), settings.workers)
     log.info("batch memory budget: %s", f"{budget / MIB:.0f} MiB" if budget else "none")
     metrics.batch_memory_budget.set(budget or 0)

@@ -33,20 +33,31 @@ def build_parser() -> argparse.ArgumentParser:
     for name, field in Settings.model_fields.items():
         env = f"ATTNSERVE_{name.upper()}"
         switch = field.annotation is bool  # ``--ray`` alone means true; ``--ray false`` works
+        repeated = name in REPEATED_FLAGS
         serve.add_argument(
             _flag(name),
+            *REPEATED_FLAGS.get(name, ()),
             dest=name,
             default=None,
             metavar="VALUE",
             nargs="?" if switch else None,
             const="true" if switch else None,
+            action="append" if repeated else "store",
             help=f"{field.description} [{env}]",
         )
+        if switch:  # ``--no-ray``: the --flag/--no-flag pair's spelling of ``--ray false``
+            serve.add_argument(
+                "--no-" + _flag(name)[2:], dest=name, action="store_const", const="false"
+            )
     commands.add_parser("settings", help="print the settings table (markdown)")
     for name, text in MODEL_TOOLS.items():  # flags parsed by the tool itself
         commands.add_parser(name, help=text, add_help=False)
     return parser
 
+
+# Settings whose flag may be repeated (the values joined by commas), with the peers' spelling
+# of the flag beside ours: vLLM's and TEI's ``--served-model-name``.
+REPEATED_FLAGS = {"served_model_names": ("--served-model-name",)}
 
 # Training and evaluation live in ``models/training/``: their argument parsers are their own.
 MODEL_TOOLS = {
@@ -152,6 +163,13 @@ def settings_error(exc: ValidationError) -> str:
     return "invalid settings: " + "; ".join(parts)
 
 
+def settings_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings the ``serve`` flags give (those left out: None, not given); a repeated
+    flag's values joined by commas, as its environment variable takes them."""
+    overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
+    return {k: ",".join(v) if isinstance(v, list) else v for k, v in overrides.items()}
+
+
 def export_openmp_env(settings: Settings) -> None:
     """Put the ``omp_wait_policy`` setting in the environment while torch is not yet imported:
     its OpenMP runtime reads the variable once, when it loads, in this process (one server) or
@@ -168,9 +186,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "settings":
         print(settings_table())
         return 0
-    overrides = {k: v for k, v in vars(args).items() if k != "command" and v is not None}
     try:
-        settings = Settings(**overrides)
+        settings = Settings(**settings_overrides(args))
     except ValidationError as exc:
         print(f"attnserve: {settings_error(exc)}", file=sys.stderr)
         return 2

@@ -14,18 +14,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 # Names only: this module stays free of torch, so the supervisor of several workers is light.
 from models.names import BACKEND_NAMES as BACKENDS
-from models.names import DEFAULT_BATCH_BUCKETS, DEFAULT_PRECISION, PRECISION_NAMES, TEXT_MODEL
-
-DEFAULT_MODELS = (
-    TEXT_MODEL,
-    "informer-etth1-h24",
-    "informer-etth1-h48",
-    "informer-etth1-h168",
-    "informer-etth1-h336",
-    "informer-etth1-h720",
-    "informer-ettm1-h96-c2048",
-    "informer-ettm1-h288-c2048",
-)
+from models.names import DEFAULT_BATCH_BUCKETS, DEFAULT_MODELS, DEFAULT_PRECISION, PRECISION_NAMES
 
 
 class Settings(BaseSettings):
@@ -210,6 +199,16 @@ class Settings(BaseSettings):
         ge=2,
         le=512,
         description="Longest text in tokens, [CLS]/[SEP] included (the model's table has 512).",
+    )
+    auto_truncate: bool = Field(
+        default=True,
+        description="TEI's routes (/embed, /embed_all, /embed_sparse, /rerank, /predict, "
+        "/similarity, /, /invocations) cut over-long texts when truncate is absent or null.",
+    )
+    served_model_names: str = Field(
+        default="",
+        description="Other names of loaded models (--served-model-name, repeatable): "
+        "comma-separated alias=model, or alias alone when one model is loaded.",
     )
     api_key: SecretStr | None = Field(
         default=None,

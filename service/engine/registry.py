@@ -357,16 +357,16 @@ class Registry:
         return [n for n, s in self.models.items() if task is None or serves(s, task)]
 
     def find(self, name: str) -> ServedModel:
-        """The model called ``name`` (whatever its task).
+        """The model called ``name`` or aliased so (whatever its task).
 
         Raises:
             ModelNotFound: no model by that name is loaded (the message lists those that are).
         """
-        if name not in self.models:
+        if name not in self._by_name:
             raise ModelNotFound(
                 f"model {name!r} is not loaded; loaded: {', '.join(self.names()) or 'none'}"
             )
-        return self.models[name]
+        return self._by_name[name]
 
     def get(self, name: str | None, task: str) -> ServedModel:
         """The ``task`` model called ``name`` (the only one of that task when None).

@@ -74,8 +74,8 @@ def test_inference_client_errors_are_clean_http_errors(drop_in_url: str) -> None
     from huggingface_hub.errors import HfHubHTTPError
 
     client = InferenceClient(base_url=drop_in_url)
-    with pytest.raises(HfHubHTTPError) as too_long:
-        client.feature_extraction([LONG])
+    with pytest.raises(HfHubHTTPError) as too_long:  # auto_truncate (on) cuts one without
+        client.feature_extraction([LONG], truncate=False)
     assert too_long.value.response.status_code == 422
     assert "truncate" in too_long.value.response.json()["error"]["message"]
     unknown = InferenceClient(base_url=drop_in_url, headers={"x-model": "nope"})

@@ -35,8 +35,8 @@ def test_embed_answers_a_bare_list_like_encode(client: TestClient) -> None:
 
 
 def test_truncation_direction_picks_the_end_that_is_cut(client: TestClient) -> None:
-    refused = client.post("/embed", json={"inputs": [LONG]})
-    assert_error(refused, 422, "invalid_request", "truncate")
+    refused = client.post("/embed", json={"inputs": [LONG], "truncate": False})  # auto_truncate:
+    assert_error(refused, 422, "invalid_request", "truncate")  # test_auto_truncate.py
     right = client.post("/embed", json={"inputs": [LONG], "truncate": True}).json()
     left = client.post(
         "/embed", json={"inputs": [LONG], "truncate": True, "truncation_direction": "Left"}

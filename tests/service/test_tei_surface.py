@@ -121,7 +121,8 @@ def test_root_takes_what_huggingface_hub_sends(client: TestClient) -> None:
 def test_similarity_parameters_reach_the_embeddings(client: TestClient) -> None:
     long = " ".join(f"word{i}" for i in range(100))  # over the encoder's 64 tokens
     body: dict[str, Any] = {"inputs": {"source_sentence": "query", "sentences": [long, "other"]}}
-    assert_error(client.post("/similarity", json=body), 422, "invalid_request", "truncate")
+    refused = {**body, "parameters": {"truncate": False}}  # none: auto_truncate (on) cuts
+    assert_error(client.post("/similarity", json=refused), 422, "invalid_request", "truncate")
     body["parameters"] = {"truncate": True, "truncation_direction": "Left", "prompt_name": "query"}
     scores = ok(client.post("/similarity", json=body))
     vectors = np.array(
@@ -203,9 +204,10 @@ def test_embed_all_is_sentence_transformers_token_embeddings(
     assert len(one) == 1 and one[0] == ok(client.post("/embed_all", json={"inputs": ["x"]}))[0]
 
 
-def test_embed_all_cuts_only_when_asked(client: TestClient) -> None:
+def test_embed_all_cuts_unless_told_not_to(client: TestClient) -> None:
     long = " ".join(f"word{i}" for i in range(100))
-    assert_error(client.post("/embed_all", json={"inputs": [long]}), 422, "invalid_request")
+    refused = client.post("/embed_all", json={"inputs": [long], "truncate": False})
+    assert_error(refused, 422, "invalid_request")  # no truncate: auto_truncate (on) cuts
     right = ok(client.post("/embed_all", json={"inputs": [long], "truncate": True}))
     left = ok(
         client.post(
@@ -341,7 +343,7 @@ def test_info_has_teis_fields_for_the_named_model(client: TestClient) -> None:
     assert list(info) == INFO_FIELDS
     assert info["model_id"] == info["served_model_name"] == ENCODER
     assert info["model_type"] == {"embedding": {"pooling": "mean"}}
-    assert info["model_dtype"] == "float32" and info["auto_truncate"] is False
+    assert info["model_dtype"] == "float32" and info["auto_truncate"] is True
     assert info["max_input_length"] == 64
     card = ok(client.get(f"/models/{ENCODER}"))
     assert info["max_batch_tokens"] == card["limits"]["max_batch_tokens"]

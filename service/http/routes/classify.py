@@ -7,8 +7,10 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import ClassifyInput
-from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
+from service.http.routes.model_names import tei_model
+from service.http.routes.tei_truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES, LongTextRule
 from service.http.schemas.rerank import (
     ClassifyRequest,
@@ -71,8 +73,8 @@ async def predict(
     text-embeddings-inference answers. The model: ``model`` or ``x-model``, else the first
     loaded classifier or reranker."""
     inputs, listed = body.batch
-    job = job_of(body, inputs)
-    name = chosen(body.model, x_model)
+    job = job_of(tei_truncate(body, engine), inputs)
+    name = tei_model(engine, body.model, x_model)  # TEI's rules: service.http.routes.model_names
     answer = await engine.classify(name, job, client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)

@@ -8,8 +8,10 @@ from dataclasses import replace
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import TextInput
-from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
+from service.http.routes.model_names import tei_model
+from service.http.routes.tei_truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.text import EncodeRequest, EncodeResponse, TeiEmbedRequest, Usage
 
@@ -61,8 +63,9 @@ async def tei_embed(
 ) -> list[list[float]]:
     """text-embeddings-inference's embed: one vector per input, as a bare list (which model,
     backend and precision ran are in the ``x-*`` headers). The model: ``model`` or ``x-model``,
-    else the first loaded encoder (TEI serves one model)."""
-    name = chosen(body.model, x_model)
+    else the first loaded encoder (TEI serves one model: a name no model answers to is ignored);
+    no ``truncate``: the ``auto_truncate`` setting."""
+    name, body = tei_model(engine, body.model, x_model), tei_truncate(body, engine)
     answer = await engine.encode(name, job_of(body), client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     vectors: list[list[float]] = answer.value

@@ -1,4 +1,7 @@
-"""``GET /models`` and ``GET /models/{name}``: model cards."""
+"""``GET /models`` (also at ``/v1/models``, OpenAI's and vLLM's list) and
+``GET /models/{name}``: model cards. A served name (``served_model_names``) is listed as vLLM
+lists its ``--served-model-name``: an entry of its own, ``id`` the served name and ``root`` the
+model it names, after that model's card."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from typing import Any
 from fastapi import APIRouter
 
 from service.http.routes.deps import EngineDep
+from service.http.routes.model_names import served_names
 from service.http.schemas.common import ERROR_RESPONSES, ModelsResponse
 from service.http.task_routes import routes_of, tasks_of
 
@@ -19,11 +23,22 @@ CAPABILITIES = {"encode": "embed", "rerank": "rerank", "classify": "classify"}
 INFINITY_CARD_FIELDS = ("id", "object", "created", "backend", "capabilities", "stats")
 
 
+@router.get("/v1/models", response_model=ModelsResponse, responses=ERROR_RESPONSES)
 @router.get("/models", response_model=ModelsResponse, responses=ERROR_RESPONSES)
 async def list_models(engine: EngineDep) -> ModelsResponse:
     """Cards of every loaded model: limits, channels/frequency or dimension, backends with
-    their options and measured quality, and the routes that answer it."""
-    return ModelsResponse(data=[with_routes(card) for card in engine.cards()])
+    their options and measured quality, and the routes that answer it; after each, an entry
+    per served name of it (``id``: that name, ``root``: the model's)."""
+    served = served_names(engine)
+    data = []
+    for card in engine.cards():
+        data.append(with_routes(card))
+        data += [
+            {**data[-1], "id": alias, "root": card["name"]}
+            for alias, model in served.items()
+            if model == card["name"]
+        ]
+    return ModelsResponse(data=data)
 
 
 @router.get("/models/{name}", responses=ERROR_RESPONSES)

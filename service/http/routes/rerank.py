@@ -11,6 +11,8 @@ from fastapi import APIRouter, Request, Response
 from service.http.routes.classify import job_of
 from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
+from service.http.routes.model_names import tei_model
+from service.http.routes.tei_truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import (
     InfinityRank,
@@ -107,8 +109,8 @@ async def tei_rerank(
 ) -> list[TeiRank]:
     """text-embeddings-inference's rerank: ``[{index, score, text?}]`` best first. The model:
     ``model`` or ``x-model``, else the first loaded reranker."""
-    job = job_of(body, [(body.query, t) for t in body.texts], "text")
-    name = chosen(body.model, x_model)
+    job = job_of(tei_truncate(body, engine), [(body.query, t) for t in body.texts], "text")
+    name = tei_model(engine, body.model, x_model)  # TEI's rules: service.http.routes.model_names
     answer = await engine.rerank(name, job, client_of(request), first_if_unnamed=True)
     set_timing_headers(response, answer)
     return [

@@ -8,8 +8,10 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 
 from service.engine.servables.base import TextInput
-from service.http.routes.deps import EngineDep, XModel, chosen, client_of, set_timing_headers
+from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
+from service.http.routes.model_names import tei_model
+from service.http.routes.tei_truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.sparse import EmbedSparseRequest, SparseAnswer
 
@@ -44,8 +46,8 @@ async def embed_sparse(
     as a bare list (which model, backend and precision ran are in the ``x-*`` headers); equal
     to sentence-transformers' ``SparseEncoder.encode`` (``encode_query`` / ``encode_document``
     with ``input_type``). The model: ``model`` or ``x-model``, else the first loaded sparse encoder."""
-    name = chosen(body.model, x_model)
-    job = sparse_job(body)
+    name = tei_model(engine, body.model, x_model)  # TEI's rules: service.http.routes.model_names
+    job = sparse_job(tei_truncate(body, engine))
     answer = await engine.encode(name, job, client_of(request), True, task="sparse")
     set_timing_headers(response, answer)
     return answer.value

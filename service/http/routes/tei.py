@@ -7,10 +7,10 @@ with their peers in encode.py, rerank.py and classify.py):
   a classifier predicts. Which model: the body's ``model`` or the ``x-model`` header, else the
   first loaded text model.
 - ``POST /similarity``, ``POST /embed_all``, ``POST /tokenize``, ``POST /decode``, ``GET /info``.
-- ``GET /health``, ``GET /ping`` (SageMaker) and ``GET /``: 200 while the server can serve,
-  else 503; open without the API key, as TEI's public routes are. ``/ping`` and ``/`` answer
-  with an empty body, as TEI's; ``/health`` with infinity's ``{"unix": <time>}`` (infinity's
-  client parses it; TEI's clients read the status only).
+- ``GET /health``, ``GET /ping`` (SageMaker) and ``GET /``: tei_health.py.
+
+A body without ``truncate`` follows the ``auto_truncate`` setting (tei_truncate.py); a model
+name no loaded model answers to is ignored, as TEI ignores it (model_names.py).
 
 Errors keep this server's one body (``{"error": {"type", "message"}}``), not TEI's
 ``{"error", "error_type"}``: the clients look at the status only.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Query, Request, Response
@@ -34,20 +33,20 @@ from service.errors import InvalidRequest
 from service.http.render import rows_json
 from service.http.routes.classify import predict
 from service.http.routes.deps import (
-    AppStateDep,
     EngineDep,
     XModel,
-    chosen,
     client_of,
     set_timing_headers,
 )
 from service.http.routes.encode import tei_embed
 from service.http.routes.fast_json import FastJSONRoute, json_invalid
-from service.http.routes.health import readyz
+from service.http.routes.model_names import served_names, tei_model
 from service.http.routes.rerank import tei_rerank
 from service.http.routes.sagemaker_forecast import invoke_forecast, wants_forecast
 from service.http.routes.sparse import embed_sparse
-from service.http.schemas.common import ERROR_RESPONSES, ErrorBody
+from service.http.routes.tei_health import router as health_router
+from service.http.routes.tei_truncate import tei_truncate
+from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import TeiRerankRequest
 from service.http.schemas.sparse import EmbedSparseRequest
 from service.http.schemas.tei import (
@@ -144,7 +143,7 @@ async def answer_by_task(
     by that route's handler."""
     data = await json_of(request)
     field = data.get("model") if isinstance(data, dict) else None
-    named = chosen(field if isinstance(field, str) else None, x_model)
+    named = tei_model(engine, field if isinstance(field, str) else None, x_model)
     if wants_forecast(engine, named, data):  # Chronos-2's SageMaker shape
         return await invoke_forecast(data, named, request, engine)
     name, task = engine.text_model(named)
@@ -207,7 +206,7 @@ async def similarity(
 ) -> list[float]:
     """The cosine similarity of each sentence with the source sentence, in order (TEI embeds
     them all in one request, unnormalised, and takes cosines)."""
-    name, _ = engine.text_model(chosen(body.model, x_model), ("encode",))
+    name, _ = engine.text_model(tei_model(engine, body.model, x_model), ("encode",))
     # The source sentence is embedded beside the others: the request limit counts it, and the
     # refusal counts what the client sent.
     most = engine.settings.max_inputs_per_request - 1
@@ -222,7 +221,7 @@ async def similarity(
             "inputs": [body.inputs.source_sentence, *body.inputs.sentences],
             "model": name,
             "normalize": False,
-            "truncate": bool(parameters and parameters.truncate),
+            "truncate": parameters.truncate if parameters else None,  # None: auto_truncate
             "truncation_direction": parameters.truncation_direction if parameters else "right",
             "prompt_name": parameters.prompt_name if parameters else None,
             "attention": body.attention,
@@ -248,7 +247,8 @@ async def embed_all(
 ) -> Response:
     """Every token's embedding per text (the encoder's last hidden states: no pooling, no
     normalisation), special and prompt tokens included."""
-    name, _ = engine.text_model(chosen(body.model, x_model), ("encode",))
+    name, _ = engine.text_model(tei_model(engine, body.model, x_model), ("encode",))
+    body = tei_truncate(body, engine)
     job = TextInput(
         [body.inputs] if isinstance(body.inputs, str) else body.inputs,
         body.attention,
@@ -277,7 +277,7 @@ async def tokenize(
     id, text, whether special, and UTF-8 byte offsets into the text as sent with its prompt."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     name, tokens = await engine.tokenize(
-        chosen(body.model, x_model), texts, body.add_special_tokens, body.prompt_name
+        tei_model(engine, body.model, x_model), texts, body.add_special_tokens, body.prompt_name
     )
     response.headers["x-model"] = name
     # start / stop stay in as null for special tokens, as TEI's Option fields do.
@@ -292,7 +292,8 @@ async def decode(
     list of one text)."""
     ids = body.ids
     rows: list[list[int]] = [ids] if not ids or isinstance(ids[0], int) else ids  # type: ignore[list-item]
-    name, texts = await engine.decode(chosen(body.model, x_model), rows, body.skip_special_tokens)
+    named = tei_model(engine, body.model, x_model)
+    name, texts = await engine.decode(named, rows, body.skip_special_tokens)
     response.headers["x-model"] = name
     return texts
 
@@ -308,8 +309,9 @@ async def info(
 ) -> Info:
     """TEI's model and router settings for one model (``model`` or ``x-model``; default: the
     first loaded text model)."""
-    name, task = engine.text_model(chosen(model, x_model))
+    name, task = engine.text_model(tei_model(engine, model, x_model))
     card, settings = engine.card(name), engine.settings
+    served = [alias for alias, of in served_names(engine).items() if of == name]
     model_type: EmbeddingType | ClassifierType | RerankerType
     if task == "encode":
         modes = str(card["pooling"]).split(" (")[0].split(" + ")
@@ -328,68 +330,17 @@ async def info(
     return Info(
         model_id=name,
         model_dtype=str(card.get("default_precision", card.get("dtype", "float32"))),
-        served_model_name=name,
+        served_model_name=served[0] if served else name,  # TEI's --served-model-name
         model_type=model_type,
         max_concurrent_requests=settings.max_queue,
         max_input_length=int(card["max_tokens"]),
         max_batch_tokens=settings.max_batch_tokens,
         max_batch_requests=settings.max_batch_size,
         max_client_batch_size=settings.max_inputs_per_request,
-        auto_truncate=False,
+        auto_truncate=settings.auto_truncate,
         tokenization_workers=max(1, settings.workers),  # 0 (auto) unresolved: an in-process app
         version=__version__,
     )
 
 
-HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The server can serve (an empty body, as TEI's)."},
-    503: {"model": ErrorBody, "description": "Loading, draining or failed."},
-}
-UNIX_HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {
-    **HEALTH_RESPONSES,
-    200: {
-        "description": "The server can serve: infinity's body, the server's Unix time (TEI's "
-        "clients read the status only).",
-        "content": {
-            "application/json": {
-                "schema": {
-                    "type": "object",
-                    "properties": {"unix": {"type": "number"}},
-                    "required": ["unix"],
-                }
-            }
-        },
-    },
-}
-
-
-async def can_serve(state: AppStateDep) -> Response:
-    """200 with an empty body while ready (loaded, warmed up, not draining); otherwise
-    ``/readyz``'s 503."""
-    ready = await readyz(state)
-    return Response(status_code=200) if ready.status_code == 200 else ready
-
-
-async def can_serve_unix(state: AppStateDep) -> Response:
-    """As :func:`can_serve`, with infinity's body ``{"unix": <time>}`` when ready."""
-    ready = await can_serve(state)
-    if ready.status_code != 200:
-        return ready
-    return Response(to_json({"unix": time.time()}), media_type="application/json")
-
-
-for path, summary, answer, responses in (
-    ("/health", "TEI's and infinity's health check", can_serve_unix, UNIX_HEALTH_RESPONSES),
-    ("/ping", "SageMaker's health check", can_serve, HEALTH_RESPONSES),
-    ("/", "TEI's health check at the root (the Inference API's)", can_serve, HEALTH_RESPONSES),
-):
-    router.add_api_route(
-        path,
-        answer,
-        methods=["GET"],
-        summary=summary,
-        response_class=Response,
-        responses=responses,
-        tags=["operations"],
-        name=f"tei_health_{path.strip('/') or 'root'}",
-    )
+router.include_router(health_router)  # GET /health, /ping and / (tei_health.py)

@@ -87,7 +87,19 @@ def precision_out() -> Any:
     return Field(DEFAULT_PRECISION, description="The precision that ran (see precision).")
 
 
-def long_text_rule(truncate: bool, long_text: str | None) -> str:
+def tei_truncate_field(what: str = "texts over the token limit") -> Any:
+    """The ``truncate`` field of text-embeddings-inference's bodies: absent or null means the
+    server's ``auto_truncate`` setting, as in TEI (``req.truncate.unwrap_or(info.auto_truncate)``
+    in its ``router/src/http/server.rs``)."""
+    return Field(
+        None,
+        description=f"Cut {what} instead of refusing them (a 422): true cuts, false refuses; "
+        "default (absent or null): the server's auto_truncate (GET /info; on unless the operator "
+        "turns it off, as TEI >= 1.9).",
+    )
+
+
+def long_text_rule(truncate: bool | None, long_text: str | None) -> str:
     """``error``, ``truncate`` or ``windows`` from a body's ``long_text`` and ``truncate``.
 
     Raises:

@@ -31,6 +31,7 @@ from service.http.schemas.common import (
     precision_field,
     precision_out,
     quality_budget,
+    tei_truncate_field,
     truncation_direction_field,
 )
 
@@ -139,6 +140,9 @@ class TeiRerankRequest(LongDocuments):
     """text-embeddings-inference's ``POST /rerank``."""
 
     model: str | None = Field(None, description="Reranker name (extension).")
+    truncate: StrictBool | None = tei_truncate_field(  # type: ignore[assignment]
+        "a pair over the limit"
+    )
     query: str = Field(min_length=1)
     texts: list[str] = Field(description="Texts to score against the query.")
     raw_scores: StrictBool = Field(False, description="Raw logits instead of the activation.")
@@ -198,6 +202,9 @@ class PredictRequest(Extensions):
     of texts and pairs. As in TEI, a list of exactly two strings is one pair."""
 
     model: str | None = Field(None, description="Classifier name (extension).")
+    truncate: StrictBool | None = tei_truncate_field(  # type: ignore[assignment]
+        "inputs over the limit"
+    )
     inputs: TextOrPair | list[TextOrPair] = Field(
         description="A text, a pair [text, text], or a list of them.",
         examples=["I like you.", ["a question", "a candidate answer"]],

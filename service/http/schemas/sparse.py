@@ -11,6 +11,7 @@ from service.http.schemas.common import (
     attention_field,
     precision_field,
     quality_budget,
+    tei_truncate_field,
     truncation_direction_field,
 )
 from service.http.schemas.text import InputType
@@ -28,9 +29,7 @@ class EmbedSparseRequest(StrictRequest):
     model: str | None = Field(
         None, description="Sparse encoder name; the first loaded one if omitted (as TEI)."
     )
-    truncate: StrictBool = Field(
-        False, description="Cut texts over the token limit instead of refusing them (a 422)."
-    )
+    truncate: StrictBool | None = tei_truncate_field()
     truncation_direction: TruncationDirection = truncation_direction_field()
     prompt_name: str | None = Field(
         None,

@@ -18,6 +18,7 @@ from service.http.schemas.common import (
     attention_field,
     precision_field,
     quality_budget,
+    tei_truncate_field,
     truncation_direction_field,
 )
 from service.http.schemas.rerank import PredictRequest
@@ -47,9 +48,7 @@ class SimilarityInput(StrictRequest):
 
 
 class SimilarityParameters(StrictRequest):
-    truncate: StrictBool | None = Field(
-        False, description="Cut texts over the token limit instead of refusing them."
-    )
+    truncate: StrictBool | None = tei_truncate_field()
     truncation_direction: TruncationDirection = truncation_direction_field()
     prompt_name: str | None = Field(None, description=PROMPT_HELP)
 
@@ -90,9 +89,7 @@ class EmbedAllRequest(StrictRequest):
     and no normalisation), special and prompt tokens included."""
 
     inputs: str | list[str] = Field(description="A text or a list of texts.")
-    truncate: StrictBool | None = Field(
-        False, description="Cut texts over the token limit instead of refusing them."
-    )
+    truncate: StrictBool | None = tei_truncate_field()
     truncation_direction: TruncationDirection = truncation_direction_field()
     prompt_name: str | None = Field(None, description=PROMPT_HELP)
     input_type: InputType | None = Field(None, description=INPUT_TYPE_HELP + " (extension)")
@@ -174,7 +171,10 @@ class Info(BaseModel):
     max_batch_tokens: int
     max_batch_requests: int | None = Field(description="Most rows one batch may hold.")
     max_client_batch_size: int = Field(description="Most inputs one request may hold.")
-    auto_truncate: bool = Field(description="False: a text over the limit needs truncate=true.")
+    auto_truncate: bool = Field(
+        description="The server's auto_truncate: true, a body without truncate cuts texts over "
+        "the limit; false, it refuses them (truncate=true cuts)."
+    )
     tokenization_workers: int
     version: str = Field(description="attnserve's version.")
     sha: str | None = None

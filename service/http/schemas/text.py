@@ -17,6 +17,7 @@ from service.http.schemas.common import (
     precision_field,
     precision_out,
     quality_budget,
+    tei_truncate_field,
     truncation_direction_field,
 )
 
@@ -90,6 +91,7 @@ class TeiEmbedRequest(EncodeRequest):
     normalize: StrictBool | None = Field(
         True, description="Scale each embedding to unit length (default true, as in TEI)."
     )
+    truncate: StrictBool | None = tei_truncate_field()  # type: ignore[assignment]
 
 
 class Usage(BaseModel):
