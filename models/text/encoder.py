@@ -30,6 +30,7 @@ from models.text.network.dense import DenseLayer, describe_dense, read_dense_sta
 from models.text.quality.card import QUALITY_FILE
 from models.text.tokens.batching import round_up
 from models.text.tokens.prompts import PromptedText
+from models.text.tokens.token_cap import TokenCount
 from models.text.tokens.tokenizer import TextTokenizer, with_prompt
 
 DEFAULT_MAX_TOKENS = 256  # sentence-transformers' max_seq_length for all-MiniLM-L6-v2
@@ -294,19 +295,21 @@ class SentenceEncoder(TextModel, PromptedText):
         token_ids = self.tokenize(texts, truncate or long_text == "truncate", prompt_name)
         return self.embed(token_ids, backend, options, unit, skip=skip)
 
-    def split_windows(
-        self, texts: list[str], prompt_name: str | None = None, max_tokens: int | None = None
-    ) -> windows.Windowed:
+    def split_windows(self, texts: list[str], prompt_name: str | None = None) -> windows.Windowed:
         """Rows for ``texts`` with every text over ``max_tokens`` cut into overlapping windows,
-        each carrying the special tokens and the prompt (:mod:`models.text.tokens.windows`).
-        ``max_tokens``: raise :class:`~models.text.tokens.bounded.OverTokenBudget` once the texts
-        hold more (:meth:`TextTokenizer.with_special_mask`), tokenising about that much."""
+        each carrying the special tokens and the prompt (:mod:`models.text.tokens.windows`)."""
         prompt = self.prompt(prompt_name)
         keep = 0
         if prompt:
             keep = max(0, self.prompt_tokens(prompt) - self.tokenizer.leading_special())
-        rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts), max_tokens)
+        rows = self.tokenizer.with_special_mask(with_prompt(prompt, texts))
         return windows.split_texts(rows, self.max_tokens, keep)
+
+    def count_up_to(self, texts: list[str], prompt_name: str | None, cap: int) -> TokenCount:
+        """The tokens of ``texts`` as :meth:`split_windows` reads them (the prompt before each)
+        counted up to ``cap``, and whether they pass it while one text will be cut into windows
+        (:meth:`TextTokenizer.count_up_to`): the compute limit's step before the windows."""
+        return self.tokenizer.count_up_to(with_prompt(self.prompt(prompt_name), texts), cap)
 
     # ------------------------------------------------------------------ card
 

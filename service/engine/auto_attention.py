@@ -27,7 +27,7 @@ exact default backend in that precision (:func:`exact_default`), and the header 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from models.names import DEFAULT_PRECISION
@@ -105,6 +105,16 @@ class Choice:
     @property
     def precision(self) -> str:
         return self.picked.precision
+
+    def applied_to(self, call: Call) -> Call:
+        """The request's own call (checked at the default backend) running the pick: its
+        backend, options and precision; what else the call carries (a text call's pooling and
+        normalisation, a sparse call's route) comes from the request, not the backend, so it
+        stays. The pick is one of the model's own calls, so nothing needs checking again."""
+        picked = self.picked.call
+        return replace(
+            call, backend=picked.backend, options=picked.options, precision=picked.precision
+        )
 
     def header(self) -> str:
         """e.g. ``performer(num_features=16); loss -0.0002 <= 0.05; est 41 ms vs flash 126 ms``."""

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 
 from models.names import BACKEND_NAMES, DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS
-from models.text.tokens.bounded import OverTokenBudget
 from service.engine.auto_attention import (
     AUTO,
     QUALITY_METRIC,
+    Choice,
     candidates,
     choose,
     exact_default,
@@ -41,10 +41,13 @@ from service.engine.cpu_work import off_loop
 from service.engine.registry import Registry
 from service.engine.servables.base import (
     INLINE_TOKENIZE_CHARS,
+    Checked,
     ClassifyInput,
     ForecastInput,
+    ServedModel,
     ServedText,
     TextInput,
+    Work,
 )
 from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
@@ -176,44 +179,15 @@ class Engine:
         check_attention_named(request, model)
         check_auto_fields(request)
         # auto: checked and prepared as for the default backend (the rows do not depend on
-        # it), then the backend is chosen for these rows and the request checked for it.
+        # it), then the backend is chosen for these rows: one pass, nothing checked twice.
         checked = model.check(replace(request, attention=None) if auto else request)
-        cap = None if auto else self._window_cap(model, checked)  # auto: priced after prepare
-        if cap is not None:
-            checked = replace(checked, token_cap=cap[0])
-        try:
-            if checked.inline:
-                work = model.prepare(checked)
-            else:
-                work = await off_loop(model.prepare, checked)
-        except OverTokenBudget as exc:  # the compute budget judged before the work
-            assert cap is not None
-            self.batcher.metrics.rejections.labels(model.name, "compute_budget").inc()
-            raise cap[1](exc.tokens) from None
+        if not auto:  # auto's pick is priced by the worker on arrival, as today
+            await self._within_window_cap(model, checked)
+        work = await self._run_step(checked.inline, model.prepare, checked)
         choice = None
         if auto:
-            budget = request.max_quality_loss
-            if budget is None:
-                budget = DEFAULT_MAX_QUALITY_LOSS[model.quality_task]
-            worker = self.batcher.workers[model.name]
-            # A precision the request names is kept (checked above); otherwise every loaded one
-            # is a candidate.
-            found = candidates(model, worker, len(work.rows), max(work.lengths), request.precision)
-            fallback = exact_default(
-                model, worker, len(work.rows), max(work.lengths), request.precision
-            )
-            choice = choose(found, budget, fallback)
-            checked = model.check(
-                replace(
-                    request,
-                    attention=choice.backend,
-                    attention_options=choice.options,
-                    precision=choice.precision,
-                )
-            )
-            self.batcher.metrics.auto_choices.labels(
-                model.name, choice.backend, choice.precision
-            ).inc()
+            choice = self._choose(model, request, work)
+            checked = replace(checked, call=choice.applied_to(checked.call))
         labels["attention"] = checked.call.backend
         labels["precision"] = checked.call.precision
         result = await self.batcher.submit(
@@ -305,26 +279,44 @@ class Engine:
             return model.name, decode(ids, skip_special_tokens)
         return model.name, await off_loop(decode, ids, skip_special_tokens)
 
-    def _window_cap(
-        self, model: Any, checked: Any
-    ) -> tuple[int, Callable[[int], Exception]] | None:
-        """For a text model under a compute limit: the most tokens its texts may hold once one
-        is cut into windows (:func:`~service.engine.batching.admission.window_token_cap`), and
-        the refusal for a request found over it; None when nothing bounds it."""
+    @staticmethod
+    async def _run_step(inline: bool, step: Callable[..., Any], *args: Any) -> Any:
+        """``step(*args)`` on the event loop when the model judged it cheap (``inline``), else
+        in a thread so the loop keeps answering."""
+        return step(*args) if inline else await off_loop(step, *args)
+
+    async def _within_window_cap(self, model: ServedModel, checked: Checked) -> None:
+        """Under a compute limit, refuse a long_text windows request whose texts hold more
+        tokens than its windows could run in (:func:`~service.engine.batching.admission.
+        window_token_cap`): counted up to that cap before anything is prepared
+        (:meth:`~service.engine.servables.base.ServedModel.over_token_cap`)."""
         worker = self.batcher.workers.get(model.name)
         limit = model.max_tokens
         budget = worker.limits.max_request_seconds if worker is not None else None
         if worker is None or not limit or budget is None:
-            return None
+            return
         key = BatchKey(checked.call, length_bucket(limit))
-        tokens = window_token_cap(key, limit, budget, worker.seconds_estimate)
-        if tokens is None:
-            return None
+        cap = window_token_cap(key, limit, budget, worker.seconds_estimate)
+        if cap is None:
+            return
+        counted = await self._run_step(checked.inline, model.over_token_cap, checked, cap)
+        if counted is not None:
+            self.batcher.metrics.rejections.labels(model.name, "compute_budget").inc()
+            raise windows_refusal(model, key, counted, limit, budget, worker.seconds_estimate)
 
-        def refuse(counted: int) -> Exception:
-            return windows_refusal(model, key, counted, limit, budget, worker.seconds_estimate)
-
-        return tokens, refuse
+    def _choose(self, model: ServedModel, request: Any, work: Work) -> Choice:
+        """``attention: "auto"``: the backend, options and precision for these prepared rows
+        (:mod:`service.engine.auto_attention`); a precision the request names is kept."""
+        budget = request.max_quality_loss
+        if budget is None:
+            budget = DEFAULT_MAX_QUALITY_LOSS[model.quality_task]
+        worker = self.batcher.workers[model.name]
+        rows, longest = len(work.rows), max(work.lengths)
+        found = candidates(model, worker, rows, longest, request.precision)
+        fallback = exact_default(model, worker, rows, longest, request.precision)
+        choice = choose(found, budget, fallback)
+        self.batcher.metrics.auto_choices.labels(model.name, choice.backend, choice.precision).inc()
+        return choice
 
     def labels(self, name: str) -> list[str]:
         """A classifier's label names in score order (``[]`` for other models)."""

@@ -145,7 +145,7 @@ whichever is longer only for an even ``m``. :meth:`PairTokenizer.pairs
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -159,7 +159,7 @@ WHOLE = 1 << 62  # "every token": a need no part of a text can meet
 
 class OverTokenBudget(ValueError):
     """Counting stopped: the texts hold more than the token cap a caller passed (``tokens``: a
-    lower bound of what they hold)."""
+    lower bound of what they hold; :mod:`models.text.tokens.token_cap` counts)."""
 
     def __init__(self, tokens: int, cap: int) -> None:
         super().__init__(f"at least {tokens} tokens, over the cap of {cap}")
@@ -267,24 +267,25 @@ class Ends:
         self.rule = rule
 
     def __call__(
+        self, texts: Sequence[str], needs: Sequence[int], side: str = "head"
+    ) -> list[Part]:
+        """One :class:`Part` per text holding at least ``needs[i]`` exact tokens of its own (or
+        the whole text; :data:`WHOLE` asks for that); ``side`` "head" keeps a prefix (the first
+        tokens), "tail" a suffix (the last)."""
+        *_, last = self.rounds(texts, needs, side) if texts else iter([[]])
+        return last
+
+    def rounds(
         self,
         texts: Sequence[str],
         needs: Sequence[int],
         side: str = "head",
         cap: int | None = None,
-        over: int | None = None,
-    ) -> list[Part]:
-        """One :class:`Part` per text holding at least ``needs[i]`` exact tokens of its own (or
-        the whole text; :data:`WHOLE` asks for that).
-
-        Args:
-            side: "head" keeps a prefix (the first tokens), "tail" a suffix (the last).
-            cap: stop once the exact tokens counted over all texts pass ``cap`` while one text
-                is over ``over`` tokens of its own (it will be cut into windows).
-
-        Raises:
-            OverTokenBudget: ``cap`` was passed (the lower bound counted so far).
-        """
+    ) -> Iterator[list[Part]]:
+        """Tokenise as :meth:`__call__` does, a round at a time: after each, the parts found so
+        far (one per text from the first round on; the last round's are the answer). ``cap``:
+        the tokens a caller counts up to (:mod:`models.text.tokens.token_cap`), so a text's
+        first part need not be longer than it takes to pass it; the caller may stop early."""
         parts: list[Part | None] = [None] * len(texts)
         # A token is rarely shorter than a character on average, and 4 characters is about one
         # token of English: the first round usually suffices, and each miss doubles the part.
@@ -315,9 +316,4 @@ class Ends:
                     targets[i] *= 2
                     still.append(i)
             pending = still
-            if cap is not None and over is not None:
-                done = [p for p in parts if p is not None]
-                counted = sum(p.exact for p in done)
-                if counted > cap and any(p.exact > over for p in done):
-                    raise OverTokenBudget(counted, cap)
-        return [p for p in parts if p is not None]
+            yield [p for p in parts if p is not None]

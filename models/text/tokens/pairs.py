@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from models.errors import ModelInputError
-from models.text.tokens.bounded import WHOLE, Part
+from models.text.tokens.bounded import OverTokenBudget, Part
+from models.text.tokens.token_cap import TokenCount, count_up_to
 from models.text.tokens.tokenizer import TextTokenizer
 from models.text.tokens.windows import window_starts
 
@@ -154,6 +155,26 @@ class PairTokenizer(TextTokenizer):
         encodings = self._encode_batch(inputs_cut)  # the parts, uncut
         return [_cut(enc, keep, cut_start) for enc, (_, keep) in zip(encodings, rows, strict=True)]
 
+    def count_documents_up_to(
+        self, pairs: Sequence[TextOrPair], cap: int, what: str = "input"
+    ) -> TokenCount:
+        """The documents' tokens counted up to ``cap``: whether they hold more while one of
+        them leaves its query over the limit (so will be cut into windows), reading about
+        ``cap`` tokens' worth of text at most (:mod:`models.text.tokens.token_cap`).
+
+        Raises:
+            ModelInputError: an input is not a pair of strings (the message names it).
+        """
+        prepared = self._checked(list(pairs), what)
+        if any(len(pair) != 2 for pair in prepared):
+            raise ModelInputError("long_text windows applies to query-document pairs only")
+        return self._count_documents(prepared, cap)
+
+    def _count_documents(self, prepared: list[tuple[str, ...]], cap: int) -> TokenCount:
+        room = self.max_tokens - int(self._tokenizer.num_special_tokens_to_add(True))
+        docs = [pair[1] for pair in prepared]
+        return count_up_to(self._ends, self._floor, docs, cap, room)
+
     def windows(
         self, pairs: Sequence[tuple[str, str]], what: str = "input", max_tokens: int | None = None
     ) -> PairWindows:
@@ -176,10 +197,9 @@ class PairTokenizer(TextTokenizer):
         if any(len(pair) != 2 for pair in prepared):
             raise ModelInputError("long_text windows applies to query-document pairs only")
         if max_tokens is not None:
-            room = self.max_tokens - int(self._tokenizer.num_special_tokens_to_add(True))
-            docs = [pair[1] for pair in prepared]
-            self._refuse_by_floor(docs, max_tokens, room)  # without tokenising, when it can
-            self._ends(docs, [WHOLE] * len(docs), cap=max_tokens, over=room)
+            counted = self._count_documents(prepared, max_tokens)
+            if counted.exceeded:
+                raise OverTokenBudget(counted.tokens, max_tokens)
         rows: list[PairRow] = []
         owners: list[int] = []
         for i, enc in enumerate(self._encode_batch(prepared)):

@@ -18,6 +18,7 @@ from tokenizers import Tokenizer
 from models.errors import ModelInputError
 from models.text.tokens.bounded import WHOLE, Ends, OverTokenBudget, bounded_reason
 from models.text.tokens.cuts import cut_rule
+from models.text.tokens.token_cap import TokenCount, count_up_to
 from models.text.tokens.token_floor import token_floor
 
 # The most tokens one token listing (``/tokenize``) holds: reading ids, offsets and token strings
@@ -143,23 +144,25 @@ class TextTokenizer:
             ModelInputError: an input is not a string (the message names its index).
             OverTokenBudget: over ``max_tokens`` (its ``tokens``: a lower bound of the count).
         """
-        self._check(texts)
-        over = self.max_tokens - sum(self._specials)
-        prepared = self._prepare(texts)
         if max_tokens is not None:
-            self._refuse_by_floor(prepared, max_tokens, over)
-        parts = self._ends(prepared, [WHOLE] * len(texts), cap=max_tokens, over=over)
+            counted = self.count_up_to(texts, max_tokens)
+            if counted.exceeded:
+                raise OverTokenBudget(counted.tokens, max_tokens)
+        self._check(texts)
+        parts = self._ends(self._prepare(texts), [WHOLE] * len(texts))
         return [(p.ids, p.special) for p in parts]
 
-    def _refuse_by_floor(self, texts: list[str], cap: int, over: int) -> None:
-        """Raise :class:`OverTokenBudget` when the texts' floors (:mod:`models.text.tokens.token_floor`)
-        already pass ``cap`` while one passes ``over`` - Ends' condition, on bounds that never
-        exceed the counts, so without tokenising. Texts too short to pass it are not read."""
-        if self._floor is None or 4 * sum(map(len, texts)) <= cap:
-            return  # a floor is at most the UTF-8 bytes, at most 4 a character
-        floors = [self._floor(t, cap) for t in texts]
-        if sum(floors) > cap and max(floors, default=0) > over:
-            raise OverTokenBudget(sum(floors), cap)
+    def count_up_to(self, texts: list[str], cap: int) -> TokenCount:
+        """The texts' own tokens counted up to ``cap``: whether they hold more while one of
+        them is over the limit (so will be cut into windows), reading about ``cap`` tokens'
+        worth of text at most (:mod:`models.text.tokens.token_cap`).
+
+        Raises:
+            ModelInputError: an input is not a string (the message names its index).
+        """
+        self._check(texts)
+        over = self.max_tokens - sum(self._specials)
+        return count_up_to(self._ends, self._floor, self._prepare(texts), cap, over)
 
     def _check(self, texts: list[str], names: list[str] | None = None) -> None:
         """Strings of valid Unicode; ``names[i]`` says what ``texts[i]`` is in an error
@@ -266,11 +269,9 @@ class TextTokenizer:
             # Counted first on growing prefixes (the fast call, no offsets), so that texts far
             # over the cap are refused after reading about the cap's worth of text, not all of
             # it (the offsets call below costs several times the fast one).
-            try:
-                self._refuse_by_floor(prepared, limit, -1)
-                self._ends(prepared, [WHOLE] * len(prepared), cap=limit, over=-1)
-            except OverTokenBudget as exc:
-                raise _too_many_to_list(f"at least {exc.tokens}", limit) from None
+            counted = count_up_to(self._ends, self._floor, prepared, limit, -1)
+            if counted.exceeded:
+                raise _too_many_to_list(f"at least {counted.tokens}", limit)
         # encode_batch (not the fast variant) for its character offsets; it releases the GIL.
         encodings = self._tokenizer.encode_batch(prepared, add_special_tokens=add_special_tokens)
         total = sum(len(enc) for enc in encodings)  # no per-token Python objects yet

@@ -5,6 +5,8 @@ method of :class:`ServedModel`:
 
 1. ``check(request)``: validate everything that needs the model but not much work (backend and
    options, horizon, dimensions, empty inputs) into a typed :class:`Checked`, before anything is parsed;
+   under a compute limit, ``over_token_cap(checked, cap)`` then counts a long_text windows
+   request's tokens up to the most its windows may cost, before any of it is prepared;
 2. ``prepare(checked)``: the CPU-side work (tokenize, parse and scale histories) into :class:`Work`:
    the rows, their lengths, the :class:`Call` they share and how to turn outputs into the answer;
 3. ``run(rows, call)``: one forward pass over exactly the rows the batcher formed (worker thread);
@@ -145,17 +147,12 @@ class Checked:
         inline: preparing it is cheap enough to do on the event loop (a thread hop costs more);
             otherwise the engine prepares it in a thread so the loop keeps answering.
         detail: what the model resolved besides the call (the forecast horizon).
-        token_cap: set by the engine from the compute budget: the most tokens a text request
-            cut into windows may hold (:func:`~service.engine.batching.admission.window_token_cap`);
-            a text model stops tokenising past it and raises
-            :class:`~models.text.tokens.bounded.OverTokenBudget`. None: no bound.
     """
 
     call: Call
     request: Any
     inline: bool
     detail: Mapping[str, Any] = field(default_factory=dict)
-    token_cap: int | None = None
 
 
 @dataclass
@@ -226,6 +223,14 @@ class ServedModel(Protocol):
         Raises:
             AttentionError, ModelInputError: what is wrong and how to fix it (a 422).
         """
+        ...
+
+    def over_token_cap(self, checked: Checked, cap: int) -> int | None:
+        """The step before ``prepare`` under a compute limit: for a text request whose long
+        texts will be cut into windows, its tokens counted up to ``cap`` (reading about that
+        much text, however long the texts; :mod:`models.text.tokens.token_cap`), returned when
+        they pass it (a lower bound of what the texts hold), None when within it or when the
+        request makes no windows (a forecast's)."""
         ...
 
     def prepare(self, checked: Checked) -> Work:

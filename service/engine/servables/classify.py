@@ -70,7 +70,7 @@ class Scores:
         else:  # label scores, as TEI's /predict: softmax over several labels
             activation = self.classifier.label_activation
         if request.windows:
-            return self._prepare_windows(request, activation, checked.token_cap)
+            return self._prepare_windows(request, activation)
         rows = self.classifier.tokenize(
             list(request.inputs), request.truncate, request.what, request.cut_start
         )
@@ -81,16 +81,23 @@ class Scores:
 
         return Work(rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
-    def _prepare_windows(
-        self, request: ClassifyInput, activation: str, token_cap: int | None = None
-    ) -> Work:
+    def over_token_cap(self, request: ClassifyInput, cap: int) -> int | None:
+        """With windows: the documents' tokens counted when they hold more than ``cap`` while
+        one leaves its pair over the limit, reading about ``cap`` tokens' worth of text
+        (:mod:`models.text.tokens.token_cap`); None when within it, or without windows."""
+        if not request.windows:
+            return None
+        tokenizer = self.classifier.tokenizer
+        counted = tokenizer.count_documents_up_to(list(request.inputs), cap, request.what)
+        return counted.tokens if counted.exceeded else None
+
+    def _prepare_windows(self, request: ClassifyInput, activation: str) -> Work:
         """Pairs over the limit as windows of the document (all rows of one job, so they batch
-        together); ``finish`` keeps each pair's best window (MaxP). ``token_cap``: the engine's
-        bound from the compute budget, so an over-budget request stops tokenising early."""
+        together); ``finish`` keeps each pair's best window (MaxP)."""
         pairs = [item for item in request.inputs if not isinstance(item, str)]
         if len(pairs) != len(request.inputs):
             raise ModelInputError("long_text windows applies to query-document pairs only")
-        split = self.classifier.tokenizer.windows(pairs, request.what, token_cap)
+        split = self.classifier.tokenizer.windows(pairs, request.what)
         lengths = [len(row.ids) for row in split.rows]
 
         def finish(logits: list[list[float]]) -> list[list[float]]:

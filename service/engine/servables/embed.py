@@ -6,6 +6,7 @@ embeddings may be shortened (Matryoshka) and quantized."""
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -31,9 +32,24 @@ from models.text.tokens.tokenizer import Token
 from service.engine.batching.policy import length_bucket
 from service.engine.servables.base import Checked, OptionItems, TextCall, TextInput, Work
 
+# The forms an embeddings answer may add beside the floats: quantized, and the floats' bytes.
+OUTPUT_FORMS = (*PRECISIONS, "base64")
 # Most numbers a token-embeddings answer may hold (about 80 MB of JSON, a fraction of a second
 # to render on the event loop).
 TOKEN_OUTPUT_VALUES = 1 << 22
+
+
+def stacked(rows: list[torch.Tensor]) -> torch.Tensor:
+    """A job's ``[dim]`` row embeddings (one batch's, or parts of several) as ``[n, dim]``
+    float32: the values a float32 list of them holds, exactly (bfloat16 widens exactly)."""
+    return torch.stack(rows).to(torch.float32)
+
+
+def base64_rows(vectors: torch.Tensor) -> list[str]:
+    """Each row of ``[n, dim]`` as the base64 of its float32 little-endian bytes (OpenAI's and
+    Cohere's ``base64`` embedding format)."""
+    data = vectors.to(torch.float32).contiguous().numpy().astype("<f4")
+    return [base64.b64encode(row.tobytes()).decode("ascii") for row in data]
 
 
 def calibrate(encoder: SentenceEncoder, backends: Sequence[str]) -> Calibration:
@@ -70,10 +86,10 @@ class Embeddings:
                 f"dimensions must be between 1 and {self.dim} for {self.encoder.name} (its "
                 f"embedding size), got {request.dimensions}"
             )
-        unknown = [form for form in request.quantize if form not in PRECISIONS]
+        unknown = [form for form in request.quantize if form not in OUTPUT_FORMS]
         if unknown:
             raise ModelInputError(
-                f"unknown embedding type {unknown[0]!r}; one of {', '.join(PRECISIONS)}"
+                f"unknown embedding type {unknown[0]!r}; one of {', '.join(OUTPUT_FORMS)}"
             )
         if request.task is not None and request.prompt_name is None:
             if request.task not in TASK_PROMPTS:
@@ -113,7 +129,7 @@ class Embeddings:
         answer."""
         request: TextInput = checked.request
         if request.long_text == "windows":
-            return self._prepare_windows(request, checked.token_cap)
+            return self._prepare_windows(request)
         truncate = request.long_text == "truncate"
         token_ids = self.encoder.tokenize(
             request.texts, truncate, request.prompt_name, request.cut_start
@@ -121,12 +137,12 @@ class Embeddings:
         lengths = [len(ids) for ids in token_ids]
         if request.token_embeddings:
             self._check_token_output(sum(lengths))
-        finish: Callable[[list[Any]], Any] = list
-        if request.dimensions is not None or request.quantize:
+        finish: Callable[[list[Any]], Any] = list  # token embeddings: lists already
+        if not request.token_embeddings:
             outputs = self._outputs(request)
 
-            def finish(vectors: list[list[float]]) -> Any:
-                return outputs(torch.tensor(vectors, dtype=torch.float32))
+            def finish(vectors: list[torch.Tensor]) -> Any:
+                return outputs(stacked(vectors))
 
         return Work(token_ids, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
@@ -143,10 +159,11 @@ class Embeddings:
             )
 
     def _outputs(self, request: TextInput) -> Callable[[torch.Tensor], Any]:
-        """What a job's ``[n, dim]`` embeddings become: shortened to ``dimensions`` (then
-        renormalised when the embeddings are unit length), as float lists; with ``quantize``,
-        ``{"float": rows, form: rows, ...}`` (int8/uint8 on the model's fixed calibration
-        ranges, shortened as the embeddings are)."""
+        """What a job's ``[n, dim]`` float32 embeddings become, all on the tensor before one
+        ``tolist`` per form: shortened to ``dimensions`` (then renormalised when the embeddings
+        are unit length), as float lists; with ``quantize``, ``{"float": rows, form: rows, ...}``
+        (int8/uint8 on the model's fixed calibration ranges, shortened as the embeddings are;
+        ``base64``: each row's float32 bytes, :func:`base64_rows`)."""
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
         dimensions = request.dimensions if request.dimensions != self.dim else None
 
@@ -158,31 +175,41 @@ class Embeddings:
             ranges = None
             if any(form in SCALAR for form in request.quantize):
                 ranges = self._calibration.ranges(dimensions, normalize)
-            out = {"float": vectors.tolist()}
+            out: dict[str, Any] = {"float": vectors.tolist()}
             for form in request.quantize:
-                out[form] = quantize(vectors, form, ranges).tolist()
+                if form == "base64":
+                    out[form] = base64_rows(vectors)
+                else:
+                    out[form] = quantize(vectors, form, ranges).tolist()
             return out
 
         return outputs
 
-    def _prepare_windows(self, request: TextInput, token_cap: int | None = None) -> Work:
+    def over_token_cap(self, request: TextInput, cap: int) -> int | None:
+        """For long_text windows: the tokens counted when the texts (each with its prompt) hold
+        more than ``cap`` while one is over the limit, reading about ``cap`` tokens' worth of
+        text (:mod:`models.text.tokens.token_cap`); None when within it, or not windows."""
+        if request.long_text != "windows":
+            return None
+        counted = self.encoder.count_up_to(request.texts, request.prompt_name, cap)
+        return counted.tokens if counted.exceeded else None
+
+    def _prepare_windows(self, request: TextInput) -> Work:
         """Every text over the limit as overlapping windows, all rows of one job (so they batch
-        together); ``finish`` merges each text's rows back into one vector. ``token_cap``: the
-        engine's bound from the compute budget (:class:`Checked`), passed to the tokenizer so an
-        over-budget request stops tokenising early."""
-        split = self.encoder.split_windows(request.texts, request.prompt_name, token_cap)
+        together); ``finish`` merges each text's rows back into one vector."""
+        split = self.encoder.split_windows(request.texts, request.prompt_name)
         normalize = self.encoder.normalize if request.normalize is None else request.normalize
         outputs = self._outputs(request)
 
-        def finish(vectors: list[list[float]]) -> Any:
-            merged = windows.merge(torch.tensor(vectors, dtype=torch.float32), split, normalize)
-            return outputs(merged)
+        def finish(vectors: list[torch.Tensor]) -> Any:
+            return outputs(windows.merge(stacked(vectors), split, normalize))
 
         lengths = [len(ids) for ids in split.rows]
         return Work(split.rows, lengths, length_bucket(max(lengths)), finish, sum(lengths))
 
     def run(self, encoder: SentenceEncoder, rows: list[Any], call: TextCall) -> list[Any]:
-        """``encoder``'s embeddings of ``rows`` (or every token's, unpooled), as lists."""
+        """``encoder``'s embedding of each of ``rows`` as a ``[dim]`` tensor (each job's finish
+        stacks its rows and renders them), or every token's, unpooled, as lists."""
         if not call.pooled:
             states = encoder.token_embeddings(rows, call.backend, call.options_dict, validated=True)
             return [s.tolist() for s in states]
@@ -196,7 +223,7 @@ class Embeddings:
             validated=True,
             skip=call.skip,
         )
-        return vectors.tolist()
+        return list(vectors.unbind(0))
 
     def card(self) -> dict[str, Any]:
         """What the encode task adds to the card: shorter embeddings, task prompts and the

@@ -145,6 +145,10 @@ class MultiVectors:
         """Each row's kept token vectors (tensors; the job's ``finish`` renders them)."""
         return model.vectors(rows, call.backend, call.options_dict, validated=True)
 
+    def over_token_cap(self, request: Any, cap: int) -> int | None:
+        """Nothing to count: long_text windows is refused when the request is checked."""
+        return None
+
     def card(self) -> dict[str, Any]:
         """The late-interaction settings and which routes answer."""
         return {"routes": list(ROUTES), "multi_vector": self.model.describe_multi_vector()}

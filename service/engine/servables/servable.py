@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from models.attention import BACKENDS, AttentionError
-from service.engine.servables.base import Call, OptionItems, option_items
+from service.engine.servables.base import Call, Checked, OptionItems, option_items
 
 
 class Servable(ABC):
@@ -66,6 +66,11 @@ class Servable(ABC):
     def backends(self) -> list[str]:
         """Backends this model serves on its device (warmed up at start-up)."""
         return list(self._backends)
+
+    def over_token_cap(self, checked: Checked, cap: int) -> int | None:
+        """Tokens counted past ``cap`` by a text model's long_text windows request; None
+        for every other request (a forecaster has no tokens)."""
+        return None
 
     def attention_fallback(self, call: Call) -> str | None:
         """Which layers ran another backend than ``call``'s, and why; None: every layer ran it

@@ -114,6 +114,10 @@ class SparseEmbeddings:
         """``encoder``'s non-zero entries of ``rows`` on ``call``'s route."""
         return encoder.entries(rows, call.route, call.backend, call.options_dict, validated=True)
 
+    def over_token_cap(self, request: Any, cap: int) -> int | None:
+        """Nothing to count: long_text windows is refused when the request is checked."""
+        return None
+
     def card(self) -> dict[str, Any]:
         """What the sparse task adds to the card: the prompt each task picks."""
         return {

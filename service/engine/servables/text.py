@@ -162,7 +162,8 @@ class TextServable(Servable):
         tokenizer = self.model.tokenizer
         return tokenizer.count([text])[0] <= tokenizer.special_tokens()
 
-    def prepare(self, checked: Checked) -> Work:
+    def _refuse_doubtful(self, checked: Checked) -> None:
+        """The empty-text refusal of a text :meth:`check` could not judge at a glance."""
         if checked.detail.get("doubtful"):
             items, what = self.head.inputs(checked.request)
             for i, item in enumerate(items):
@@ -170,6 +171,14 @@ class TextServable(Servable):
                 for j, part in enumerate(parts):
                     if isinstance(part, str) and self._tokenless(part.strip()):
                         raise _empty(checked.request, what, i, j, parts, self.name)
+
+    def over_token_cap(self, checked: Checked, cap: int) -> int | None:
+        # An empty text is refused as such first, as it was when prepare counted.
+        self._refuse_doubtful(checked)
+        return self.head.over_token_cap(checked.request, cap)
+
+    def prepare(self, checked: Checked) -> Work:
+        self._refuse_doubtful(checked)
         return self.head.prepare(checked)
 
     def run(self, rows: list[Any], call: Any) -> list[Any]:

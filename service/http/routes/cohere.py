@@ -14,7 +14,6 @@ from service.engine.engine import Engine
 from service.engine.servables.base import TextInput
 from service.http.routes.classify import job_of
 from service.http.routes.deps import EngineDep, client_of, set_timing_headers
-from service.http.routes.embeddings import to_base64
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.rerank import best_first
 from service.http.schemas.cohere import (
@@ -43,8 +42,9 @@ TASKS = {
 }
 # Cohere's truncate -> (our long-text rule, cut the start).
 TRUNCATION = {"NONE": ("error", False), "END": ("truncate", False), "START": ("truncate", True)}
-# Embedding types rendered from the floats here; the others the model quantizes.
-FROM_FLOATS = ("float", "base64")
+# Embedding types rendered from the floats here; the others (quantized, and base64 of the
+# float32 bytes) the engine makes from the embeddings' tensor.
+FROM_FLOATS = ("float",)
 
 
 def embed_job(body: CohereEmbedRequest, types: list[str], dimensions: int | None) -> TextInput:
@@ -72,8 +72,6 @@ def by_type(value: Any, types: list[str]) -> EmbeddingsByType:
     for form in types:
         if form == "float":
             out["float"] = floats
-        elif form == "base64":
-            out["base64"] = [to_base64(v) for v in floats]
         else:
             out[form] = value[form]
     return EmbeddingsByType.model_validate(out)
