@@ -45,24 +45,21 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import torch
 from torch import Tensor
 
-from models.attention import BACKENDS, AttentionError
-from models.names import DEFAULT_PRECISION
 from models.quality_file import backend_rows, read_quality
-from models.text.base import TextModel
 from models.text.classifier import TextClassifier
+from models.text.quality.backends import compared_backends, precision_sections
 from models.text.quality.corpus import load_snapshot, stdlib_docstrings
 from models.text.quality.embedding import (
     add_run_arguments,
     bands_for,
-    reference_for,
     row_cells,
     write_quality,
 )
@@ -72,9 +69,6 @@ from models.text.tokens.pairs import PairRow
 CANDIDATES = 20  # per query: the right document and 19 others
 QUERY_WORDS = 12
 Band = tuple[int, int]
-M = TypeVar("M", bound=TextModel)
-# A backend's figures on a model's copy in one precision (:func:`precision_sections`).
-Figures = Callable[[M, str], dict[str, Any]]
 
 
 class PairTokens(Protocol):
@@ -196,43 +190,12 @@ def summarise(
     return {**figures(whole, corpus.groups), "by_tokens": by_tokens}
 
 
-def accepted_backends(classifier: TextModel, names: Sequence[str]) -> dict[str, dict]:
-    """``{backend: resolved default options}`` for those of ``names`` the model can run."""
-    out = {}
-    for name in names:
-        try:
-            out[name] = classifier.check_attention(name, None)
-        except AttentionError:
-            continue
-    return out
-
-
-def precision_sections(
-    model: M, accepted: dict[str, dict], precisions: Sequence[str], figures: Figures[M]
-) -> dict[str, Any]:
-    """``quality.json``'s ``precisions``: float32's (``model``'s) ``accepted`` backends, then in
-    each of ``precisions`` every backend its twin accepts, the reference included, each entry
-    its ``options`` and ``figures(copy, backend)``."""
-
-    def section(copy: M, names: dict[str, dict]) -> dict[str, Any]:
-        return {
-            name: {"options": options, **figures(copy, name)} for name, options in names.items()
-        }
-
-    out = {DEFAULT_PRECISION: {"backends": section(model, accepted)}}
-    for precision in precisions:
-        if precision != model.precision:
-            twin = model.with_precision(precision)
-            out[precision] = {"backends": section(twin, accepted_backends(twin, list(accepted)))}
-    return out
-
-
 def measure(
     classifier: TextClassifier,
     plan: Sequence[tuple[Band, int]],
     precisions: Sequence[str] = (),
     candidates: int = CANDIDATES,
-    backends: Sequence[str] = BACKENDS,
+    backends: Sequence[str] | None = None,
     reference: str | None = None,
 ) -> dict[str, Any]:
     """Every accepted backend's figures against the exact reference on :func:`build_corpus` of
@@ -240,8 +203,7 @@ def measure(
     ``reference`` defaults to :func:`models.text.quality.embedding.reference_for` the longest band."""
     bands = [band for band, _ in plan]
     corpus = build_corpus(classifier, plan, candidates)
-    reference = reference or reference_for(max(high for _, high in bands))
-    accepted = accepted_backends(classifier, [reference, *[b for b in backends if b != reference]])
+    reference, accepted = compared_backends(classifier, bands, backends, reference)
     exact = classifier.logits(corpus.rows, reference)
 
     def figures(model: TextClassifier, name: str) -> dict[str, Any]:

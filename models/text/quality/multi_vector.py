@@ -39,20 +39,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.attention import BACKENDS
 from models.text.multi_vector import MultiVectorModel, VectorRow
+from models.text.quality.backends import compared_backends, precision_sections
 from models.text.quality.classifier import (
     CANDIDATES,
     Band,
     Corpus,
-    accepted_backends,
     build_corpus,
     markdown,
     parse_pair_args,
     plan_for,
-    precision_sections,
 )
-from models.text.quality.embedding import reference_for, write_quality
+from models.text.quality.embedding import write_quality
 from models.text.quality.ranking import by_band, query_document_corpus, rank_figures
 from models.text.tokens.pairs import PairRow
 
@@ -153,7 +151,7 @@ def measure(
     plan: Sequence[tuple[Band, int]],
     precisions: Sequence[str] = (),
     candidates: int = CANDIDATES,
-    backends: Sequence[str] = BACKENDS,
+    backends: Sequence[str] | None = None,
     reference: str | None = None,
 ) -> dict[str, Any]:
     """Every accepted backend's figures against the exact reference on :func:`encode_corpus` of
@@ -161,8 +159,7 @@ def measure(
     ``reference`` defaults to :func:`models.text.quality.embedding.reference_for` the longest band."""
     bands = [band for band, _ in plan]
     encoded = encode_corpus(model, plan, candidates)
-    reference = reference or reference_for(max(high for _, high in bands))
-    accepted = accepted_backends(model, [reference, *[b for b in backends if b != reference]])
+    reference, accepted = compared_backends(model, bands, backends, reference)
     exact = run(model, encoded, reference)
 
     def figures(copy: MultiVectorModel, name: str) -> dict[str, Any]:
