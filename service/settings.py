@@ -226,8 +226,8 @@ class Settings(BaseSettings):
         description=(
             "Server processes sharing the port, each with its own copy of the models, queue and "
             "batcher (CPU only; one process tops out near one core). 0 or auto: one per usable "
-            "CPU (see torch_threads) with one torch thread each, as many as fit in half the "
-            "available memory; 1 on a GPU or with ray."
+            "CPU per t torch threads (torch_threads, else OMP_NUM_THREADS, else CPUs / 8 rounded "
+            "up), at most 8, as many as fit in half the available memory; 1 on GPU or with ray."
         ),
     )
     ray: bool = Field(
@@ -259,7 +259,7 @@ class Settings(BaseSettings):
             "Intra-op CPU threads for torch per process. 0: the CPUs the process may use, the "
             "least of the host's cores, its affinity mask (taskset, --cpuset-cpus) and its cgroup "
             "CPU quota (docker --cpus, a Kubernetes CPU limit; rounded down, at least 1), and no "
-            "more than OMP_NUM_THREADS when set; with several workers, that / workers."
+            "more than OMP_NUM_THREADS when set; with N workers, OMP_NUM_THREADS or that / N each."
         ),
     )
     omp_wait_policy: Literal["passive", "active", "default"] = Field(
