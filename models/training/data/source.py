@@ -54,6 +54,12 @@ class DataSource:
         splits, scaler = make_splits(table, self.borders, seq_len)
         return table, splits, scaler
 
+    def describe(self) -> str:
+        """A ``quality.json``'s ``dataset``: the file, its test rows and how they were chosen,
+        and how many channels."""
+        test = list(self.borders["test"])
+        return f"{self.path}, test rows {test} ({self.split}), {len(self.columns)} channels"
+
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
         record["columns"] = list(self.columns)

@@ -89,6 +89,15 @@ def score_float32(
     return {"backends": results, "variants": scored}
 
 
+def in_precision(
+    score: Callable[[str, None, Any, str], dict[str, Any]], network_in: Callable[[str], Any]
+) -> Callable[[str, str], dict[str, Any]]:
+    """:func:`score_precisions`' ``score_in``: ``score(backend, None, network, "@precision")``, a
+    backend at its default options on ``network_in(precision)`` (the network converted to that
+    precision), its entry tagged with the precision."""
+    return lambda precision, backend: score(backend, None, network_in(precision), f"@{precision}")
+
+
 def score_precisions(
     quality: Mapping[str, Any],
     default_backend: str,

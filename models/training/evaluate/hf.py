@@ -35,7 +35,12 @@ from models.quality_file import save_quality
 from models.training.data.csv_file import DataError
 from models.training.data.source import DataSource, add_data_arguments, source_from_args
 from models.training.data.table import SeriesTable, load_series_csv
-from models.training.evaluate.forecast_quality import Scoring, score_float32, score_precisions
+from models.training.evaluate.forecast_quality import (
+    Scoring,
+    in_precision,
+    score_float32,
+    score_precisions,
+)
 from models.training.evaluate.informer import parse_variant, slice_indices
 from models.training.linear import LinearBaseline
 
@@ -147,16 +152,10 @@ def evaluate_folder(
     slices: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
     for backend in backends:
         slices[backend] = slice_mse(backend)
-    by_precision = score_precisions(
-        f.quality,
-        f.default_attention,
-        backends,
-        precisions,
-        lambda precision, backend: score(backend, None, converted[precision], f"@{precision}"),
-    )
+    score_in = in_precision(score, converted.__getitem__)
+    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     quality = {
-        "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
-        f"{len(source.columns)} channels",
+        "dataset": source.describe(),
         "metric_space": "scaled (train-split mean and standard deviation per channel), averaged "
         "over the windows scored (each backend's `windows`; the linear baseline's over all)",
         "model": f"transformers {type(f.model).__name__}"

@@ -30,6 +30,7 @@ only the variants are scored.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import time
 from dataclasses import replace
@@ -50,7 +51,12 @@ from models.quality_file import save_quality
 from models.training.data.ett import WindowDataset
 from models.training.data.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.training.data.table import SeriesTable
-from models.training.evaluate.forecast_quality import Scoring, score_float32, score_precisions
+from models.training.evaluate.forecast_quality import (
+    Scoring,
+    in_precision,
+    score_float32,
+    score_precisions,
+)
 from models.training.evaluate.metrics import evaluate_loader
 from models.training.evaluate.results_table import write_results
 from models.training.linear import LinearBaseline
@@ -165,13 +171,8 @@ def evaluate_checkpoint(
     float32 = score_float32(f.quality, backends, variants, score)
     for backend in backends:  # the public path on the slice the tests re-run
         slice_res[backend] = round(slice_mse(f, backend, indices, table, source), 6)
-    converted: dict[str, Any] = {}  # precision -> network, converted once
-
-    def score_in(precision: str, backend: str) -> dict[str, Any]:
-        if precision not in converted:
-            converted[precision] = f.with_precision(precision).model
-        return score(backend, None, converted[precision], f"@{precision}")
-
+    # precision -> network, converted once
+    score_in = in_precision(score, functools.cache(lambda p: f.with_precision(p).model))
     by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     paper = None
     if is_etth1_protocol(source):
@@ -179,8 +180,7 @@ def evaluate_checkpoint(
     elif is_ettm1_protocol(source):
         paper = PAPER.get(("ETTm1", cfg.pred_len))
     quality = {
-        "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
-        f"{len(source.columns)} channels",
+        "dataset": source.describe(),
         "metric_space": "scaled (train-split StandardScaler), averaged over the windows scored "
         "(each backend's `windows`; the linear baseline's over all)",
         "windows": len(test),

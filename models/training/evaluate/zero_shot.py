@@ -36,7 +36,12 @@ from models.training.data.csv_file import DataError
 from models.training.data.source import DataSource, add_data_arguments, source_from_args
 from models.training.data.splits import split_borders
 from models.training.data.table import SeriesTable
-from models.training.evaluate.forecast_quality import Scoring, score_float32, score_precisions
+from models.training.evaluate.forecast_quality import (
+    Scoring,
+    in_precision,
+    score_float32,
+    score_precisions,
+)
 from models.training.evaluate.zero_shot_metrics import (
     Scores,
     infer_season,
@@ -148,16 +153,10 @@ def evaluate_zero_shot(
         return {**entry, "mase": round(figures["mase"], 6), "wql": round(figures["wql"], 6)}
 
     float32 = score_float32(f.quality, backends, [], score)
-    by_precision = score_precisions(
-        f.quality,
-        f.default_attention,
-        backends,
-        precisions,
-        lambda precision, backend: score(backend, None, converted[precision], f"@{precision}"),
-    )
+    score_in = in_precision(score, converted.__getitem__)
+    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     quality = {
-        "dataset": f"{source.path}, test rows {list(source.borders['test'])} ({source.split}), "
-        f"{len(source.columns)} channels",
+        "dataset": source.describe(),
         "metric_space": "mse/mae scaled by the train split's standard deviation per channel; "
         "mase and wql in original units (models/training/evaluate/zero_shot_metrics.py)",
         "model": f"zero-shot {f.architecture} (point forecast; wql over its quantile levels)",
