@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ from torch import Tensor
 
 from models.attention import attend, get_backend
 from models.attention.base import InputSpec
+from models.hf_forecast.folder import FolderError
 from models.informer.model import LayerChoice, exact_choice
 
 IMPLEMENTATION = "attnserve"
@@ -192,3 +194,23 @@ def attend_hf(
         **options,
     )
     return out.transpose(1, 2).contiguous(), None
+
+
+def load_bridged(model_class: Any, folder: Path, device: str, **kwargs: Any) -> Any:
+    """``model_class.from_pretrained(folder, **kwargs)`` in float32 from the folder's own files,
+    in eval mode on ``device``, its attention through our backends (:func:`use_bridge`) and its
+    layers named (:func:`name_layers`).
+
+    Raises:
+        FolderError: transformers could not load it (its own message quoted).
+    """
+    try:
+        model = model_class.from_pretrained(
+            folder, local_files_only=True, dtype=torch.float32, **kwargs
+        )
+    except (OSError, ValueError, RuntimeError) as exc:
+        raise FolderError(f"transformers could not load it ({type(exc).__name__}: {exc})") from None
+    model = model.to(device).eval()
+    use_bridge(model)
+    name_layers(model)
+    return model

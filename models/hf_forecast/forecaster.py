@@ -28,7 +28,7 @@ import torch
 from models.attention import get_backend
 from models.attention.base import InputSpec
 from models.errors import ModelInputError
-from models.hf_forecast.bridge import backend_scope, layer_choice, name_layers, use_bridge
+from models.hf_forecast.bridge import backend_scope, layer_choice, load_bridged
 from models.hf_forecast.card import describe
 from models.hf_forecast.families import PatchTSTFamily, Seq2SeqFamily
 from models.hf_forecast.folder import (
@@ -165,17 +165,7 @@ class HFForecaster:
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()  # a server's log is no terminal
-        try:
-            model = model_class.from_pretrained(
-                folder, config=hf_config, local_files_only=True, dtype=torch.float32
-            )
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise FolderError(
-                f"transformers could not load it ({type(exc).__name__}: {exc})"
-            ) from None
-        model = model.to(device).eval()
-        use_bridge(model)
-        name_layers(model)
+        model = load_bridged(model_class, folder, device, config=hf_config)
         return cls(folder.name, model, sidecar, folder, trained_prob)
 
     # ------------------------------------------------------------------ input validation

@@ -34,9 +34,9 @@ import torch
 from models.attention import AttentionCall
 from models.attention.pricing import MATMUL
 from models.errors import ModelInputError
-from models.hf_forecast.bridge import name_layers, runs_causal, use_bridge
+from models.hf_forecast.bridge import load_bridged, runs_causal
 from models.hf_forecast.families import LayerShape
-from models.hf_forecast.folder import FolderError, Sidecar
+from models.hf_forecast.folder import Sidecar
 from models.zero_shot.forecaster import ZeroShotForecaster
 from models.zero_shot.series import ZeroShotWindow
 
@@ -95,16 +95,7 @@ class TimesFM25Forecaster(ZeroShotForecaster):
         """Load a ``save_pretrained`` folder; :class:`FolderError` says what is wrong."""
         import transformers
 
-        try:
-            model_class: Any = transformers.TimesFm2_5ModelForPrediction
-            model = model_class.from_pretrained(folder, local_files_only=True, dtype=torch.float32)
-        except (OSError, ValueError, RuntimeError) as exc:
-            raise FolderError(
-                f"transformers could not load it ({type(exc).__name__}: {exc})"
-            ) from None
-        model = model.to(device).eval()
-        use_bridge(model)
-        name_layers(model)
+        model = load_bridged(transformers.TimesFm2_5ModelForPrediction, folder, device)
         return cls(folder.name, model, folder, sidecar)
 
     # ------------------------------------------------------------------ options
