@@ -22,7 +22,7 @@ import torch
 from benchmarks.attention.gpu import kernel_row
 from benchmarks.gpu_check.published import LENGTHS, SOURCES, fa2_shape, published
 from benchmarks.gpu_check.report import save_result
-from models.attention import BACKENDS
+from models.attention.registry import names
 
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128)
@@ -30,10 +30,12 @@ HEAD_DIMS = (64, 128)
 ROW_RESERVE_S = 4.0
 
 
-def grid(backends: tuple[str, ...] = BACKENDS) -> list[tuple[str, str, bool, int, int]]:
+def grid(backends: tuple[str, ...] | None = None) -> list[tuple[str, str, bool, int, int]]:
     """(backend, dtype, causal, head_dim, seq_len) in the order they run: flash first (the row
-    the published figures are for), then ``full``, then the approximations."""
-    order = sorted(backends, key=lambda b: (b != "flash", b != "full"))
+    the published figures are for), then ``full``, then the approximations (``backends``: every
+    registered one by default)."""
+    listed = names() if backends is None else backends
+    order = sorted(listed, key=lambda b: (b != "flash", b != "full"))
     return [
         (backend, dtype, causal, d, n)
         for backend in order

@@ -3,8 +3,8 @@
 Each test registers a stand-in backend (:func:`models.attention.registry.registered`: full's
 kernel under a new name, marked approximate) and checks that it appears wherever a new backend
 file's backend must: the kernel table of ``benchmarks/attention/backends.py`` (its command line,
-its ratio lines and its in-process runner, without running the benchmark), the quality
-commands' default backend lists, and the checkpoint results table. A last test reads the code
+its ratio lines and its in-process runner, without running the benchmark), the GPU check's
+kernel grid and the quality commands' default backend lists. A last test reads the code
 and refuses a hand-written list of backend names where a registry read belongs.
 """
 
@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from benchmarks.attention import backends as kernel_table
+from benchmarks.gpu_check import kernels as gpu_kernels
 from models.attention import BACKENDS, AttentionError, Backend, attend, get_backend
 from models.attention.registry import names, registered
 from models.quality_file import backends_of
@@ -83,6 +84,11 @@ def test_the_kernel_table_lists_every_registered_backend(newcomer: str) -> None:
     q, k, v = torch.randn(3, 1, 2, 6, 4).unbind(0)
     run = kernel_table._runner(newcomer, 2, 4, "cpu")
     torch.testing.assert_close(run(q, k, v), attend(q, k, v, backend="full"))
+
+
+def test_the_gpu_check_grid_has_every_registered_backend(newcomer: str) -> None:
+    backends = list(dict.fromkeys(cell[0] for cell in gpu_kernels.grid()))
+    assert backends[:2] == ["flash", "full"] and set(backends) == set(names())
 
 
 def test_the_quality_commands_measure_every_registered_backend(
