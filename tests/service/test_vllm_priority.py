@@ -50,3 +50,15 @@ def test_without_priorities_the_queue_stays_first_come(
     _, answers = post_behind_a_running_batch(client, double, "/pooling", body(1), queued)
     assert [r.status_code for r in answers] == [200, 200, 200]
     assert sorted(double.batches) == [2, 3, 4]
+
+
+def test_cohere_v2_priority_takes_the_same_path(setup: tuple[TestClient, Wrapped]) -> None:
+    client, double = setup
+
+    def embed(rows: int, **extra: object) -> dict[str, object]:
+        return {"model": TINY_TEXT, "texts": [f"text {i}" for i in range(rows)], **extra}
+
+    queued = [embed(4, priority=9), embed(3, priority=1), embed(2)]
+    _, answers = post_behind_a_running_batch(client, double, "/v2/embed", embed(1), queued)
+    assert [r.status_code for r in answers] == [200, 200, 200], answers[0].text
+    assert double.batches == [2, 3, 4]

@@ -6,6 +6,7 @@ quantized embedding types come from the model (:mod:`models.text.quantize`), ren
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -96,10 +97,12 @@ async def embedded_by_type(
     request: Request,
     response: Response,
     engine: Engine,
+    priority: int = 0,
 ) -> CohereEmbedByTypeResponse:
-    """The ``embeddings_by_type`` answer of either API version (types default to float)."""
+    """The ``embeddings_by_type`` answer of either API version (types default to float;
+    ``priority``: v2's, lower is handled first)."""
     types = list(dict.fromkeys(body.embedding_types or ["float"]))
-    client = client_of(request)
+    client = replace(client_of(request), priority=priority)
     answer = await engine.encode(body.model, embed_job(body, types, dimensions), client)
     set_timing_headers(response, answer)
     return CohereEmbedByTypeResponse(
@@ -140,7 +143,8 @@ async def embed_v2(
     body: CohereEmbedV2Request, request: Request, response: Response, engine: EngineDep
 ) -> CohereEmbedByTypeResponse:
     """Cohere v2 embed: embeddings by type (default float), ``output_dimension`` shortening."""
-    return await embedded_by_type(body, body.output_dimension, "2", request, response, engine)
+    dimensions, priority = body.output_dimension, body.priority or 0
+    return await embedded_by_type(body, dimensions, "2", request, response, engine, priority)
 
 
 @router.post("/v2/rerank", response_model=CohereRerankResponse, response_model_exclude_none=True)
@@ -149,7 +153,7 @@ async def rerank_v2(
 ) -> CohereRerankResponse:
     """Cohere v2 rerank: ``/v1/rerank``'s scores (the model's activation), best first, in
     Cohere's v2 shape."""
-    client = client_of(request)
+    client = replace(client_of(request), priority=body.priority or 0)
     job = job_of(body, [(body.query, d) for d in body.documents], "document")
     answer = await engine.rerank(body.model, job, client)
     set_timing_headers(response, answer)

@@ -39,6 +39,10 @@ TRUNCATE_HELP = (
     "A text over the model's token limit: END cuts its end, START its start (the start token "
     "and any prompt stay), NONE answers 422. Default END, as Cohere."
 )
+PRIORITY_HELP = (
+    "Lower is handled first (default 0), as Cohere documents; a request that has waited half "
+    "the request timeout goes first whatever its priority."
+)
 
 
 class CohereEmbedRequest(StrictRequest):
@@ -92,7 +96,7 @@ class CohereEmbedV2Request(CohereEmbedRequest):
     max_tokens: StrictInt | None = Field(
         None, description="Refused: texts are cut at the model's token limit (see truncate)."
     )
-    priority: StrictInt | None = Field(None, description="Accepted and ignored.")
+    priority: StrictInt | None = Field(None, description=PRIORITY_HELP)
 
     @field_validator("max_tokens")
     @classmethod
@@ -122,7 +126,7 @@ class CohereRerankV2Request(RerankRequest):
         description="Accepted; a pair is cut at the model's token limit (query and document "
         "together, longest first), not at this count.",
     )
-    priority: StrictInt | None = Field(None, description="Accepted and ignored.")
+    priority: StrictInt | None = Field(None, description=PRIORITY_HELP)
 
 
 # ----------------------------------------------------------------------------- responses
