@@ -10,6 +10,7 @@ module-level ``BACKEND = Backend(name="<name>", order=<int>, ...)`` (see
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -56,12 +57,19 @@ def _declared(path: Path) -> tuple[str, int] | None:
 
 
 def discover_backends(folder: Path = ATTENTION_DIR) -> tuple[str, ...]:
-    """The backends declared in ``folder/*.py``, by ascending ``order``.
+    """The backends declared in ``folder/*.py``, by ascending ``order``; each folder's files
+    are read and parsed once per process (the registry imports its backends once at start, so
+    a backend file added later needs a restart anyway).
 
     Raises:
         ValueError: a ``BACKEND`` that is not ``Backend(name=<literal>, order=<literal>, ...)``,
             a name other than its file's, or two backends with one ``order``.
     """
+    return _discover(folder.resolve())
+
+
+@functools.cache
+def _discover(folder: Path) -> tuple[str, ...]:
     found = [d for path in sorted(folder.glob("*.py")) if (d := _declared(path)) is not None]
     found.sort(key=lambda declared: declared[1])
     orders = [order for _, order in found]
