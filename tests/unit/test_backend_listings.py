@@ -23,14 +23,17 @@ from benchmarks.gpu_check import kernels as gpu_kernels
 from models.attention import BACKENDS, AttentionError, Backend, attend, get_backend
 from models.attention.registry import names, registered
 from models.quality_file import backends_of
+from models.text import SentenceEncoder
 from models.text.classifier import TextClassifier
 from models.text.multi_vector import MultiVectorModel
 from models.text.quality import classifier as classifier_quality
+from models.text.quality import embedding as embedding_quality
 from models.text.quality import multi_vector as multi_vector_quality
 from models.text.quality import sparse as sparse_quality
 from models.text.quality.classifier import plan_for
 from models.text.sparse import SparseEncoder
 from tests.utils.tiny_classifiers import save_tiny_classifier
+from tests.utils.tiny_encoders import save_tiny_encoder
 from tests.utils.tiny_multi_vector import save_tiny_multi_vector
 from tests.utils.tiny_sparse import save_tiny_splade
 
@@ -110,6 +113,12 @@ def test_the_quality_commands_measure_every_registered_backend(
     result = classifier_quality.measure(TextClassifier.from_folder(folder), [((1, 64), 10)])
     rows = result["precisions"]["float32"]["backends"]
     assert newcomer in rows and rows[newcomer]["loss"] == 0.0
+
+    # The embedding command filters the registry's backends by ``only``: none of a constant list.
+    encoder = SentenceEncoder.from_folder(save_tiny_encoder(tmp_path / "enc", "bert", layers=1))
+    result = embedding_quality.measure(encoder, 1, 64, only=[newcomer])
+    rows = result["precisions"]["float32"]["backends"]
+    assert list(rows) == [newcomer] and rows[newcomer]["min_cosine"] >= 1 - 1e-6
 
 
 # --------------------------------------------------------------------- no hand-written lists
