@@ -15,11 +15,14 @@ forecaster folders (:mod:`.hf`); each evaluator brings its own forward passes.
 
 from __future__ import annotations
 
+import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from models.names import DEFAULT_PRECISION
+from models.attention.registry import names
+from models.names import DEFAULT_PRECISION, PRECISION_NAMES
 from models.quality_file import carried_precisions, dropped_precisions_note, precision_figures
 from models.quality_loss import EXACT, variant_label
 
@@ -123,3 +126,28 @@ def score_precisions(
             entries[backend] = score_in(precision, backend)
         by_precision[precision] = {**section, "backends": entries}
     return by_precision
+
+
+def forecaster_parser(
+    description: str | None, folder: str, precisions: str
+) -> argparse.ArgumentParser:
+    """``attnserve evaluate``'s parser with what a transformers or zero-shot forecaster folder
+    both take: the folder (``folder`` helps it), ``--backends``, ``--stride``, ``--threads`` and
+    ``--precisions`` (``precisions`` helps it); the evaluator adds its own arguments."""
+    p = argparse.ArgumentParser(
+        prog="attnserve evaluate",
+        description=description,
+        formatter_class=argparse.RawTextHelpFormatter,
+    )
+    p.add_argument("folder", type=Path, help=folder)
+    p.add_argument("--backends", nargs="+", default=None, choices=list(names()))
+    p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument(
+        "--precisions",
+        nargs="+",
+        default=[],
+        choices=[n for n in PRECISION_NAMES if n != DEFAULT_PRECISION],
+        help=precisions,
+    )
+    return p

@@ -30,13 +30,14 @@ from models.attention.base import AttentionError
 from models.attention.registry import names
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
-from models.names import DEFAULT_PRECISION, PRECISION_NAMES
+from models.names import DEFAULT_PRECISION
 from models.quality_file import save_quality
 from models.training.data.csv_file import DataError
 from models.training.data.source import DataSource, add_data_arguments, source_from_args
 from models.training.data.table import SeriesTable, load_series_csv
 from models.training.evaluate.forecast_quality import (
     Scoring,
+    forecaster_parser,
     in_precision,
     score_float32,
     score_precisions,
@@ -184,24 +185,13 @@ def evaluate_folder(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="attnserve evaluate",
-        description=__doc__,
-        formatter_class=argparse.RawTextHelpFormatter,
-    )
-    p.add_argument("folder", type=Path, help="a transformers time-series folder")
-    p.add_argument("--backends", nargs="+", default=None, choices=list(names()))
-    p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
-    p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument(
-        "--precisions",
-        nargs="+",
-        default=[],
-        choices=[n for n in PRECISION_NAMES if n != DEFAULT_PRECISION],
-        help="also score the backends (or the default one) in these precisions (bfloat16: "
+    p = forecaster_parser(
+        __doc__,
+        "a transformers time-series folder",
+        "also score the backends (or the default one) in these precisions (bfloat16: "
         "PatchTST with a point head)",
     )
+    p.add_argument("--variants", nargs="+", default=[], metavar="BACKEND:OPTION=VALUE[,...]")
     add_data_arguments(p, "data (default: the folder's attnserve.json record)")
     args = p.parse_args(argv)
     if args.stride < 1:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,7 +29,7 @@ from models.attention.base import AttentionError
 from models.attention.registry import names
 from models.errors import ModelInputError
 from models.hf_forecast.folder import FolderError
-from models.names import DEFAULT_PRECISION, PRECISION_NAMES
+from models.names import DEFAULT_PRECISION
 from models.quality_file import backend_rows, save_quality
 from models.training.data.csv_file import DataError
 from models.training.data.source import DataSource, add_data_arguments, source_from_args
@@ -38,6 +37,7 @@ from models.training.data.splits import split_borders
 from models.training.data.table import SeriesTable
 from models.training.evaluate.forecast_quality import (
     Scoring,
+    forecaster_parser,
     in_precision,
     score_float32,
     score_precisions,
@@ -224,26 +224,15 @@ def choose_context(
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(
-        prog="attnserve evaluate",
-        description=__doc__,
-        formatter_class=argparse.RawTextHelpFormatter,
+    p = forecaster_parser(
+        __doc__,
+        "a TimesFM 2.5 or Chronos-2 folder",
+        "also score the backends in these precisions (where the forecaster runs them)",
     )
-    p.add_argument("folder", type=Path, help="a TimesFM 2.5 or Chronos-2 folder")
-    p.add_argument("--backends", nargs="+", default=None, choices=list(names()))
     p.add_argument("--context", type=int, default=None, help="history steps per window")
     p.add_argument("--horizon", type=int, default=None, help="steps forecast per window")
     p.add_argument(
         "--season", type=int, default=None, help="MASE's season in steps (default: from --freq)"
-    )
-    p.add_argument("--stride", type=int, default=1, help="score every k-th test window")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument(
-        "--precisions",
-        nargs="+",
-        default=[],
-        choices=[n for n in PRECISION_NAMES if n != DEFAULT_PRECISION],
-        help="also score the backends in these precisions (where the forecaster runs them)",
     )
     add_data_arguments(p, "data (required: a zero-shot folder records none)")
     args = p.parse_args(argv)
