@@ -15,6 +15,7 @@ from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
 from models.text.multi_vector import MultiVectorModel
 from service.cli import run_model_tool
 from tests.service.helpers import folders_client
+from tests.utils.auto_checks import assert_auto_within_losses
 from tests.utils.tiny_multi_vector import TEXTS, save_tiny_multi_vector
 
 pytest.importorskip("sentence_transformers.multi_vector_encoder")
@@ -53,24 +54,18 @@ def test_auto_chooses_within_the_measured_maxsim_loss(measured: Path) -> None:
         card = client.get(f"/models/{NAME}").json()
         assert card["quality"]["task"] == "multi_vector"
         assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
-        auto = card["auto"]
-        assert auto["default_max_quality_loss"] == DEFAULT_MAX_QUALITY_LOSS["multi_vector"]
-        assert "MaxSim" in auto["quality_metric"]
-        # The card's auto table carries the measured losses of the band.
-        table = {row["backend"]: row["quality_loss"] for row in auto["by_length"]["64"]}
-        expected = classifier_losses(quality, 64)
-        assert table.keys() == {b for b in expected if b in card["served_backends"]}
-        for backend, loss in table.items():
-            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
-        for budget in (0.0, 0.35, 1.0, None):
-            r = _rerank(client, budget)
-            assert r.status_code == 200, r.text
-            ran = r.json()["attention"]
-            limit = DEFAULT_MAX_QUALITY_LOSS["multi_vector"] if budget is None else budget
-            assert losses[ran][0] <= limit, (budget, ran, losses)
-            assert ran in r.headers["x-attention-choice"]
-        # A zero budget leaves only exact attention.
-        assert _rerank(client, 0.0).json()["attention"] in ("flash", "full")
+        default = DEFAULT_MAX_QUALITY_LOSS["multi_vector"]
+        assert card["auto"]["default_max_quality_loss"] == default
+        assert "MaxSim" in card["auto"]["quality_metric"]
+        assert_auto_within_losses(
+            card,
+            quality,
+            losses,
+            lambda budget: _rerank(client, budget),
+            (0.0, 0.35, 1.0, None),
+            lambda r: r.json()["attention"],
+            default,
+        )
         # /encode budgets the same figures: the token vectors of one call.
         r = client.post(
             "/encode",

@@ -13,6 +13,7 @@ from models.quality_file import read_quality
 from models.quality_loss import classifier_losses
 from models.text.quality.classifier import main as evaluate
 from tests.service.helpers import folders_client
+from tests.utils.auto_checks import assert_auto_within_losses
 from tests.utils.tiny_classifiers import DOCUMENTS, QUERIES, save_tiny_classifier
 
 
@@ -50,20 +51,14 @@ def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
     with folders_client([measured]) as client:
         card = client.get("/models/rerank-auto").json()
         assert card["quality"]["backends"].keys() >= {"flash", "nystrom"}
-        # The card's auto table carries the measured losses of the band.
-        table = {row["backend"]: row["quality_loss"] for row in card["auto"]["by_length"]["64"]}
-        expected = classifier_losses(quality, 64)
-        assert table.keys() == {b for b in expected if b in card["served_backends"]}
-        for backend, loss in table.items():
-            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
-        for budget in (0.0, 0.2, 1.0):
-            r = _auto(client, budget)
-            assert r.status_code == 200, r.text
-            ran = r.json()["attention"]
-            assert losses[ran][0] <= budget, (budget, ran, losses)
-            assert ran in r.headers["x-attention-choice"]
-        # A zero budget leaves only exact attention.
-        assert _auto(client, 0.0).json()["attention"] in ("flash", "full")
+        assert_auto_within_losses(
+            card,
+            quality,
+            losses,
+            lambda budget: _auto(client, budget),
+            (0.0, 0.2, 1.0),
+            lambda r: r.json()["attention"],
+        )
 
 
 def test_auto_without_figures_runs_exact_attention(tmp_path: Path) -> None:

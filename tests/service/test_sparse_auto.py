@@ -15,6 +15,7 @@ from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
 from models.text.sparse import SparseEncoder
 from service.cli import run_model_tool
 from tests.service.helpers import folders_client
+from tests.utils.auto_checks import assert_auto_within_losses
 from tests.utils.tiny_encoders import SAMPLE_TEXTS
 from tests.utils.tiny_sparse import save_tiny_splade
 
@@ -51,24 +52,18 @@ def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
         assert card["quality"]["task"] == "sparse"
         assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
         assert "top_k_overlap" in card["quality"]["backends"]["performer"]
-        auto = card["auto"]
-        assert auto["default_max_quality_loss"] == DEFAULT_MAX_QUALITY_LOSS["sparse"]
-        assert "dot-product" in auto["quality_metric"]
-        # The card's auto table carries the measured losses of the band.
-        table = {row["backend"]: row["quality_loss"] for row in auto["by_length"]["64"]}
-        expected = classifier_losses(quality, 64)
-        assert table.keys() == {b for b in expected if b in card["served_backends"]}
-        for backend, loss in table.items():
-            assert loss == pytest.approx(expected[backend][0], abs=1e-6), backend
-        for budget in (0.0, 0.3, 1.0, None):
-            r = _embed(client, budget)
-            assert r.status_code == 200, r.text
-            ran = r.headers["x-attention"]
-            limit = DEFAULT_MAX_QUALITY_LOSS["sparse"] if budget is None else budget
-            assert losses[ran][0] <= limit, (budget, ran, losses)
-            assert r.headers["x-attention-choice"].startswith(ran), r.headers
-        # A zero budget leaves only exact attention.
-        assert _embed(client, 0.0).headers["x-attention"] in ("flash", "full")
+        default = DEFAULT_MAX_QUALITY_LOSS["sparse"]
+        assert card["auto"]["default_max_quality_loss"] == default
+        assert "dot-product" in card["auto"]["quality_metric"]
+        assert_auto_within_losses(
+            card,
+            quality,
+            losses,
+            lambda budget: _embed(client, budget),
+            (0.0, 0.3, 1.0, None),
+            lambda r: r.headers["x-attention"],
+            default,
+        )
 
 
 def test_auto_without_figures_runs_exact_attention(tmp_path: Path) -> None:

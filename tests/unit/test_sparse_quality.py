@@ -12,14 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from models.attention import BACKENDS, AttentionError
-from models.names import DEFAULT_PRECISION
-from models.quality_file import backends_of, read_quality
-from models.quality_loss import classifier_losses
+from models.quality_file import backends_of
 from models.text.quality.classifier import plan_for
 from models.text.quality.sparse import encode_corpus, measure, relative_l2, run, top_k_overlap
 from models.text.sparse import SparseEncoder
-from service.cli import run_model_tool
+from tests.utils.pair_quality import accepted, approximations, evaluate_round_trip
 from tests.utils.tiny_sparse import reference_vectors, save_tiny_inference_free, save_tiny_splade
 
 pytest.importorskip("sentence_transformers.sparse_encoder")
@@ -38,17 +35,6 @@ def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def encoder(folder: Path) -> SparseEncoder:
     return SparseEncoder.from_folder(folder)
-
-
-def _accepted(encoder: SparseEncoder) -> list[str]:
-    accepted = []
-    for name in BACKENDS:
-        try:
-            encoder.check_attention(name, None)
-        except AttentionError:
-            continue
-        accepted.append(name)
-    return accepted
 
 
 @pytest.mark.parametrize("free", [False, True], ids=["splade", "inference-free"])
@@ -83,20 +69,15 @@ def test_every_accepted_backend_is_measured_against_exact_attention(
     result = measure(encoder, plan)
     assert result["task"] == "sparse" and result["reference"] == "full"
     figures = backends_of(result)
-    assert list(figures) == _accepted(encoder)
+    assert list(figures) == accepted(encoder)
     for name in EXACT:
         row = figures[name]
         assert row["loss"] == 0.0 and row["kendall_tau"] == 1.0, name
         assert row["top_k_overlap"] == 1.0 and row["relative_l2"] <= TOLERANCE, name
         assert row["by_tokens"], name
     # Approximations at their defaults move this model's vectors and rankings: measured.
-    approximate = {n: r for n, r in figures.items() if r["loss"] > 0.0}
-    assert approximate, figures
-    for name, row in approximate.items():
-        assert row["loss"] == pytest.approx(1.0 - row["kendall_tau"], abs=1e-6), name
+    for name, row in approximations(figures).items():
         assert row["min_top_k_overlap"] < 1.0 and row["max_relative_l2"] > 1e-3, name
-        for band in row["by_tokens"].values():
-            assert band["loss"] == pytest.approx(1.0 - band["kendall_tau"], abs=1e-6)
     corpus = result["corpus"]
     assert corpus["pairs"] == PAIRS * len(plan) and corpus["network_sides"] == SIDES_BOTH
 
@@ -139,20 +120,7 @@ def test_evaluate_writes_quality_json_that_auto_reads(
     """``attnserve evaluate FOLDER`` reaches the sparse measurement (before the text encoders'
     branch: the folder has modules.json too), writes the folder's quality.json, and the losses
     auto budgets against come back from it, the float32 reference's at 0."""
-    output = folder / "quality.json"
-    output.unlink(missing_ok=True)
-    argv = [str(folder), "--pairs-per-band", str(PAIRS), "--precisions", "bfloat16"]
-    assert run_model_tool("evaluate", argv) == 0
-    assert "wrote" in capsys.readouterr().out
-    quality = read_quality(output)
-    assert quality["task"] == "sparse"
-    assert set(quality["precisions"]) == {DEFAULT_PRECISION, "bfloat16"}
+    quality = evaluate_round_trip(folder, "sparse", PAIRS, capsys)
     # bfloat16: every backend, the reference included, against the float32 exact vectors.
     assert backends_of(quality, "bfloat16")["full"]["relative_l2"] > 0.0
-    losses = classifier_losses(quality, 32)
-    assert losses["full"] == (0.0, {})
-    for name, entry in backends_of(quality).items():
-        assert losses[name][0] == pytest.approx(entry["by_tokens"]["1-64"]["loss"]), name
     assert SparseEncoder.from_folder(folder).quality()["task"] == "sparse"
-    assert run_model_tool("evaluate", [str(folder), "--show"]) == 0
-    assert "| `full` |" in capsys.readouterr().out
