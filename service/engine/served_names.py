@@ -46,18 +46,13 @@ def served_names(text: str, servables: Sequence[ServedModel]) -> dict[str, str]:
 
     Raises:
         ModelLoadError: a malformed entry, an alias that is already a loaded model's name (or
-            one of its aliases), a model that is not loaded, or a bare alias beside several
+            another model's alias), a model that is not loaded, or a bare alias beside several
             loaded models; the message names the alias and the fix.
     """
     by_name = {name: s.name for s in servables for name in (s.name, *s.aliases)}
     loaded = ", ".join(s.name for s in servables) or "none"
     out: dict[str, str] = {}
     for alias, model in served_entries(text):
-        if alias in by_name:
-            raise ModelLoadError(
-                f"served_model_names alias {alias!r} is already the name of loaded model "
-                f"{by_name[alias]!r}; pick another alias (loaded: {loaded})"
-            )
         if model is None:
             if len(servables) != 1:
                 raise ModelLoadError(
@@ -70,6 +65,12 @@ def served_names(text: str, servables: Sequence[ServedModel]) -> dict[str, str]:
                 f"served_model_names alias {alias!r} names model {model!r}, which is not "
                 f"loaded; loaded: {loaded}"
             )
+        # An alias the model already has is no clash (the same servables served again).
+        if alias in by_name and (alias == by_name[alias] or by_name[alias] != by_name[model]):
+            raise ModelLoadError(
+                f"served_model_names alias {alias!r} is already the name of loaded model "
+                f"{by_name[alias]!r}; pick another alias (loaded: {loaded})"
+            )
         out[alias] = by_name[model]
     return out
 
@@ -79,7 +80,11 @@ def with_served_names(servables: Sequence[ServedModel], text: str) -> list[Serve
     :func:`served_names`, whose refusals this raises)."""
     names = served_names(text, servables)
     for servable in servables:
-        mine = tuple(alias for alias, model in names.items() if model == servable.name)
+        mine = tuple(
+            alias
+            for alias, model in names.items()
+            if model == servable.name and alias not in servable.aliases
+        )
         if mine:
             servable.aliases = (*servable.aliases, *mine)
     return list(servables)

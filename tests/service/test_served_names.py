@@ -21,7 +21,7 @@ from fastapi.testclient import TestClient
 
 from service.cli import build_parser, settings_overrides
 from service.engine.registry import ModelLoadError
-from service.engine.served_names import served_names
+from service.engine.served_names import served_names, with_served_names
 from service.settings import Settings
 from tests.service.helpers import assert_error, folders_app, folders_client
 from tests.utils.live_server import DROP_IN_ENCODER, DROP_IN_RERANKER, serving
@@ -51,6 +51,13 @@ def test_aliases_name_loaded_models_by_name_or_alias() -> None:
     got = served_names(f" {ALIAS}=enc , ada=org/enc,cohere-rerank=rr ", LOADED)
     assert got == {ALIAS: "enc", "ada": "enc", "cohere-rerank": "rr"}
     assert served_names(ALIAS, [Loaded("only")]) == {ALIAS: "only"}  # a bare alias: the one
+
+
+def test_served_names_join_the_models_aliases_once() -> None:
+    models: Any = [Loaded("enc", ("org/enc",)), Loaded("rr")]
+    for _ in range(2):  # the same servables served again (a test's, a restarted app's)
+        with_served_names(models, f"{ALIAS}=enc,org/enc=enc")
+        assert [m.aliases for m in models] == [("org/enc", ALIAS), ()]
 
 
 @pytest.mark.parametrize(
