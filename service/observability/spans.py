@@ -14,9 +14,9 @@ metrics. Its children, each with an explicit start and end:
 
 * ``parse``: from the request's start to the engine call (body read, JSON, validation);
 * ``queue``: waiting for a batch (as ``x-queue-time-ms``);
-* ``batch``: from leaving the queue to the answer, the batch's figures as attributes, with
-  ``forward`` under it: the model's forward pass (model, backend, precision, batch rows and
-  tokens, the request's rows and tokens or time steps);
+* ``batch``: from leaving the queue to the answer, with ``forward`` under it: the model's
+  forward pass (model, backend, precision, batch rows, requests and tokens, the request's rows
+  and tokens or time steps);
 * ``render``: from the engine's answer to the last byte of the response.
 
 Why a child span per request, recorded after the fact, and not a span per batch with links:
@@ -46,6 +46,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 _TRACE_HEADERS = (b"traceparent", b"tracestate")
 # Methods the HTTP conventions name; any other is reported as _OTHER (bounded values).
 _METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "CONNECT"))
+# Probes and scrapes: a trace every few seconds per prober, of nothing (TEI's ping likewise).
+UNTRACED = frozenset(("/healthz", "/readyz", "/metrics", "/health", "/ping"))
 
 
 class RequestTrace:
@@ -100,18 +102,10 @@ def trace_job(model: str, job: Any, result: Any) -> Any:
     key, batch = job.key, result.batch
     queued_ns = wall(job.enqueued_at)
     left_ns = wall(job.enqueued_at + result.queue_s)
-    where = {
-        "attnserve.model": model,
-        "attnserve.attention": key.backend,
-        "attnserve.precision": key.precision,
-    }
-    trace.child("queue", queued_ns, left_ns, **where)
-    figures = {
-        "attnserve.batch.rows": batch.rows,
-        "attnserve.batch.requests": batch.requests,
-        "attnserve.batch.tokens": batch.tokens,
-    }
-    span = trace.child("batch", left_ns, now_ns, **where, **figures)
+    # The figures once, on the forward span (each attribute costs the SDK a check and the
+    # exporter an encoding; the server span already names model, attention and precision).
+    trace.child("queue", queued_ns, left_ns, **{"attnserve.model": model})
+    span = trace.child("batch", left_ns, now_ns, **{"attnserve.batch.requests": batch.requests})
     # The forward pass (or, for a request run in parts, its parts' summed time) begins as the
     # request leaves the queue.
     forward_end = left_ns + int(batch.inference_s * 1e9)
@@ -119,14 +113,16 @@ def trace_job(model: str, job: Any, result: Any) -> Any:
         "forward",
         set_span_in_context(span),
         start_time=left_ns,
-        attributes=_clean(
-            {
-                **where,
-                **figures,
-                "attnserve.request.rows": len(job.rows),
-                "attnserve.request.tokens": sum(job.lengths),
-            }
-        ),
+        attributes={
+            "attnserve.model": model,
+            "attnserve.attention": key.backend,
+            "attnserve.precision": key.precision,
+            "attnserve.batch.rows": batch.rows,
+            "attnserve.batch.requests": batch.requests,
+            "attnserve.batch.tokens": batch.tokens,
+            "attnserve.request.rows": len(job.rows),
+            "attnserve.request.tokens": sum(job.lengths),
+        },
     )
     forward.end(end_time=forward_end)
     return result
@@ -148,7 +144,7 @@ class TraceRequests:
             await self._lifespan(scope, receive, send)
             return
         tracer = self.tracing.tracer
-        if scope["type"] != "http" or tracer is None:
+        if scope["type"] != "http" or tracer is None or scope.get("path") in UNTRACED:
             await self.app(scope, receive, send)
             return
         started = time.time_ns()

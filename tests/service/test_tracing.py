@@ -155,6 +155,14 @@ def test_errors_and_unrouted_paths_are_traced(receiver: OtlpReceiver, text_doubl
     with TestClient(make_app([text_double], otlp_endpoint=receiver.endpoint)) as client:
         r = client.post("/embed", json={"inputs": []}, headers={"traceparent": TRACEPARENT})
         assert r.status_code == 422
+        assert client.get("/nowhere", headers={"traceparent": TRACEPARENT}).status_code == 404
+        for probe in ("/healthz", "/readyz", "/metrics"):  # probes and scrapes: untraced
+            assert client.get(probe, headers={"traceparent": TRACEPARENT}).status_code == 200
+    unrouted = [s for s in receiver.spans if s.attributes.get("url.path") == "/nowhere"]
+    assert [s.name for s in unrouted] == ["GET"]  # no route: the method alone (semconv)
+    assert unrouted[0].attributes["http.response.status_code"] == 404
+    servers = [s for s in receiver.spans if s.kind == SERVER]
+    assert sorted(s.attributes["url.path"] for s in servers) == ["/embed", "/nowhere"]
     spans = by_name(receiver.spans, TRACE_ID)
     assert spans["POST /embed"].attributes["http.response.status_code"] == 422
     assert spans["POST /embed"].status_code == 0  # 4xx leave a server span unset (semconv)
