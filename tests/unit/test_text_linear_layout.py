@@ -17,13 +17,14 @@ needs_onednn = pytest.mark.skipif(
 )
 
 
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/unit/conftest.py
+
+
 @pytest.fixture(autouse=True)
-def one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+def _own_rng() -> Iterator[None]:
+    """model() seeds torch's global generator: give it back as it was."""
     with torch.random.fork_rng():
         yield
-    torch.set_num_threads(before)
 
 
 def model() -> nn.Sequential:

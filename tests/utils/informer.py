@@ -1,4 +1,5 @@
-"""Helpers for the Informer tests: a tiny checkpoint, the data check, one torch thread."""
+"""Helpers for the Informer tests: a tiny checkpoint and the data check (one torch thread:
+the ``one_thread`` fixture of ``tests/unit/conftest.py``)."""
 
 from __future__ import annotations
 
