@@ -230,6 +230,8 @@ def test_classify_peer_body_keeps_infinitys_answer(drop_in_url: str) -> None:
         ("/pooling", {"truncate_prompt_tokens": 5}, "truncate_prompt_tokens"),
         ("/pooling", {"truncate_prompt_tokens": 10**6}, "truncate_prompt_tokens"),
         ("/pooling", {"input": [1, 2, 3]}, "token ids"),
+        ("/pooling", {"task": "token_embed", "dimensions": 4}, "dimensions"),
+        ("/pooling", {"task": "token_embed", "encoding_format": "base64"}, "encoding_format"),
     ],
 )
 def test_unserved_vllm_fields_are_a_422_naming_them(

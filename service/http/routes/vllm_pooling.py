@@ -121,8 +121,6 @@ async def pooled(
         answer = await engine.classify(body.model, job, client)
         set_timing_headers(response, answer)
         return answer, [list(row) for row in answer.value]
-    if task == "token_embed" and body.dimensions is not None:
-        raise InvalidRequest("dimensions applies to task embed only; drop it for token_embed")
     truncate, cut_start = cut_rule(engine, body, "encode")
     tokens = task == "token_embed"
     text_job = TextInput(
@@ -154,6 +152,9 @@ async def pooling(
     """vLLM's pooling: per input, its embedding (``embed``), every token's embedding
     (``token_embed``) or its label probabilities (``classify``), in input order."""
     task = pooling_task(engine, body)
+    if task != "embed" and (body.encoding_format != "float" or body.dimensions is not None):
+        field = "dimensions" if body.dimensions is not None else "encoding_format"
+        raise InvalidRequest(f"{field} applies to task embed only; drop it for task {task}")
     answer, values = await pooled(engine, body, task, request, response)
     data = [
         PoolingData(index=i, data=encoded(v, body) if task == "embed" else v)
