@@ -295,6 +295,28 @@ def visible_keys(
     return mask
 
 
+def masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
+    """Softmax of ``scores`` over the last dimension where ``allowed`` (broadcastable bool; None:
+    everywhere), with zero rows for the queries allowed no key at all (never NaN)."""
+    if allowed is None:
+        return scores.softmax(dim=-1)
+    # A finite fill instead of -inf: a row with no allowed key then softmaxes to a uniform row
+    # (not NaN), and is zeroed after.
+    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
+    return scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)
+
+
+def zero_blind(out: Tensor, sees: Tensor) -> Tensor:
+    """``out`` with zeros where ``sees`` (bool ``[..., Lq, 1]``: the query sees some key) is
+    False; fused kernels return 0 or NaN there, depending on the kernel. On CPU the pass over
+    ``out`` is skipped when every query sees a key, as in any padded batch of non-empty texts:
+    asking costs a reduction over the small mask, where the pass costs a read and write of the
+    whole output. On CUDA the answer would stall the stream, so the pass always runs there."""
+    if out.device.type == "cpu" and bool(sees.all()):
+        return out
+    return torch.where(sees, out, torch.zeros((), dtype=out.dtype, device=out.device))
+
+
 def working_precision(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """``q``, ``k``, ``v`` in float32 (float64 stays float64), for the approximate backends.
 

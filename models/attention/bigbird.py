@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption
+from models.attention.base import Backend, Capabilities, IntOption, zero_blind
 from models.attention.block_layout import block_layout, random_blocks, row_blocks_of
 from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, INDEX, AttentionCall
 
@@ -77,13 +77,6 @@ def _gather_blocks(x: Tensor, index: Tensor) -> Tensor:
     b, n, e = x.shape
     rows = index + torch.arange(b, device=index.device)[:, None] * n
     return x.reshape(b * n, e).index_select(0, rows.reshape(-1)).view(b, -1, e)
-
-
-def _zero_blind(out: Tensor, sees: Tensor) -> Tensor:
-    """``out`` with zeros where ``sees`` is False (skipped when every query sees a key)."""
-    if out.device.type == "cpu" and bool(sees.all()):
-        return out
-    return torch.where(sees, out, torch.zeros((), dtype=out.dtype, device=out.device))
 
 
 def block_sparse_attention(
@@ -157,7 +150,7 @@ def block_sparse_attention(
             qb[s : s + n].transpose(1, 2), kb, vb, attn_mask=visible[s : s + n]
         )
         out[s : s + n] = part.transpose(1, 2)
-    out = _zero_blind(out, visible.any(dim=-1).transpose(1, 2)[..., None])
+    out = zero_blind(out, visible.any(dim=-1).transpose(1, 2)[..., None])
     out = out.view(b, nb, bs * h * d)  # token-major, as q_tokens
     if g > 0 and not causal:
         # Global query blocks (the first and the row's last g) attend to every key at once.
@@ -170,7 +163,7 @@ def block_sparse_attention(
         else:
             key_mask = key_padding_mask[:, None, None, :]
             gout = F.scaled_dot_product_attention(gq, k, v, attn_mask=key_mask)
-            gout = _zero_blind(gout, key_padding_mask.any(dim=-1)[:, None, None, None])
+            gout = zero_blind(gout, key_padding_mask.any(dim=-1)[:, None, None, None])
         gout = gout.transpose(1, 2).reshape(b, 2 * g, bs * h * d)
         target = glob[:, :, None].expand(-1, -1, bs * h * d)
         out.scatter_(1, target, gout)
@@ -202,7 +195,7 @@ def _masked_sdpa(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, bias: Tensor | N
     sees = mask.any(dim=-1, keepdim=True)
     if bias is not None:
         mask = torch.where(mask, bias.to(q.dtype), float("-inf"))
-    return _zero_blind(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), sees)
+    return zero_blind(F.scaled_dot_product_attention(q, k, v, attn_mask=mask), sees)
 
 
 def bigbird_attention(

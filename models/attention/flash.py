@@ -32,6 +32,7 @@ from models.attention.base import (
     InputSpec,
     repeat_kv_heads,
     visible_keys,
+    zero_blind,
 )
 from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, AttentionCall
 
@@ -95,17 +96,8 @@ def _fused_sdpa(
 
 
 def _zero_blind_queries(out: Tensor, mask: Tensor | None) -> Tensor:
-    """``out`` with zeros for the queries that see no key (the fused kernels return 0 or NaN
-    there, depending on the kernel). On CPU the pass over ``out`` is skipped when every query
-    sees a key, as in any padded batch of non-empty texts: asking costs a reduction over the
-    small mask, where the pass costs a read and write of the whole output. On CUDA the answer
-    would stall the stream, so the pass always runs there."""
-    if mask is None:
-        return out
-    sees = mask.any(dim=-1, keepdim=True)
-    if out.device.type == "cpu" and bool(sees.all()):
-        return out
-    return torch.where(sees, out, torch.zeros((), dtype=out.dtype))
+    """``out`` with zeros for the queries that see no key (:func:`zero_blind`)."""
+    return out if mask is None else zero_blind(out, mask.any(dim=-1, keepdim=True))
 
 
 def _biased(

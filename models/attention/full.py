@@ -13,7 +13,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, visible_keys
+from models.attention.base import Backend, Capabilities, masked_softmax, visible_keys
 from models.attention.pricing import ELEMENTWISE, FLOAT32, HEAD_MATMUL, AttentionCall
 
 
@@ -31,13 +31,7 @@ def full_attention(
     if attn_bias is not None:
         scores = scores + attn_bias
     mask = visible_keys(q.shape[-2], k.shape[-2], key_padding_mask, causal, q.device)
-    if mask is None:
-        return torch.einsum("bhij,bhjd->bhid", scores.softmax(dim=-1), v)
-    # A finite fill instead of -inf: a row with no visible key then softmaxes to a uniform row
-    # (not NaN), and is zeroed below.
-    scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1) * mask.any(dim=-1, keepdim=True)
-    return torch.einsum("bhij,bhjd->bhid", weights, v)
+    return torch.einsum("bhij,bhjd->bhid", masked_softmax(scores, mask), v)
 
 
 def full_bytes(call: AttentionCall, options: Mapping[str, Any] | None = None) -> int:

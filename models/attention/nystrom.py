@@ -27,7 +27,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from models.attention.base import Backend, Capabilities, IntOption, Kernel, working_precision
+from models.attention.base import (
+    Backend,
+    Capabilities,
+    IntOption,
+    Kernel,
+    masked_softmax,
+    working_precision,
+)
 from models.attention.full import full_attention, full_bytes, full_work
 from models.attention.pricing import (
     ELEMENTWISE,
@@ -101,13 +108,6 @@ def iterative_pinv(a: Tensor, iterations: int, initial: Tensor | None = None) ->
     return z
 
 
-def _masked_softmax(scores: Tensor, allowed: Tensor | None) -> Tensor:
-    if allowed is None:
-        return scores.softmax(dim=-1)
-    scores = scores.masked_fill(~allowed, torch.finfo(scores.dtype).min)
-    return scores.softmax(dim=-1) * allowed.any(dim=-1, keepdim=True)
-
-
 def _nystrom(
     q: Tensor,
     k: Tensor,
@@ -124,9 +124,9 @@ def _nystrom(
     # Every landmark is non-empty when each row has at least m real tokens (the usual case).
     k_ok = None if bool(k_land_ok.all()) else k_land_ok[:, None, None, :]
     q_ok = None if bool(q_land_ok.all()) else q_land_ok[:, None, :, None]
-    kernel_1 = _masked_softmax(q @ k_land.transpose(-1, -2), k_ok)
-    kernel_2 = _masked_softmax(q_land @ k_land.transpose(-1, -2), k_ok)
-    kernel_3 = _masked_softmax(
+    kernel_1 = masked_softmax(q @ k_land.transpose(-1, -2), k_ok)
+    kernel_2 = masked_softmax(q_land @ k_land.transpose(-1, -2), k_ok)
+    kernel_3 = masked_softmax(
         q_land @ k.transpose(-1, -2), None if key_real is None else key_real[:, None, None, :]
     )
     if q_ok is not None:  # empty query landmarks: zero rows
