@@ -8,10 +8,13 @@ between lives here, in order:
 
 1. the model by name and task (404 naming the loaded ones), the request's metric labels;
 2. the request-level limit (``max_inputs_per_request``);
-3. ``model.check``: every model-level check once, into a typed, immutable job;
+3. ``model.check``: every model-level check once, into a typed, immutable job; under a compute
+   limit, ``model.over_token_cap``: a long_text windows job's tokens counted up to what its
+   windows may cost, refused (422) before any of it is prepared;
 4. ``model.prepare``: tokenize / parse on the event loop when that is cheaper than a thread hop
    (the model says which), otherwise in a thread so the loop keeps answering;
-5. ``attention: "auto"``: the backend for these rows (:mod:`service.engine.auto_attention`);
+5. ``attention: "auto"``: the backend for these rows (:mod:`service.engine.auto_attention`),
+   applied to the call checked in 3 (one pass: nothing is checked or prepared twice);
 6. submit to the model's worker under the job's batch key and await the result (or a 504, or
    the client leaving).
 """

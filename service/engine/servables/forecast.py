@@ -19,6 +19,7 @@ from models.errors import ModelInputError
 from models.names import DEFAULT_PRECISION
 from models.quality_loss import forecast_losses, forecast_variant_losses
 from models.zero_shot.quantiles import at_levels
+from models.zero_shot.series import ZeroShotForecast
 from service.engine.servables.base import (
     EXTRA_INPUTS,
     Call,
@@ -55,7 +56,7 @@ def cut_forecasts(
             answer["timestamps"] = f.timestamps[:horizon]
         answer["values"] = f.values[:horizon]
         if quantiles:
-            if getattr(f, "levels", None):  # [q, h, c]
+            if isinstance(f, ZeroShotForecast):  # its own levels: [q, h, c]
                 levels = at_levels(quantiles, f.levels, f.quantiles[:, :horizon])
             else:
                 levels = np.quantile(f.samples[:, :horizon], quantiles, axis=0)
