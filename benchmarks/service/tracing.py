@@ -11,7 +11,8 @@ Two in-process measurements, the variants alternating round by round (drift hits
    (what every deployment without a collector runs); ``on``: inside the tracing middleware,
    with a ``traceparent`` header, exporting to a local OTLP/HTTP receiver
    (``tests/utils/otlp_receiver.py``). CPU time counts every thread of the process, so the
-   batch span processor's encoding and sending is in ``on``'s figure.
+   batch span processor's encoding and sending is in ``on``'s figure, and so is the receiver's
+   parsing (it runs in this process too): an upper bound.
 2. ``POST /embed`` of one short text to the whole app (all-MiniLM-L6-v2, one torch thread)
    through FastAPI's test client, tracing off and on: the cost next to a real request.
 """
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> None:
     report.add(
         f"Tracing off costs {off - before:+.2f} µs CPU per request on the request path (the "
         f"hooks' context-variable reads); on, {on - before:+.1f} µs (six spans made, encoded and "
-        f"sent). The receiver got {received} of the {made} spans made: the rest were dropped "
+        f"sent, and parsed by the in-process receiver: an upper bound). The receiver got {received} of the {made} spans made: the rest were dropped "
         "by the batch processor's bounded queue when the stand-in route made them faster than "
         "they could be sent (as designed: spans are dropped, requests never wait). Wall times "
         "on a shared machine swing (the spread column); CPU time is the steadier figure."

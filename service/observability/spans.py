@@ -2,8 +2,9 @@
 
 W3C Trace Context in (https://www.w3.org/TR/trace-context/): the ``traceparent`` and
 ``tracestate`` headers, read by the SDK's W3C propagator. A header that does not parse is
-ignored, as the specification says (section 4.3: the vendor "MUST" then start a new trace), so
-such a request gets a trace of its own and is served as usual.
+ignored, as the specification's processing model says (a ``traceparent`` that fails to parse is
+replaced by a new one, and ``tracestate`` is dropped with it), so such a request gets a trace of
+its own and is served as usual.
 
 The server span follows OpenTelemetry's HTTP semantic conventions (``{method} {route}``,
 ``http.request.method``, ``http.route``, ``http.response.status_code``, ``url.path``, ...:

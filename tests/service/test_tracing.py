@@ -133,7 +133,7 @@ def test_each_request_of_a_batch_gets_its_own_forward_span(
     "header",
     [
         "00-zzzz-00f067aa0ba902b7-01",
-        f"00-{'0' * 32}-{PARENT_ID}-01",  # an all-zero trace id is invalid (W3C 3.2.2.3)
+        f"00-{'0' * 32}-{PARENT_ID}-01",  # an all-zero trace id is invalid (W3C: trace-id)
         f"00-{TRACE_ID}-{'0' * 16}-01",
         f"ff-{TRACE_ID}-{PARENT_ID}-01",  # version ff is invalid
         "garbage",
