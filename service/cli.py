@@ -129,7 +129,11 @@ def run_model_tool(name: str, argv: list[str]) -> int:
         if folders and is_forecast_folder(Path(folders[0])):
             importlib.import_module("models.training.evaluate.hf").main(argv)
             return 0
-    importlib.import_module(f"models.training.informer_{name}").main(argv)
+    informer = {
+        "train": "models.training.informer_train",
+        "evaluate": "models.training.evaluate.informer",
+    }
+    importlib.import_module(informer[name]).main(argv)
     return 0
 
 
