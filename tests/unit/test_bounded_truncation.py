@@ -19,7 +19,6 @@ from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from models.errors import ModelInputError
-from models.text.tokens import pairs as pairs_module
 from models.text.tokens.bounded import OverTokenBudget, bounded_reason
 from models.text.tokens.pairs import PairTokenizer, longest_first
 from tests.utils.tiny_tokenizers import KINDS, save_tokenizer, tokenizer_json
@@ -379,43 +378,43 @@ def test_an_unpaired_surrogate_names_the_document_by_its_own_index(
         tok.pairs(["fine", "bad \ud800"])
 
 
-class _SlowTruncation:
-    """A tokenizer copy whose ``enable_truncation`` takes a while to take effect."""
-
-    def __init__(self, tok: Tokenizer) -> None:
-        self._tok = tok
-
-    @classmethod
-    def from_str(cls, spec: str) -> _SlowTruncation:
-        return cls(Tokenizer.from_str(spec))
-
-    def enable_truncation(self, *args: Any, **kwargs: Any) -> None:
-        time.sleep(0.3)
-        self._tok.enable_truncation(*args, **kwargs)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._tok, name)
-
-
-def test_two_first_uses_of_left_truncation_at_once_both_cut(
+def test_left_and_right_cuts_at_once_each_get_their_own(
     folders: dict[str, Path], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The left-truncating tokenizer was built on first use and published before its
-    truncation was switched on: a second first use could encode the text uncut."""
-    monkeypatch.setattr(pairs_module, "Tokenizer", _SlowTruncation, raising=False)
+    """Two calls cutting from opposite ends, both inside the shared tokenizer's encode at
+    once, each get their own cut, the library's, and the encode always finds the tokenizer
+    with no truncation set. (An earlier version built a left-truncating copy on first use and
+    published it before switching its truncation on; cuts now slice encodings of uncut parts,
+    so no tokenizer state is switched per call, which is what makes concurrent calls safe.)"""
     tok = PairTokenizer(folders["wordpiece"], 20)
     long = ("a query", "the module returns a value " * 20)
-    rows: list[Any] = []
+    want = {
+        side: _reference("wordpiece", 20, "left" if side else "right").encode(*long).ids
+        for side in (False, True)
+    }
+    assert want[False] != want[True]
+    encode = tok._encode_batch
+    inside = threading.Barrier(2, timeout=10)
+    seen: list[Any] = []  # the shared tokenizer's truncation setting at each encode
 
-    def use() -> None:
-        rows.append(tok.pairs([long], truncate=True, cut_start=True)[0])
+    def slow_encode(*args: Any, **kwargs: Any) -> Any:
+        seen.append(tok._tokenizer.truncation)
+        inside.wait()  # both calls reach the encode before either runs it
+        return encode(*args, **kwargs)
 
-    first = threading.Thread(target=use)
-    first.start()
-    time.sleep(0.1)
-    use()
-    first.join()
-    assert [len(r) for r in rows] == [20, 20]
+    monkeypatch.setattr(tok, "_encode_batch", slow_encode)
+    got: dict[bool, list[int]] = {}
+
+    def use(cut_start: bool) -> None:
+        got[cut_start] = tok.pairs([long], truncate=True, cut_start=cut_start)[0].ids
+
+    threads = [threading.Thread(target=use, args=(side,)) for side in (False, True)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert got == want
+    assert seen == [None, None]
 
 
 # Texts without U+0020: words glued together or by newlines, tabs and commas, where only
