@@ -92,6 +92,24 @@ def score_float32(
     return {"backends": results, "variants": scored}
 
 
+def score_all_precisions(
+    quality: Mapping[str, Any],
+    default_backend: str,
+    backends: list[str],
+    variants: list[tuple[str, dict[str, Any]]],
+    precisions: tuple[str, ...],
+    score: Callable[..., dict[str, Any]],
+    network_in: Callable[[str], Any],
+) -> dict[str, Any]:
+    """``quality.json``'s ``precisions``: float32's section (:func:`score_float32`), then the
+    other precisions' (:func:`score_precisions`), each backend there scored on
+    ``network_in(precision)`` (:func:`in_precision`)."""
+    float32 = score_float32(quality, backends, variants, score)
+    score_in = in_precision(score, network_in)
+    by_precision = score_precisions(quality, default_backend, backends, precisions, score_in)
+    return {DEFAULT_PRECISION: float32, **by_precision}
+
+
 def in_precision(
     score: Callable[[str, None, Any, str], dict[str, Any]], network_in: Callable[[str], Any]
 ) -> Callable[[str, str], dict[str, Any]]:

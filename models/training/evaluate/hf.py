@@ -30,7 +30,6 @@ from models.attention.base import AttentionError
 from models.attention.registry import names
 from models.hf_forecast.folder import read_sidecar
 from models.hf_forecast.forecaster import HFForecaster
-from models.names import DEFAULT_PRECISION
 from models.quality_file import save_quality
 from models.training.data.csv_file import DataError
 from models.training.data.source import DataSource, add_data_arguments, source_from_args
@@ -38,9 +37,7 @@ from models.training.data.table import SeriesTable, load_series_csv
 from models.training.evaluate.forecast_quality import (
     Scoring,
     forecaster_parser,
-    in_precision,
-    score_float32,
-    score_precisions,
+    score_all_precisions,
 )
 from models.training.evaluate.informer import parse_variant, slice_indices
 from models.training.linear import LinearBaseline
@@ -149,12 +146,12 @@ def evaluate_folder(
         seconds = time.time() - began
         return scoring.entry(backend, options, tag, se / count, ae / count, layers, seconds)
 
-    float32 = score_float32(f.quality, backends, variants, score)
+    by_precision = score_all_precisions(
+        f.quality, f.default_attention, backends, variants, precisions, score, converted.__getitem__
+    )
     slices: dict[str, float] = dict(f.quality.get("slice", {}).get("mse", {}))
     for backend in backends:
         slices[backend] = slice_mse(backend)
-    score_in = in_precision(score, converted.__getitem__)
-    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     quality = {
         "dataset": source.describe(),
         "metric_space": "scaled (train-split mean and standard deviation per channel), averaged "
@@ -172,7 +169,7 @@ def evaluate_folder(
             f"for all channels, fit in closed form on the train split (ridge {linear.ridge:g} "
             "per row)",
         },
-        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
+        "precisions": by_precision,
         "slice": {
             "indices": slice_indices(len(every)),
             "mse": slices,

@@ -46,16 +46,13 @@ from models.attention.registry import names
 from models.informer.checkpoint import shipped_dirs
 from models.informer.forecaster import InformerForecaster
 from models.informer.timefeatures import format_timestamps
-from models.names import DEFAULT_PRECISION
 from models.quality_file import save_quality
 from models.training.data.ett import WindowDataset
 from models.training.data.source import DataSource, is_etth1_protocol, is_ettm1_protocol, source_of
 from models.training.data.table import SeriesTable
 from models.training.evaluate.forecast_quality import (
     Scoring,
-    in_precision,
-    score_float32,
-    score_precisions,
+    score_all_precisions,
 )
 from models.training.evaluate.metrics import evaluate_loader
 from models.training.evaluate.results_table import write_results
@@ -168,12 +165,12 @@ def evaluate_checkpoint(
         layers = f.layer_backends(backend)
         return scoring.entry(backend, options, tag, mse, mae, layers, time.time() - t0)
 
-    float32 = score_float32(f.quality, backends, variants, score)
+    network_in = functools.cache(lambda p: f.with_precision(p).model)  # converted once each
+    by_precision = score_all_precisions(
+        f.quality, f.default_attention, backends, variants, precisions, score, network_in
+    )
     for backend in backends:  # the public path on the slice the tests re-run
         slice_res[backend] = round(slice_mse(f, backend, indices, table, source), 6)
-    # precision -> network, converted once
-    score_in = in_precision(score, functools.cache(lambda p: f.with_precision(p).model))
-    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
     paper = None
     if is_etth1_protocol(source):
         paper = PAPER.get(("ETTh1", cfg.pred_len))
@@ -195,7 +192,7 @@ def evaluate_checkpoint(
             f"(ridge {linear.ridge:g} per row)",
         },
         "paper": {"mse": paper[0], "mae": paper[1]} if paper else None,
-        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
+        "precisions": by_precision,
         "slice": {
             "indices": indices,
             "mse": slice_res,

@@ -38,9 +38,7 @@ from models.training.data.table import SeriesTable
 from models.training.evaluate.forecast_quality import (
     Scoring,
     forecaster_parser,
-    in_precision,
-    score_float32,
-    score_precisions,
+    score_all_precisions,
 )
 from models.training.evaluate.zero_shot_metrics import (
     Scores,
@@ -152,9 +150,9 @@ def evaluate_zero_shot(
         )
         return {**entry, "mase": round(figures["mase"], 6), "wql": round(figures["wql"], 6)}
 
-    float32 = score_float32(f.quality, backends, [], score)
-    score_in = in_precision(score, converted.__getitem__)
-    by_precision = score_precisions(f.quality, f.default_attention, backends, precisions, score_in)
+    by_precision = score_all_precisions(
+        f.quality, f.default_attention, backends, [], precisions, score, converted.__getitem__
+    )
     quality = {
         "dataset": source.describe(),
         "metric_space": "mse/mae scaled by the train split's standard deviation per channel; "
@@ -173,7 +171,7 @@ def evaluate_zero_shot(
             f"for all channels, fit in closed form on the train split (ridge {linear.ridge:g} "
             "per row); figures over every test window",
         },
-        "precisions": {DEFAULT_PRECISION: float32, **by_precision},
+        "precisions": by_precision,
     }
     save_quality(f.directory / "quality.json", quality)
     f.quality = quality
