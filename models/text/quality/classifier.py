@@ -43,7 +43,6 @@ command says which.
 from __future__ import annotations
 
 import argparse
-import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -63,7 +62,7 @@ from models.text.quality.embedding import (
     row_cells,
     write_quality,
 )
-from models.text.quality.ranking import label_figures, rank_figures
+from models.text.quality.ranking import label_figures, pair_counts, rank_figures
 from models.text.tokens.pairs import PairRow
 
 CANDIDATES = 20  # per query: the right document and 19 others
@@ -212,7 +211,6 @@ def measure(
         logits = exact if same else model.logits(corpus.rows, name)
         return summarise(model.task, logits, exact, corpus, bands)
 
-    lengths = corpus.lengths
     rerank = classifier.task == "rerank"
     result: dict[str, Any] = {
         "task": classifier.task,
@@ -229,13 +227,7 @@ def measure(
             "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a "
             "docstring's first sentence, candidates = text from it and the next docstrings, "
             "cut to lengths spread over each band",
-            "pairs": len(corpus.rows),
-            "queries": len(corpus.groups),
-            "candidates_per_query": max(len(g) for g in corpus.groups),
-            "max_tokens": max(high for _, high in bands),
-            "tokens_min": min(lengths),
-            "tokens_median": int(statistics.median(lengths)),
-            "tokens_max": max(lengths),
+            **pair_counts(corpus.groups, corpus.lengths, bands),
         },
         "precisions": precision_sections(classifier, accepted, precisions, figures),
     }

@@ -107,18 +107,28 @@ def query_document_corpus(
     encoded as queries (``queries``: their token rows) and the candidates as documents."""
     from models.text.quality.corpus import load_snapshot
 
-    lengths = corpus.lengths
     return {
         "source": f"Python {load_snapshot()['python']} standard-library docstrings "
         "(modules, classes, functions; tests/idlelib/lib2to3 excluded): query = a docstring's "
         "first sentence (encoded as a query), candidates = text from it and the next "
         "docstrings (encoded as documents), cut to lengths spread over each band",
+        **pair_counts(corpus.groups, corpus.lengths, bands),
+        "query_tokens_max": max(len(row) for row in queries),
+    }
+
+
+def pair_counts(
+    groups: Sequence[Sequence[int]], lengths: Sequence[int], bands: Sequence[tuple[int, int]]
+) -> dict[str, Any]:
+    """A pair corpus's sizes in ``quality.json``'s ``corpus`` record: pairs, queries (``groups``:
+    each query's pair indices), candidates per query, the longest band's top and the pairs'
+    token counts (``lengths``: min, median, max)."""
+    return {
         "pairs": len(lengths),
-        "queries": len(corpus.groups),
-        "candidates_per_query": max(len(g) for g in corpus.groups),
+        "queries": len(groups),
+        "candidates_per_query": max(len(g) for g in groups),
         "max_tokens": max(high for _, high in bands),
         "tokens_min": min(lengths),
         "tokens_median": int(statistics.median(lengths)),
         "tokens_max": max(lengths),
-        "query_tokens_max": max(len(row) for row in queries),
     }
