@@ -12,6 +12,19 @@ from __future__ import annotations
 from service.engine.engine import TEXT_TASKS
 from service.engine.registry import task_serves
 
+# vLLM's routes (routes/vllm_pooling.py, vllm_score.py; its bodies on the shared /classify and
+# rerank paths are the peers' rows'): /pooling embeds or classifies by its task field.
+VLLM_POOLING = ("/pooling", "/vllm/pooling", "/vllm/v1/embeddings")
+VLLM_SCORE = (
+    "/score",
+    "/v1/score",
+    "/vllm/score",
+    "/vllm/v1/score",
+    "/vllm/rerank",
+    "/vllm/v1/rerank",
+    "/vllm/v2/rerank",
+)
+
 # task -> the POST routes that ask the engine for a model of that task.
 TASK_ROUTES: dict[str, tuple[str, ...]] = {
     "encode": (
@@ -23,9 +36,11 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
         "/v2/embed",
         "/similarity",
         "/embed_all",
+        *VLLM_POOLING,
+        *VLLM_SCORE,  # an embedding model scores pairs by cosine, as vLLM's
     ),
-    "rerank": ("/v1/rerank", "/rerank", "/v2/rerank"),
-    "classify": ("/predict", "/v1/classify", "/classify"),
+    "rerank": ("/v1/rerank", "/rerank", "/v2/rerank", *VLLM_SCORE),
+    "classify": ("/predict", "/v1/classify", "/classify", *VLLM_POOLING, "/vllm/classify"),
     "sparse": ("/embed_sparse",),
     # /invocations: Chronos-2's SageMaker shape (routes/sagemaker_forecast.py); the drop-in
     # shapes serve zero-shot forecasters and refuse the others, naming /forecast.

@@ -12,7 +12,13 @@ import pytest
 
 from service.app import create_app
 from service.engine.registry import task_serves
-from service.http.task_routes import TASK_ROUTES, TEXT_ROUTES, routes_of
+from service.http.task_routes import (
+    TASK_ROUTES,
+    TEXT_ROUTES,
+    VLLM_POOLING,
+    VLLM_SCORE,
+    routes_of,
+)
 from service.settings import Settings
 from tests.service.helpers import folders_client
 from tests.utils.informer import tiny_checkpoint
@@ -68,12 +74,16 @@ def test_every_card_lists_the_routes_of_its_task(client: Any) -> None:
         "/v1/rerank",
         "/rerank",
         "/v2/rerank",
+        *VLLM_SCORE,
         "/predict",
         "/v1/classify",
         "/classify",
+        *VLLM_POOLING,
+        "/vllm/classify",
         *TEXT_ROUTES,
     ]
-    assert cards["classifier"]["routes"] == ["/predict", "/v1/classify", "/classify", *TEXT_ROUTES]
+    classify = ["/predict", "/v1/classify", "/classify", *VLLM_POOLING, "/vllm/classify"]
+    assert cards["classifier"]["routes"] == [*classify, *TEXT_ROUTES]
     assert cards["encoder"]["routes"] == [*TASK_ROUTES["encode"], *TEXT_ROUTES]
     assert cards["forecaster"]["routes"] == ["/forecast", "/invocations", "/v1/timeseries/forecast"]
     for name, card in cards.items():

@@ -50,6 +50,7 @@ def text_fields(fields: set[str], text: str) -> dict[str, Any]:
         "input": [text],
         "texts": [text],
         "query": text,
+        "queries": text,  # vLLM's /score: one query against the documents
         "documents": [text],
     }
     return {k: v for k, v in values.items() if k in fields}

@@ -22,14 +22,14 @@ from service.http.routes.deps import EngineDep, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.vllm import (
-    EmbeddingData,
-    EmbeddingRequest,
-    EmbeddingResponse,
-    PoolingData,
-    PoolingRequest,
-    PoolingResponse,
-    UsageInfo,
+    VllmEmbeddingData,
+    VllmEmbeddingRequest,
+    VllmEmbeddingResponse,
+    VllmPoolingData,
+    VllmPoolingRequest,
+    VllmPoolingResponse,
     VllmRequest,
+    VllmUsageInfo,
 )
 
 router = APIRouter(tags=["vllm"], route_class=FastJSONRoute, responses=ERROR_RESPONSES)
@@ -71,7 +71,7 @@ def cut_rule(engine: Engine, body: VllmRequest, task: str) -> tuple[bool, bool]:
     return True, cut_start
 
 
-def encoded(vector: list[float], body: PoolingRequest) -> list[float] | str:
+def encoded(vector: list[float], body: VllmPoolingRequest) -> list[float] | str:
     """A vector as ``encoding_format`` asks: floats, or base64 of its float32 bytes in the
     body's ``endianness`` (native: this machine's, as vLLM)."""
     if body.encoding_format == "float":
@@ -89,11 +89,11 @@ def unit(vector: list[float]) -> list[float]:
     return [x / norm for x in vector] if norm else list(vector)
 
 
-def usage(answer: Answer) -> UsageInfo:
-    return UsageInfo(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
+def usage(answer: Answer) -> VllmUsageInfo:
+    return VllmUsageInfo(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
 
 
-def pooling_task(engine: Engine, body: PoolingRequest) -> str:
+def pooling_task(engine: Engine, body: VllmPoolingRequest) -> str:
     """The body's ``task``, or the model's own: ``embed`` for an encoder, else ``classify``."""
     if body.task is not None:
         return body.task
@@ -102,7 +102,7 @@ def pooling_task(engine: Engine, body: PoolingRequest) -> str:
 
 
 async def pooled(
-    engine: Engine, body: PoolingRequest, task: str, request: Request, response: Response
+    engine: Engine, body: VllmPoolingRequest, task: str, request: Request, response: Response
 ) -> tuple[Answer, list[Any]]:
     """The engine's answer for ``body`` under ``task`` and one value per input."""
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
@@ -144,11 +144,11 @@ async def pooled(
     return answer, [[scale(list(t)) for t in row] for row in answer.value]
 
 
-@router.post("/vllm/pooling", response_model=PoolingResponse)
-@router.post("/pooling", response_model=PoolingResponse)
+@router.post("/vllm/pooling", response_model=VllmPoolingResponse)
+@router.post("/pooling", response_model=VllmPoolingResponse)
 async def pooling(
-    body: PoolingRequest, request: Request, response: Response, engine: EngineDep
-) -> PoolingResponse:
+    body: VllmPoolingRequest, request: Request, response: Response, engine: EngineDep
+) -> VllmPoolingResponse:
     """vLLM's pooling: per input, its embedding (``embed``), every token's embedding
     (``token_embed``) or its label probabilities (``classify``), in input order."""
     task = pooling_task(engine, body)
@@ -157,23 +157,23 @@ async def pooling(
         raise InvalidRequest(f"{field} applies to task embed only; drop it for task {task}")
     answer, values = await pooled(engine, body, task, request, response)
     data = [
-        PoolingData(index=i, data=encoded(v, body) if task == "embed" else v)
+        VllmPoolingData(index=i, data=encoded(v, body) if task == "embed" else v)
         for i, v in enumerate(values)
     ]
-    return PoolingResponse(
+    return VllmPoolingResponse(
         id=body.answer_id("pool"), model=answer.model, data=data, usage=usage(answer)
     )
 
 
-@router.post("/vllm/v1/embeddings", response_model=EmbeddingResponse)
+@router.post("/vllm/v1/embeddings", response_model=VllmEmbeddingResponse)
 async def embeddings(
-    body: EmbeddingRequest, request: Request, response: Response, engine: EngineDep
-) -> EmbeddingResponse:
+    body: VllmEmbeddingRequest, request: Request, response: Response, engine: EngineDep
+) -> VllmEmbeddingResponse:
     """vLLM's OpenAI embeddings: ``/v1/embeddings`` with vLLM's extra fields
     (``truncate_prompt_tokens``, ``use_activation``, ``priority``, ...). Under ``/vllm`` so
     the OpenAI route keeps its strict body (``base_url=".../vllm/v1"``)."""
     answer, values = await pooled(engine, body, "embed", request, response)
-    data = [EmbeddingData(index=i, embedding=encoded(v, body)) for i, v in enumerate(values)]
-    return EmbeddingResponse(
+    data = [VllmEmbeddingData(index=i, embedding=encoded(v, body)) for i, v in enumerate(values)]
+    return VllmEmbeddingResponse(
         id=body.answer_id("embd"), model=answer.model, data=data, usage=usage(answer)
     )

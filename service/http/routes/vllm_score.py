@@ -20,18 +20,18 @@ from service.http.routes.tei import cosine
 from service.http.routes.vllm_pooling import cut_rule, usage, vllm_client
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.vllm import (
-    ClassificationData,
-    ClassificationResponse,
-    ClassifyRequest,
-    RerankDocument,
-    RerankRequest,
-    RerankResponse,
-    RerankResult,
-    RerankUsage,
-    ScoreData,
-    ScoreRequest,
-    ScoreResponse,
+    VllmClassificationData,
+    VllmClassificationResponse,
+    VllmClassifyRequest,
     VllmRequest,
+    VllmRerankDocument,
+    VllmRerankRequest,
+    VllmRerankResponse,
+    VllmRerankResult,
+    VllmRerankUsage,
+    VllmScoreData,
+    VllmScoreRequest,
+    VllmScoreResponse,
 )
 
 router = APIRouter(tags=["vllm"], route_class=FastJSONRoute, responses=ERROR_RESPONSES)
@@ -86,30 +86,30 @@ async def pair_scores(
     return answer, [row[0] for row in answer.value]
 
 
-@router.post("/vllm/v1/score", response_model=ScoreResponse)
-@router.post("/vllm/score", response_model=ScoreResponse)
-@router.post("/v1/score", response_model=ScoreResponse)
-@router.post("/score", response_model=ScoreResponse)
+@router.post("/vllm/v1/score", response_model=VllmScoreResponse)
+@router.post("/vllm/score", response_model=VllmScoreResponse)
+@router.post("/v1/score", response_model=VllmScoreResponse)
+@router.post("/score", response_model=VllmScoreResponse)
 async def score(
-    body: ScoreRequest, request: Request, response: Response, engine: EngineDep
-) -> ScoreResponse:
+    body: VllmScoreRequest, request: Request, response: Response, engine: EngineDep
+) -> VllmScoreResponse:
     """vLLM's score: one score per pair (1:N or N:N), in input order."""
     pairs = body.pairs()
     answer, scores = await pair_scores(engine, body, body.use_activation, pairs, request, response)
-    return ScoreResponse(
+    return VllmScoreResponse(
         id=body.answer_id("score"),
         model=answer.model,
-        data=[ScoreData(index=i, score=s) for i, s in enumerate(scores)],
+        data=[VllmScoreData(index=i, score=s) for i, s in enumerate(scores)],
         usage=usage(answer),
     )
 
 
-@router.post("/vllm/v2/rerank", response_model=RerankResponse)
-@router.post("/vllm/v1/rerank", response_model=RerankResponse)
-@router.post("/vllm/rerank", response_model=RerankResponse)
+@router.post("/vllm/v2/rerank", response_model=VllmRerankResponse)
+@router.post("/vllm/v1/rerank", response_model=VllmRerankResponse)
+@router.post("/vllm/rerank", response_model=VllmRerankResponse)
 async def rerank(
-    body: RerankRequest, request: Request, response: Response, engine: EngineDep
-) -> RerankResponse:
+    body: VllmRerankRequest, request: Request, response: Response, engine: EngineDep
+) -> VllmRerankResponse:
     """vLLM's rerank: each document scored against the query, best first (ties keep request
     order), the best ``top_n`` (0: all), each with its text."""
     pairs = [(body.query, d) for d in body.documents]
@@ -117,23 +117,23 @@ async def rerank(
     ranked = sorted(enumerate(scores), key=lambda item: -item[1])
     if body.top_n:
         ranked = ranked[: body.top_n]
-    return RerankResponse(
+    return VllmRerankResponse(
         id=body.answer_id("rerank"),
         model=answer.model,
-        usage=RerankUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
+        usage=VllmRerankUsage(prompt_tokens=answer.tokens, total_tokens=answer.tokens),
         results=[
-            RerankResult(
-                index=i, document=RerankDocument(text=body.documents[i]), relevance_score=s
+            VllmRerankResult(
+                index=i, document=VllmRerankDocument(text=body.documents[i]), relevance_score=s
             )
             for i, s in ranked
         ],
     )
 
 
-@router.post("/vllm/classify", response_model=ClassificationResponse)
+@router.post("/vllm/classify", response_model=VllmClassificationResponse)
 async def classify(
-    body: ClassifyRequest, request: Request, response: Response, engine: EngineDep
-) -> ClassificationResponse:
+    body: VllmClassifyRequest, request: Request, response: Response, engine: EngineDep
+) -> VllmClassificationResponse:
     """vLLM's classify: per input, its best label, every label's probability (the model's
     activation; ``use_activation`` false: logits) and the number of labels."""
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
@@ -155,7 +155,9 @@ async def classify(
         probs = list(row)
         best = max(range(len(probs)), key=probs.__getitem__)
         label = labels[best] if best < len(labels) else None
-        data.append(ClassificationData(index=i, label=label, probs=probs, num_classes=len(probs)))
-    return ClassificationResponse(
+        data.append(
+            VllmClassificationData(index=i, label=label, probs=probs, num_classes=len(probs))
+        )
+    return VllmClassificationResponse(
         id=body.answer_id("classify"), model=answer.model, data=data, usage=usage(answer)
     )

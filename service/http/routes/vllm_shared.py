@@ -5,9 +5,9 @@ and hand it to the peer's handler or to vLLM's.
 
 The rule: a body that names a field of vLLM's body that the peer's body lacks (a *marker*, e.g.
 ``truncate_prompt_tokens``, ``use_activation``, ``priority`` (not on ``/v2/rerank``, where
-Cohere sends it too), ``request_id``, ``user``), or sends ``top_n: 0`` (vLLM's "all"; the
-peers' top_n starts at 1), is vLLM's and gets vLLM's answer; any other body is the peer's and
-is answered exactly as before (TEI's ``texts`` body on ``/rerank`` is always TEI's). A vLLM
+Cohere sends it too), ``request_id``, ``user``) is vLLM's and gets vLLM's answer; any other
+body is the peer's and is answered exactly as before (TEI's ``texts`` body on ``/rerank`` is
+always TEI's; ``top_n: 0``, vLLM's "all", stays the peers' 422 there). A vLLM
 client whose body carries no marker gets vLLM's answers at the same paths under ``/vllm``
 (``base_url="http://host/vllm"``).
 
@@ -39,12 +39,11 @@ router = APIRouter(route_class=FastJSONRoute, include_in_schema=False)
 
 
 def is_vllm(data: Any, peer: type[BaseModel], ours: type[BaseModel]) -> bool:
-    """Whether ``data`` names a field of ``ours`` (vLLM's body) that ``peer`` lacks, or sends
-    vLLM's ``top_n: 0``."""
+    """Whether ``data`` names a field of ``ours`` (vLLM's body) that ``peer`` lacks."""
     if not isinstance(data, dict):
         return False
     markers = set(ours.model_fields) - set(peer.model_fields)
-    return bool(markers & data.keys()) or ("top_n" in ours.model_fields and data.get("top_n") == 0)
+    return bool(markers & data.keys())
 
 
 def parsed(kind: Any, data: Any) -> Any:
@@ -78,8 +77,8 @@ async def body_of(request: Request) -> Any:
 async def classify(request: Request, response: Response, engine: EngineDep) -> Response:
     """infinity's classify, or vLLM's (see the module's rule)."""
     data = await body_of(request)
-    if is_vllm(data, ClassifyRequest, vllm.ClassifyRequest):
-        ours = parsed(vllm.ClassifyRequest, data)
+    if is_vllm(data, ClassifyRequest, vllm.VllmClassifyRequest):
+        ours = parsed(vllm.VllmClassifyRequest, data)
         answer = await vllm_score.classify(ours, request, response, engine)
         return as_json(answer, response, exclude_none=False)
     body = parsed(ClassifyRequest, data)
@@ -93,7 +92,7 @@ async def rerank(
     """text-embeddings-inference's rerank (``texts``), infinity's or vLLM's (``documents``)."""
     data = await body_of(request)
     tei = isinstance(data, dict) and "texts" in data
-    if not tei and is_vllm(data, RerankRequest, vllm.RerankRequest):
+    if not tei and is_vllm(data, RerankRequest, vllm.VllmRerankRequest):
         return await _vllm_rerank(data, request, response, engine)
     body = parsed(RerankBody, data)
     answer = await peer_rerank.tei_or_infinity_rerank(body, request, response, engine, x_model)
@@ -104,7 +103,7 @@ async def rerank(
 async def rerank_v1(request: Request, response: Response, engine: EngineDep) -> Response:
     """Cohere / Jina / infinity's rerank, or vLLM's."""
     data = await body_of(request)
-    if is_vllm(data, RerankRequest, vllm.RerankRequest):
+    if is_vllm(data, RerankRequest, vllm.VllmRerankRequest):
         return await _vllm_rerank(data, request, response, engine)
     body = parsed(RerankRequest, data)
     return as_json(await peer_rerank.rerank(body, request, response, engine), response, True)
@@ -114,12 +113,14 @@ async def rerank_v1(request: Request, response: Response, engine: EngineDep) -> 
 async def rerank_v2(request: Request, response: Response, engine: EngineDep) -> Response:
     """Cohere's v2 rerank, or vLLM's."""
     data = await body_of(request)
-    if is_vllm(data, CohereRerankV2Request, vllm.RerankRequest):
+    if is_vllm(data, CohereRerankV2Request, vllm.VllmRerankRequest):
         return await _vllm_rerank(data, request, response, engine)
     body = parsed(CohereRerankV2Request, data)
     return as_json(await peer_cohere.rerank_v2(body, request, response, engine), response, True)
 
 
 async def _vllm_rerank(data: Any, request: Request, response: Response, engine: Any) -> Response:
-    answer = await vllm_score.rerank(parsed(vllm.RerankRequest, data), request, response, engine)
+    answer = await vllm_score.rerank(
+        parsed(vllm.VllmRerankRequest, data), request, response, engine
+    )
     return as_json(answer, response, exclude_none=False)

@@ -119,7 +119,7 @@ class VllmRequest(StrictRequest):
         return self.request_id or f"{prefix}-{uuid.uuid4().hex}"
 
 
-class Activation(BaseModel):
+class VllmActivation(BaseModel):
     use_activation: StrictBool | None = Field(
         None,
         description="Embeddings: scale to unit length; scores: the model's activation "
@@ -127,7 +127,7 @@ class Activation(BaseModel):
     )
 
 
-class PoolingRequest(VllmRequest, Activation):
+class VllmPoolingRequest(VllmRequest, VllmActivation):
     """vLLM's ``POST /pooling`` (``PoolingCompletionRequest``)."""
 
     input: str | list[str] = Field(description="A text or a list of texts.")
@@ -145,7 +145,7 @@ class PoolingRequest(VllmRequest, Activation):
     add_special_tokens: StrictBool = Field(True, description="true only.")
 
     @model_validator(mode="after")
-    def _known_task(self) -> PoolingRequest:
+    def _known_task(self) -> VllmPoolingRequest:
         if self.task is not None and self.task not in POOLING_TASKS:
             raise ValueError(
                 f"task {self.task!r} is not served by /pooling here; send one of "
@@ -154,14 +154,14 @@ class PoolingRequest(VllmRequest, Activation):
         return self
 
 
-class EmbeddingRequest(PoolingRequest):
+class VllmEmbeddingRequest(VllmPoolingRequest):
     """vLLM's ``POST /v1/embeddings`` (OpenAI's body plus vLLM's extra fields)."""
 
     model: str | None = Field(None, description="Encoder name.")
     task: None = Field(None, description="Not a field of this route.", exclude=True)
 
 
-class ClassifyRequest(VllmRequest, Activation):
+class VllmClassifyRequest(VllmRequest, VllmActivation):
     """vLLM's ``POST /classify`` (``ClassificationCompletionRequest``)."""
 
     input: str | list[str] = Field(description="A text or a list of texts.")
@@ -177,7 +177,7 @@ SCORE_SIDES = (
 )
 
 
-class ScoreRequest(VllmRequest, Activation):
+class VllmScoreRequest(VllmRequest, VllmActivation):
     """vLLM's ``POST /score``: ``text_1`` / ``text_2`` (or ``queries`` / ``documents``,
     ``data_1`` / ``data_2``, ``queries`` / ``items``). One text on the left scores against
     every text on the right (1:N); equal lists score pairwise (N:N)."""
@@ -191,7 +191,7 @@ class ScoreRequest(VllmRequest, Activation):
     items: str | list[str] | None = None
 
     @model_validator(mode="after")
-    def _two_sides(self) -> ScoreRequest:
+    def _two_sides(self) -> VllmScoreRequest:
         self.pairs()
         return self
 
@@ -230,7 +230,7 @@ def _listed(value: str | list[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
 
 
-class RerankRequest(VllmRequest, Activation):
+class VllmRerankRequest(VllmRequest, VllmActivation):
     """vLLM's ``POST /rerank`` (also ``/v1/rerank``, ``/v2/rerank``)."""
 
     query: str = Field(description="The query.")
@@ -245,91 +245,91 @@ def _now() -> int:
     return int(time.time())
 
 
-class UsageInfo(BaseModel):
+class VllmUsageInfo(BaseModel):
     prompt_tokens: int
     total_tokens: int
     completion_tokens: int = 0
     prompt_tokens_details: None = None
 
 
-class PoolingData(BaseModel):
+class VllmPoolingData(BaseModel):
     index: int
     object: str = "pooling"
     data: list[list[float]] | list[float] | str
 
 
-class PoolingResponse(BaseModel):
+class VllmPoolingResponse(BaseModel):
     id: str
     object: str = "list"
     created: int = Field(default_factory=_now)
     model: str
-    data: list[PoolingData]
-    usage: UsageInfo
+    data: list[VllmPoolingData]
+    usage: VllmUsageInfo
 
 
-class EmbeddingData(BaseModel):
+class VllmEmbeddingData(BaseModel):
     index: int
     object: str = "embedding"
     embedding: list[float] | str
 
 
-class EmbeddingResponse(BaseModel):
+class VllmEmbeddingResponse(BaseModel):
     id: str
     object: str = "list"
     created: int = Field(default_factory=_now)
     model: str
-    data: list[EmbeddingData]
-    usage: UsageInfo
+    data: list[VllmEmbeddingData]
+    usage: VllmUsageInfo
 
 
-class ClassificationData(BaseModel):
+class VllmClassificationData(BaseModel):
     index: int
     label: str | None
     probs: list[float]
     num_classes: int
 
 
-class ClassificationResponse(BaseModel):
+class VllmClassificationResponse(BaseModel):
     id: str
     object: str = "list"
     created: int = Field(default_factory=_now)
     model: str
-    data: list[ClassificationData]
-    usage: UsageInfo
+    data: list[VllmClassificationData]
+    usage: VllmUsageInfo
 
 
-class ScoreData(BaseModel):
+class VllmScoreData(BaseModel):
     index: int
     object: str = "score"
     score: float
 
 
-class ScoreResponse(BaseModel):
+class VllmScoreResponse(BaseModel):
     id: str
     object: str = "list"
     created: int = Field(default_factory=_now)
     model: str
-    data: list[ScoreData]
-    usage: UsageInfo
+    data: list[VllmScoreData]
+    usage: VllmUsageInfo
 
 
-class RerankDocument(BaseModel):
+class VllmRerankDocument(BaseModel):
     text: str
 
 
-class RerankResult(BaseModel):
+class VllmRerankResult(BaseModel):
     index: int
-    document: RerankDocument
+    document: VllmRerankDocument
     relevance_score: float
 
 
-class RerankUsage(BaseModel):
+class VllmRerankUsage(BaseModel):
     prompt_tokens: int
     total_tokens: int
 
 
-class RerankResponse(BaseModel):
+class VllmRerankResponse(BaseModel):
     id: str
     model: str
-    usage: RerankUsage
-    results: list[RerankResult] = Field(description="Best first.")
+    usage: VllmRerankUsage
+    results: list[VllmRerankResult] = Field(description="Best first.")
