@@ -290,9 +290,9 @@ class Engine:
 
     async def _within_window_cap(self, model: ServedModel, checked: Checked) -> None:
         """Under a compute limit, refuse a long_text windows request whose texts hold more
-        tokens than its windows could run in (:func:`~service.engine.batching.admission.
-        window_token_cap`): counted up to that cap before anything is prepared
-        (:meth:`~service.engine.servables.base.ServedModel.over_token_cap`)."""
+        tokens than its windows could run in
+        (:func:`~service.engine.batching.admission.window_token_cap`): counted up to that cap
+        before anything is prepared (``over_token_cap``)."""
         worker = self.batcher.workers.get(model.name)
         limit = model.max_tokens
         budget = worker.limits.max_request_seconds if worker is not None else None
