@@ -17,6 +17,7 @@ from models.text.base import TextModel
 from models.text.quality.embedding import reference_for
 
 M = TypeVar("M", bound=TextModel)
+R = TypeVar("R")  # what a backend's run gives: logits, vectors
 # A backend's figures on a model's copy in one precision (:func:`precision_sections`).
 Figures = Callable[[M, str], dict[str, Any]]
 
@@ -30,19 +31,6 @@ def accepted_backends(classifier: TextModel, names: Sequence[str]) -> dict[str, 
         except AttentionError:
             continue
     return out
-
-
-def compared_backends(
-    model: TextModel,
-    bands: Sequence[tuple[int, int]],
-    backends: Sequence[str] | None,
-    reference: str | None,
-) -> tuple[str, dict[str, dict]]:
-    """The exact reference (``reference``, else :func:`reference_for` the longest band) and,
-    reference first, those of ``backends`` (None: every registered one) the model accepts."""
-    reference = reference or reference_for(max(high for _, high in bands))
-    listed = registry.names() if backends is None else backends
-    return reference, accepted_backends(model, [reference, *[b for b in listed if b != reference]])
 
 
 def precision_sections(
@@ -63,3 +51,29 @@ def precision_sections(
             twin = model.with_precision(precision)
             out[precision] = {"backends": section(twin, accepted_backends(twin, list(accepted)))}
     return out
+
+
+def measure_backends(
+    model: M,
+    bands: Sequence[tuple[int, int]],
+    backends: Sequence[str] | None,
+    reference: str | None,
+    precisions: Sequence[str],
+    run: Callable[[M, str], R],
+    summarise: Callable[[R, R], dict[str, Any]],
+) -> tuple[str, dict[str, Any]]:
+    """The exact reference (``reference``, else :func:`reference_for` the longest band) and
+    ``quality.json``'s ``precisions`` (:func:`precision_sections`) of the reference and those
+    of ``backends`` (None: every registered one) the model accepts: ``run(copy, backend)`` in
+    every precision, ``summarise(got, exact)`` against the float32 reference's own run."""
+    reference = reference or reference_for(max(high for _, high in bands))
+    listed = registry.names() if backends is None else backends
+    accepted = accepted_backends(model, [reference, *[b for b in listed if b != reference]])
+    exact = run(model, reference)
+
+    def figures(copy: M, name: str) -> dict[str, Any]:
+        # The float32 reference's own run is ``exact``: not run twice.
+        got = exact if copy is model and name == reference else run(copy, name)
+        return summarise(got, exact)
+
+    return reference, precision_sections(model, accepted, precisions, figures)

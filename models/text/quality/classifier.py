@@ -54,7 +54,7 @@ from torch import Tensor
 
 from models.quality_file import backend_rows, read_quality
 from models.text.classifier import TextClassifier
-from models.text.quality.backends import compared_backends, precision_sections
+from models.text.quality.backends import measure_backends
 from models.text.quality.corpus import load_snapshot, stdlib_docstrings
 from models.text.quality.embedding import (
     add_run_arguments,
@@ -202,15 +202,15 @@ def measure(
     ``reference`` defaults to :func:`models.text.quality.embedding.reference_for` the longest band."""
     bands = [band for band, _ in plan]
     corpus = build_corpus(classifier, plan, candidates)
-    reference, accepted = compared_backends(classifier, bands, backends, reference)
-    exact = classifier.logits(corpus.rows, reference)
-
-    def figures(model: TextClassifier, name: str) -> dict[str, Any]:
-        # The float32 reference's own logits are ``exact``: not run twice.
-        same = model is classifier and name == reference
-        logits = exact if same else model.logits(corpus.rows, name)
-        return summarise(model.task, logits, exact, corpus, bands)
-
+    reference, sections = measure_backends(
+        classifier,
+        bands,
+        backends,
+        reference,
+        precisions,
+        lambda model, name: model.logits(corpus.rows, name),
+        lambda got, exact: summarise(classifier.task, got, exact, corpus, bands),
+    )
     rerank = classifier.task == "rerank"
     result: dict[str, Any] = {
         "task": classifier.task,
@@ -229,7 +229,7 @@ def measure(
             "cut to lengths spread over each band",
             **pair_counts(corpus.groups, corpus.lengths, bands),
         },
-        "precisions": precision_sections(classifier, accepted, precisions, figures),
+        "precisions": sections,
     }
     return result
 

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.text.multi_vector import MultiVectorModel, VectorRow
-from models.text.quality.backends import compared_backends, precision_sections
+from models.text.quality.backends import measure_backends
 from models.text.quality.classifier import (
     CANDIDATES,
     Band,
@@ -159,14 +159,15 @@ def measure(
     ``reference`` defaults to :func:`models.text.quality.embedding.reference_for` the longest band."""
     bands = [band for band, _ in plan]
     encoded = encode_corpus(model, plan, candidates)
-    reference, accepted = compared_backends(model, bands, backends, reference)
-    exact = run(model, encoded, reference)
-
-    def figures(copy: MultiVectorModel, name: str) -> dict[str, Any]:
-        # The float32 reference's own vectors are ``exact``: not run twice.
-        got = exact if copy is model and name == reference else run(copy, encoded, name)
-        return summarise(got, exact, encoded.corpus, bands)
-
+    reference, sections = measure_backends(
+        model,
+        bands,
+        backends,
+        reference,
+        precisions,
+        lambda copy, name: run(copy, encoded, name),
+        lambda got, exact: summarise(got, exact, encoded.corpus, bands),
+    )
     return {
         "task": TASK,
         "reference": reference,
@@ -174,7 +175,7 @@ def measure(
         "the exact-attention scores; ndcg_at_10 with the exact ranking as graded relevance; "
         "mean_cosine / min_cosine of each kept token vector to the exact one",
         "corpus": query_document_corpus(encoded.corpus, encoded.queries, bands),
-        "precisions": precision_sections(model, accepted, precisions, figures),
+        "precisions": sections,
     }
 
 

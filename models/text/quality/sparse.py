@@ -54,7 +54,7 @@ import torch
 from torch import Tensor
 
 from models.text.folders.sparse import MLM
-from models.text.quality.backends import compared_backends, precision_sections
+from models.text.quality.backends import measure_backends
 from models.text.quality.classifier import (
     CANDIDATES,
     Band,
@@ -234,14 +234,15 @@ def measure(
     ``reference`` defaults to :func:`models.text.quality.embedding.reference_for` the longest band."""
     bands = [band for band, _ in plan]
     encoded = encode_corpus(encoder, plan, candidates)
-    reference, accepted = compared_backends(encoder, bands, backends, reference)
-    exact = run(encoder, encoded, reference)
-
-    def figures(copy: SparseEncoder, name: str) -> dict[str, Any]:
-        # The float32 reference's own vectors are ``exact``: not run twice.
-        got = exact if copy is encoder and name == reference else run(copy, encoded, name)
-        return summarise(got, exact, encoded, bands)
-
+    reference, sections = measure_backends(
+        encoder,
+        bands,
+        backends,
+        reference,
+        precisions,
+        lambda copy, name: run(copy, encoded, name),
+        lambda got, exact: summarise(got, exact, encoded, bands),
+    )
     measured = [side for side in SIDES if getattr(encoded, f"{side}_side").network]
     return {
         "task": TASK,
@@ -254,7 +255,7 @@ def measure(
             **query_document_corpus(encoded.corpus, encoded.queries, bands),
             "network_sides": measured,
         },
-        "precisions": precision_sections(encoder, accepted, precisions, figures),
+        "precisions": sections,
     }
 
 
