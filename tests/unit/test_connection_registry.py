@@ -13,6 +13,13 @@ def registry(max_total: int, max_per_client: int) -> ConnectionRegistry:
     return ConnectionRegistry(max_total, max_per_client, clock=lambda: float(next(ticks)))
 
 
+def admit_in(r: ConnectionRegistry, names: tuple[str, ...], client: str, state: State) -> None:
+    """Admit each of ``names`` from ``client``, in order, and move it to ``state``."""
+    for name in names:
+        r.admit(name, client)
+        r.move(name, state)
+
+
 def test_below_the_limits_nothing_is_dropped() -> None:
     r = registry(3, 3)
     assert all(r.admit(name, "a").admitted for name in "xyz")
@@ -39,9 +46,7 @@ def test_at_the_limit_the_longest_waiting_goes_first_whatever_it_waits_in() -> N
 
 def test_active_connections_are_never_dropped_a_new_one_is_refused() -> None:
     r = registry(2, 10)
-    for name in ("p", "q"):
-        r.admit(name, "a")
-        r.move(name, State.ACTIVE)
+    admit_in(r, ("p", "q"), "a", State.ACTIVE)
     refused = r.admit("new", "b")
     assert not refused.admitted and refused.shed == () and "busy" in refused.reason
     assert r.state("new") is None and r.count() == 2 and r.refused_total == 1
@@ -51,9 +56,7 @@ def test_active_connections_are_never_dropped_a_new_one_is_refused() -> None:
 
 def test_one_client_past_its_cap_loses_its_own_oldest_stalled_connection() -> None:
     r = registry(100, 3)
-    for name in ("a1", "a2", "a3"):
-        r.admit(name, "10.0.0.1")
-        r.move(name, State.HEADERS)
+    admit_in(r, ("a1", "a2", "a3"), "10.0.0.1", State.HEADERS)
     r.admit("b1", "10.0.0.2")  # another client's idle connection is not touched
     r.move("a1", State.ACTIVE)
     assert r.admit("a4", "10.0.0.1").shed == ("a2",)
@@ -62,9 +65,7 @@ def test_one_client_past_its_cap_loses_its_own_oldest_stalled_connection() -> No
 
 def test_one_client_whose_connections_are_all_busy_is_refused() -> None:
     r = registry(100, 2)
-    for name in ("a1", "a2"):
-        r.admit(name, "10.0.0.1")
-        r.move(name, State.ACTIVE)
+    admit_in(r, ("a1", "a2"), "10.0.0.1", State.ACTIVE)
     answer = r.admit("a3", "10.0.0.1")
     assert not answer.admitted and "this address" in answer.reason
     assert r.admit("b1", "10.0.0.2").admitted
