@@ -213,10 +213,10 @@ def create_app(settings: Settings | None = None, loader: Loader | None = None) -
     )
     app.state.attnserve = state
     install_error_handlers(app)
-    routers = (encode, embeddings, rerank, classify, forecast, models, health, tei, cohere, sparse)
-    # vllm_shared first: it answers the paths vLLM shares with the peers (see its rule).
-    routers = (vllm_shared, *routers, vllm_pooling, vllm_score)
-    for module in (*routers, timeseries):  # timeseries: KServe's time series forecast
+    # vllm_shared first: it answers the paths vLLM shares with the peers (see its rule);
+    # timeseries is KServe's time series forecast.
+    routers = (vllm_shared, encode, embeddings, rerank, classify, forecast, models, health, tei)
+    for module in (*routers, cohere, sparse, vllm_pooling, vllm_score, timeseries):
         app.include_router(module.router)
     # Added last = outermost: RequestContext sees every response, ApiKeyGate refuses before any
     # body is read, BodyLimit sees every body.
