@@ -245,6 +245,16 @@ def _now() -> int:
     return int(time.time())
 
 
+class VllmListResponse(BaseModel):
+    """What vLLM's list answers share; each adds its ``data`` and ``usage`` (in that order,
+    after these, as vLLM's own answers have them)."""
+
+    id: str
+    object: str = "list"
+    created: int = Field(default_factory=_now)
+    model: str
+
+
 class VllmUsageInfo(BaseModel):
     prompt_tokens: int
     total_tokens: int
@@ -258,11 +268,7 @@ class VllmPoolingData(BaseModel):
     data: list[list[float]] | list[float] | str
 
 
-class VllmPoolingResponse(BaseModel):
-    id: str
-    object: str = "list"
-    created: int = Field(default_factory=_now)
-    model: str
+class VllmPoolingResponse(VllmListResponse):
     data: list[VllmPoolingData]
     usage: VllmUsageInfo
 
@@ -273,11 +279,7 @@ class VllmEmbeddingData(BaseModel):
     embedding: list[float] | str
 
 
-class VllmEmbeddingResponse(BaseModel):
-    id: str
-    object: str = "list"
-    created: int = Field(default_factory=_now)
-    model: str
+class VllmEmbeddingResponse(VllmListResponse):
     data: list[VllmEmbeddingData]
     usage: VllmUsageInfo
 
@@ -289,11 +291,7 @@ class VllmClassificationData(BaseModel):
     num_classes: int
 
 
-class VllmClassificationResponse(BaseModel):
-    id: str
-    object: str = "list"
-    created: int = Field(default_factory=_now)
-    model: str
+class VllmClassificationResponse(VllmListResponse):
     data: list[VllmClassificationData]
     usage: VllmUsageInfo
 
@@ -304,11 +302,7 @@ class VllmScoreData(BaseModel):
     score: float
 
 
-class VllmScoreResponse(BaseModel):
-    id: str
-    object: str = "list"
-    created: int = Field(default_factory=_now)
-    model: str
+class VllmScoreResponse(VllmListResponse):
     data: list[VllmScoreData]
     usage: VllmUsageInfo
 
