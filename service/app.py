@@ -46,13 +46,13 @@ from service.http.routes import (
     health,
     models,
     rerank,
-    sparse,
-    tei,
     timeseries,
-    vllm_pooling,
-    vllm_score,
-    vllm_shared,
 )
+from service.http.routes.tei import sparse
+from service.http.routes.tei import surface as tei
+from service.http.routes.vllm import pooling as vllm_pooling
+from service.http.routes.vllm import score as vllm_score
+from service.http.routes.vllm import shared as vllm_shared
 from service.observability import tracing
 from service.observability.metrics import Metrics
 from service.observability.spans import TraceRequests

@@ -49,7 +49,7 @@ TASK_ROUTES: dict[str, tuple[str, ...]] = {
 
 # The POST routes of text-embeddings-inference that take any text model (by name, whatever its
 # task): ``/`` and ``/invocations`` answer by the model's task, ``/tokenize`` and ``/decode``
-# use its tokenizer (service/http/routes/tei.py).
+# use its tokenizer (service/http/routes/tei/surface.py).
 TEXT_ROUTES: tuple[str, ...] = ("/", "/invocations", "/tokenize", "/decode")
 
 

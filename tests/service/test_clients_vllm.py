@@ -3,7 +3,7 @@
 ``client.embeddings.create(extra_body=...)`` at ``/vllm/v1``) and plain httpx, the answers
 compared with sentence-transformers' ``SentenceTransformer.encode`` / ``CrossEncoder.predict``
 and transformers' softmax on the drop-in folders. The shared paths keep the peers' answers for
-the peers' bodies (the rule in :mod:`service.http.routes.vllm_shared`)."""
+the peers' bodies (the rule in :mod:`service.http.routes.vllm.shared`)."""
 
 from __future__ import annotations
 

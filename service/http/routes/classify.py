@@ -10,7 +10,7 @@ from service.engine.servables.base import ClassifyInput
 from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.model_names import tei_model
-from service.http.routes.tei_truncate import tei_truncate
+from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES, LongTextRule
 from service.http.schemas.rerank import (
     ClassifyRequest,

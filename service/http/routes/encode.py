@@ -11,7 +11,7 @@ from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.model_names import tei_model
-from service.http.routes.tei_truncate import tei_truncate
+from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.text import EncodeRequest, EncodeResponse, TeiEmbedRequest, Usage
 

@@ -10,7 +10,7 @@ first time (the history's start plus one ``freq`` step per value), ``item_id`` e
 default levels are ``[0.1, 0.5, 0.9]``. ``parameters`` also takes the attnserve extensions
 (``attention``, ``attention_options``, ``precision``, ``model_options``).
 
-:mod:`service.http.routes.tei` hands a body here when the model it names (``model`` field or
+:mod:`service.http.routes.tei.surface` hands a body here when the model it names (``model`` field or
 ``x-model`` header) is a forecaster, or, naming none, when the body is this shape. Each request
 becomes the :class:`ForecastInput` ``POST /forecast`` builds (the same engine call, batching,
 metrics and errors).

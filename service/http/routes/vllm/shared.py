@@ -27,10 +27,10 @@ from pydantic_core import to_json
 from service.http.routes import classify as peer_classify
 from service.http.routes import cohere as peer_cohere
 from service.http.routes import rerank as peer_rerank
-from service.http.routes import vllm_score
 from service.http.routes.deps import EngineDep, XModel
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.routes.tei import json_of
+from service.http.routes.tei.surface import json_of
+from service.http.routes.vllm import score as vllm_score
 from service.http.schemas import vllm
 from service.http.schemas.cohere import CohereRerankV2Request
 from service.http.schemas.rerank import ClassifyRequest, RerankBody, RerankRequest

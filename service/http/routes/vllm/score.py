@@ -1,6 +1,6 @@
 """vLLM's ``POST /score`` (also ``/v1/score``), and under the ``/vllm`` prefix its ``/rerank``,
 ``/v1/rerank``, ``/v2/rerank`` and ``/classify`` (at the bare paths those are shared with other
-peers: :mod:`service.http.routes.vllm_shared` tells the bodies apart). Shapes: vLLM's
+peers: :mod:`service.http.routes.vllm.shared` tells the bodies apart). Shapes: vLLM's
 ``vllm/entrypoints/pooling/scoring/protocol.py`` and ``classify/protocol.py``.
 
 A cross-encoder scores each pair (``CrossEncoder.predict``'s activation; ``use_activation``
@@ -16,8 +16,8 @@ from service.engine.engine import Answer, Engine
 from service.engine.servables.base import ClassifyInput, TextInput
 from service.http.routes.deps import EngineDep, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
-from service.http.routes.tei import cosine
-from service.http.routes.vllm_pooling import cut_rule, usage, vllm_client
+from service.http.routes.tei.surface import cosine
+from service.http.routes.vllm.pooling import cut_rule, usage, vllm_client
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.vllm import (
     VllmClassificationData,

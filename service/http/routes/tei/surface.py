@@ -43,9 +43,9 @@ from service.http.routes.fast_json import FastJSONRoute, json_invalid
 from service.http.routes.model_names import served_names, tei_model
 from service.http.routes.rerank import tei_rerank
 from service.http.routes.sagemaker_forecast import invoke_forecast, wants_forecast
-from service.http.routes.sparse import embed_sparse
-from service.http.routes.tei_health import router as health_router
-from service.http.routes.tei_truncate import tei_truncate
+from service.http.routes.tei.health import router as health_router
+from service.http.routes.tei.sparse import embed_sparse
+from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import TeiRerankRequest
 from service.http.schemas.sparse import EmbedSparseRequest
