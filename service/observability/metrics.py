@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import Literal
 
 import psutil
 from prometheus_client import (
@@ -39,6 +40,9 @@ BATCH_TOKEN_BUCKETS = tuple(2**i for i in range(4, 21))  # 16 .. 1M
 MEMORY_BUCKETS = tuple(2.0**i for i in range(20, 38))  # 1 MiB .. 128 GiB
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+RUN_LABELS = ("model", "attention", "precision")
+# How a gauge's worker processes combine; the live modes drop a worker's value once it exits.
+LiveMode = Literal["livesum", "livemax", "livemin"]
 
 
 class Metrics:
@@ -65,60 +69,47 @@ class Metrics:
             buckets=LATENCY_BUCKETS,
             registry=r,
         )
-        self.queue_duration = Histogram(
+        self.queue_duration = self._by_run(
             "attnserve_queue_duration_seconds",
             "Time a request waited in its model's queue before its batch started.",
-            ["model", "attention", "precision"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        self.inference_duration = Histogram(
+        self.inference_duration = self._by_run(
             "attnserve_inference_duration_seconds",
             "Time one batch spent in the model.",
-            ["model", "attention", "precision"],
-            buckets=LATENCY_BUCKETS,
-            registry=r,
+            LATENCY_BUCKETS,
         )
-        self.batch_rows = Histogram(
+        self.batch_rows = self._by_run(
             "attnserve_batch_size_rows",
             "Rows (texts or series) in one batch run by the model.",
-            ["model", "attention", "precision"],
-            buckets=BATCH_ROW_BUCKETS,
-            registry=r,
+            BATCH_ROW_BUCKETS,
         )
-        self.batch_requests = Histogram(
+        self.batch_requests = self._by_run(
             "attnserve_batch_size_requests",
             "Requests merged into one batch.",
-            ["model", "attention", "precision"],
-            buckets=BATCH_ROW_BUCKETS,
-            registry=r,
+            BATCH_ROW_BUCKETS,
         )
-        self.batch_tokens = Histogram(
+        self.batch_tokens = self._by_run(
             "attnserve_batch_tokens",
             "Padded tokens (texts) or time steps (series) in one batch: rows x longest row.",
-            ["model", "attention", "precision"],
-            buckets=BATCH_TOKEN_BUCKETS,
-            registry=r,
+            BATCH_TOKEN_BUCKETS,
         )
-        self.queue_depth = Gauge(
+        self.queue_depth = self._gauge(
             "attnserve_queue_depth_requests",
             "Requests waiting in a model's queue (summed over worker processes).",
-            ["model"],
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
+            ("model",),
         )
-        self.queue_capacity = Gauge(
+        self.queue_capacity = self._gauge(
             "attnserve_queue_capacity_requests",
             "Most requests a model's queue holds (max_queue; summed over worker processes).",
-            ["model"],
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
+            ("model",),
         )
-        self.requests_in_flight = Gauge(
+        self.requests_in_flight = self._gauge(
             "attnserve_requests_in_flight",
             "Model requests admitted and not yet answered (queued, batching or running).",
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
         )
         self.auto_choices = Counter(
             "attnserve_auto_attention_choices_total",
@@ -149,75 +140,75 @@ class Metrics:
             buckets=MEMORY_BUCKETS,
             registry=r,
         )
-        self.batch_memory_estimated = Histogram(
+        self.batch_memory_estimated = self._by_run(
             "attnserve_batch_activation_memory_estimated_bytes",
             "The model's estimate of one batch's peak activation memory at its backend, rows "
             "and length (its largest part when over the budget); kept under the budget.",
-            ["model", "attention", "precision"],
-            buckets=MEMORY_BUCKETS,
-            registry=r,
+            MEMORY_BUCKETS,
         )
-        self.batch_memory_measured = Histogram(
+        self.batch_memory_measured = self._by_run(
             "attnserve_batch_activation_memory_measured_bytes",
             "Measured peak memory one batch added above what was in use when it started: the "
             "CUDA allocator's peak on CUDA, the process's resident high-water mark on CPU "
             "(process-wide: overlapping batches of other models count too).",
-            ["model", "attention", "precision"],
-            buckets=MEMORY_BUCKETS,
-            registry=r,
+            MEMORY_BUCKETS,
         )
-        self.batch_memory_budget = Gauge(
+        self.batch_memory_budget = self._gauge(
             "attnserve_batch_memory_budget_bytes",
             "Budget a batch's estimated peak activation memory is held under "
             "(max_batch_memory_mb; 0: no cap).",
-            registry=r,
-            multiprocess_mode="livemax",
+            "livemax",
         )
-        self.device_memory_allocated = Gauge(
+        self.device_memory_allocated = self._gauge(
             "attnserve_device_memory_allocated_bytes",
             "Device memory held by tensors (CUDA; 0 on CPU).",
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
         )
-        self.device_memory_reserved = Gauge(
+        self.device_memory_reserved = self._gauge(
             "attnserve_device_memory_reserved_bytes",
             "Device memory reserved by the caching allocator (CUDA; 0 on CPU).",
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
         )
-        self.device_memory_total = Gauge(
+        self.device_memory_total = self._gauge(
             "attnserve_device_memory_total_bytes",
             "The device's memory (CUDA; 0 on CPU).",
-            registry=r,
-            multiprocess_mode="livemax",
+            "livemax",
         )
-        self.memory_limit = Gauge(
+        self.memory_limit = self._gauge(
             "attnserve_memory_limit_bytes",
             "Most resident memory the host or container allows (cgroup limit, else total RAM).",
-            registry=r,
-            multiprocess_mode="livemax",
+            "livemax",
         )
-        self.process_rss = Gauge(
+        self.process_rss = self._gauge(
             "attnserve_process_resident_memory_bytes",
             "Resident set size of the server process (summed over worker processes).",
-            registry=r,
-            multiprocess_mode="livesum",
+            "livesum",
         )
-        self.ready = Gauge(
+        self.ready = self._gauge(
             "attnserve_ready",
             "1 when models are loaded and warmed up and the server is not draining (every "
             "worker process).",
-            registry=r,
-            multiprocess_mode="livemin",
+            "livemin",
         )
-        self.models_loaded = Gauge(
+        self.models_loaded = self._gauge(
             "attnserve_models_loaded",
             "Models loaded and warmed up (in the worker process that has the fewest).",
-            registry=r,
-            multiprocess_mode="livemin",
+            "livemin",
         )
         process = psutil.Process()
         self.watch(self.process_rss, lambda: float(process.memory_info().rss))
+
+    def _by_run(self, name: str, documentation: str, buckets: tuple[float, ...]) -> Histogram:
+        """A histogram by the model, backend and precision that ran (queue, batch and memory)."""
+        return Histogram(name, documentation, RUN_LABELS, buckets=buckets, registry=self.registry)
+
+    def _gauge(
+        self, name: str, documentation: str, mode: LiveMode, labels: tuple[str, ...] = ()
+    ) -> Gauge:
+        """A gauge that says how its worker processes' values combine (``mode``: prometheus-
+        client's ``multiprocess_mode``, e.g. ``livesum``, ``livemax``, ``livemin``); without
+        one, several workers would each export a series of their own."""
+        return Gauge(name, documentation, labels, registry=self.registry, multiprocess_mode=mode)
 
     def watch(self, gauge: Gauge, read: Callable[[], float]) -> None:
         """Give ``gauge`` the value of ``read()``: at scrape time in one process, at each
