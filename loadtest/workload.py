@@ -15,6 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+# One percentile rule for every latency figure the project prints (nearest rank).
+from benchmarks.harness.timing import percentile
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DATA_DIR_ENV = "ATTNSERVE_DATA_DIR"
 BACKENDS = ("full", "flash", "probsparse", "performer", "nystrom")
@@ -174,17 +177,6 @@ def make_texts(rng: random.Random, max_texts: int) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- results
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (``q`` in 0..100); NaN for no values."""
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * q / 100.0
-    low = math.floor(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 @dataclass

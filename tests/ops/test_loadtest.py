@@ -93,7 +93,7 @@ def test_texts_vary_in_count_and_length() -> None:
 
 def test_percentile_and_summary() -> None:
     assert percentile([], 50) != percentile([], 50)  # NaN
-    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([1, 2, 3, 4], 50) == 2  # nearest rank, as every benchmark table
     assert percentile([5.0], 99) == 5.0
     ok = Samples(client_ms=[10.0, 20.0, 30.0], queue_ms=[1.0], inference_ms=[5.0], batch_rows=[2.0])
     ok.statuses = {"200": 3}

@@ -19,6 +19,8 @@ from typing import Any
 
 import httpx
 
+from benchmarks.harness.timing import percentile
+
 MAX_BODY_BYTES = 4 * 1024 * 1024  # Settings.max_body_bytes' default
 _WORDS = [
     "the",
@@ -115,12 +117,6 @@ def large_requests(
     ]
 
 
-def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile (0-1) of ``values``, nearest rank."""
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
-
-
 @dataclass
 class Observed:
     """One large request and what the server answered beside it (milliseconds)."""
@@ -143,7 +139,7 @@ class Observed:
             else f"{self.status} {self.error_type}",
             "latency_ms": self.latency_ms,
             "health_p50": statistics.median(self.health_ms),
-            "health_p99": percentile(self.health_ms, 0.99),
+            "health_p99": percentile(self.health_ms, 99),
             "health_max": max(self.health_ms),
             "encode_p50": statistics.median(self.encode_ms),
             "encode_max": max(self.encode_ms),
