@@ -40,6 +40,7 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from service.http.connections import ConnectionRegistry, State
+from service.http.deadline import Deadline
 from service.http.linger import Linger, LingeringTransport, expects_continue
 
 log = logging.getLogger("attnserve")
@@ -110,8 +111,8 @@ class HeaderGuard:
     cycle: Any
 
     def _guard_init(self) -> None:
-        self._header_deadline: asyncio.TimerHandle | None = None
-        self._body_deadline: asyncio.TimerHandle | None = None
+        self._header_deadline = Deadline(self.loop, self._expired)
+        self._body_deadline = Deadline(self.loop, self._body_expired)
         self._header_bytes = 0  # of the request whose headers are arriving
         self._tail = b""  # its last 3 bytes, to find a terminator split between two reads
         self._conn_state = State.IDLE
@@ -130,12 +131,12 @@ class HeaderGuard:
         self._raw_transport = cast(asyncio.Transport, transport)
         lingering = LingeringTransport(self._raw_transport, self._start_linger)
         super().connection_made(cast(asyncio.Transport, lingering))  # type: ignore[misc]
-        self._arm()
+        self._header_deadline.arm(self.header_timeout_s)
         self._admit()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._disarm()
-        self._disarm_body()
+        self._header_deadline.disarm()
+        self._body_deadline.disarm()
         if self._linger is not None:
             self._linger.cancel()
         if self.registry is not None:
@@ -159,8 +160,8 @@ class HeaderGuard:
             or expects_continue(cycle.scope["headers"])
         ):
             return False
-        self._disarm()
-        self._disarm_body()
+        self._header_deadline.disarm()
+        self._body_deadline.disarm()
         self._linger = Linger(self.loop, self._raw_transport, self.linger_bytes)
         self._conn_state = State.LINGER
         if self.registry is not None:
@@ -193,8 +194,8 @@ class HeaderGuard:
         it has sent part of a request nothing has answered yet; silently when it has sent
         nothing (an idle keep-alive or fresh connection may be closed at any time: clients
         retry, RFC 9112 section 9.3.1)."""
-        self._disarm()
-        self._disarm_body()
+        self._header_deadline.disarm()
+        self._body_deadline.disarm()
         if self._linger is not None:
             self._linger.close()
             return
@@ -235,20 +236,14 @@ class HeaderGuard:
             return
         if state is State.BODY:
             timeout = self.body_timeout_s + BODY_BACKSTOP_MARGIN_S
-            self._body_deadline = self.loop.call_later(timeout, self._body_expired)
+            self._body_deadline.arm(timeout)
         elif self._conn_state is State.BODY:
-            self._disarm_body()
+            self._body_deadline.disarm()
         self._conn_state = state
         if self.registry is not None:
             self.registry.move(self, state)
 
-    def _disarm_body(self) -> None:
-        if self._body_deadline is not None:
-            self._body_deadline.cancel()
-            self._body_deadline = None
-
     def _body_expired(self) -> None:
-        self._body_deadline = None
         if self._conn_state is not State.BODY or self.transport.is_closing():
             return
         if self.cycle is None or not self.cycle.response_started:
@@ -257,8 +252,8 @@ class HeaderGuard:
 
     def feed(self, data: bytes) -> bool:
         """Count ``data`` (received while awaiting headers); False: refused, stop reading."""
-        if self._header_deadline is None:
-            self._arm()  # the first byte of a request on a kept-alive connection
+        if not self._header_deadline.armed:  # the first byte of a request on a kept-alive one
+            self._header_deadline.arm(self.header_timeout_s)
         seen = self._tail + data
         end = seen.find(b"\r\n\r\n")
         self._header_bytes += len(data) if end < 0 else end + 4 - len(self._tail)
@@ -270,11 +265,11 @@ class HeaderGuard:
 
     def done(self) -> None:
         """The request's headers are in."""
-        self._disarm()
+        self._header_deadline.disarm()
         self._header_bytes, self._tail = 0, b""
 
     def _refuse_headers(self) -> None:
-        self._disarm()
+        self._header_deadline.disarm()
         if not self.transport.is_closing():
             self.transport.write(
                 _error_response(
@@ -285,16 +280,7 @@ class HeaderGuard:
             )
             self.transport.close()
 
-    def _arm(self) -> None:
-        self._header_deadline = self.loop.call_later(self.header_timeout_s, self._expired)
-
-    def _disarm(self) -> None:
-        if self._header_deadline is not None:
-            self._header_deadline.cancel()
-            self._header_deadline = None
-
     def _expired(self) -> None:
-        self._header_deadline = None
         if self._awaiting_headers() and not self.transport.is_closing():
             self.transport.write(TIMEOUT_RESPONSE)
             self.transport.close()
