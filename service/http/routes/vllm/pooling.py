@@ -93,6 +93,29 @@ def usage(answer: Answer) -> VllmUsageInfo:
     return VllmUsageInfo(prompt_tokens=answer.tokens, total_tokens=answer.tokens)
 
 
+def classify_job(
+    engine: Engine,
+    body: VllmRequest,
+    inputs: list[str] | list[tuple[str, str]],
+    task: str,
+    use_activation: bool | None,
+    what: str = "input",
+) -> ClassifyInput:
+    """The classifier's job for ``inputs`` (texts, or pairs for ``task`` rerank) under the
+    body's backend, precision and cut rule; ``use_activation`` false: logits."""
+    truncate, cut_start = cut_rule(engine, body, task)
+    return ClassifyInput(
+        inputs,
+        body.attention,
+        body.attention_options,
+        truncate=truncate,
+        raw_scores=use_activation is False,
+        precision=body.precision,
+        what=what,
+        cut_start=cut_start,
+    )
+
+
 def pooling_task(engine: Engine, body: VllmPoolingRequest) -> str:
     """The body's ``task``, or the model's own: ``embed`` for an encoder, else ``classify``."""
     if body.task is not None:
@@ -108,16 +131,7 @@ async def pooled(
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
     client = vllm_client(request, body)
     if task == "classify":
-        truncate, cut_start = cut_rule(engine, body, "classify")
-        job = ClassifyInput(
-            texts,
-            body.attention,
-            body.attention_options,
-            truncate=truncate,
-            raw_scores=body.use_activation is False,
-            precision=body.precision,
-            cut_start=cut_start,
-        )
+        job = classify_job(engine, body, texts, "classify", body.use_activation)
         answer = await engine.classify(body.model, job, client)
         set_timing_headers(response, answer)
         return answer, [list(row) for row in answer.value]

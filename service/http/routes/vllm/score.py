@@ -13,11 +13,11 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 
 from service.engine.engine import Answer, Engine
-from service.engine.servables.base import ClassifyInput, TextInput
+from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.tei.surface import cosine
-from service.http.routes.vllm.pooling import cut_rule, usage, vllm_client
+from service.http.routes.vllm.pooling import classify_job, cut_rule, usage, vllm_client
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.vllm import (
     VllmClassificationData,
@@ -70,17 +70,7 @@ async def pair_scores(
         set_timing_headers(response, answer)
         vectors = dict(zip(texts, answer.value, strict=True))
         return answer, [cosine(list(vectors[a]), list(vectors[b])) for a, b in pairs]
-    truncate, cut_start = cut_rule(engine, body, "rerank")
-    pair_job = ClassifyInput(
-        pairs,
-        body.attention,
-        body.attention_options,
-        truncate=truncate,
-        raw_scores=use_activation is False,
-        precision=body.precision,
-        what="document",
-        cut_start=cut_start,
-    )
+    pair_job = classify_job(engine, body, pairs, "rerank", use_activation, what="document")
     answer = await engine.rerank(body.model, pair_job, client)
     set_timing_headers(response, answer)
     return answer, [row[0] for row in answer.value]
@@ -137,16 +127,7 @@ async def classify(
     """vLLM's classify: per input, its best label, every label's probability (the model's
     activation; ``use_activation`` false: logits) and the number of labels."""
     texts = [body.input] if isinstance(body.input, str) else list(body.input)
-    truncate, cut_start = cut_rule(engine, body, "classify")
-    job = ClassifyInput(
-        texts,
-        body.attention,
-        body.attention_options,
-        truncate=truncate,
-        raw_scores=body.use_activation is False,
-        precision=body.precision,
-        cut_start=cut_start,
-    )
+    job = classify_job(engine, body, texts, "classify", body.use_activation)
     answer = await engine.classify(body.model, job, vllm_client(request, body))
     set_timing_headers(response, answer)
     labels = engine.labels(answer.model)

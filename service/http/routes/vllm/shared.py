@@ -17,6 +17,7 @@ document the paths; vLLM's bodies are documented at their ``/vllm`` paths.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from fastapi import APIRouter, Request, Response
@@ -102,21 +103,29 @@ async def rerank(
 @router.post("/v1/rerank")
 async def rerank_v1(request: Request, response: Response, engine: EngineDep) -> Response:
     """Cohere / Jina / infinity's rerank, or vLLM's."""
-    data = await body_of(request)
-    if is_vllm(data, RerankRequest, vllm.VllmRerankRequest):
-        return await _vllm_rerank(data, request, response, engine)
-    body = parsed(RerankRequest, data)
-    return as_json(await peer_rerank.rerank(body, request, response, engine), response, True)
+    return await _rerank(request, response, engine, RerankRequest, peer_rerank.rerank)
 
 
 @router.post("/v2/rerank")
 async def rerank_v2(request: Request, response: Response, engine: EngineDep) -> Response:
     """Cohere's v2 rerank, or vLLM's."""
+    return await _rerank(request, response, engine, CohereRerankV2Request, peer_cohere.rerank_v2)
+
+
+async def _rerank(
+    request: Request,
+    response: Response,
+    engine: Any,
+    peer: type[BaseModel],
+    peer_answer: Callable[..., Awaitable[Any]],
+) -> Response:
+    """The body as ``peer``'s, answered by ``peer_answer`` (None fields left out), or as
+    vLLM's (see the module's rule)."""
     data = await body_of(request)
-    if is_vllm(data, CohereRerankV2Request, vllm.VllmRerankRequest):
+    if is_vllm(data, peer, vllm.VllmRerankRequest):
         return await _vllm_rerank(data, request, response, engine)
-    body = parsed(CohereRerankV2Request, data)
-    return as_json(await peer_cohere.rerank_v2(body, request, response, engine), response, True)
+    body = parsed(peer, data)
+    return as_json(await peer_answer(body, request, response, engine), response, True)
 
 
 async def _vllm_rerank(data: Any, request: Request, response: Response, engine: Any) -> Response:
