@@ -93,10 +93,12 @@ def first_non_finite(raw: np.ndarray, offset: int, channels: Sequence[str]) -> N
 
 
 class Forecaster(Protocol):
-    """What :func:`predict_call` needs of a forecaster (ours or a transformers folder's)."""
+    """What every forecaster declares (ours, a transformers folder's, a zero-shot one's): what
+    :func:`predict_call` needs, and the window length the serving layer reads."""
 
     horizon: int
     default_attention: str
+    context: int  # every window's length (a zero-shot forecaster's longest)
 
     def check_horizon(self, horizon: int | None) -> int: ...
 
