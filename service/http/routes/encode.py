@@ -11,6 +11,7 @@ from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.model_names import tei_model
+from service.http.routes.tei.text_job import tei_text_job
 from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.text import EncodeRequest, EncodeResponse, TeiEmbedRequest, Usage
@@ -20,18 +21,12 @@ router = APIRouter(tags=["models"], route_class=FastJSONRoute)
 
 def job_of(body: EncodeRequest) -> TextInput:
     """The engine's input for an ``/encode`` or ``/embed`` body."""
-    return TextInput(
-        [body.inputs] if isinstance(body.inputs, str) else body.inputs,
-        body.attention,
-        body.attention_options,
-        body.normalize,
-        long_text=body.long_text_rule,
-        cut_start=body.truncation_direction == "left",
+    return tei_text_job(
+        body,
+        body.long_text_rule,
+        normalize=body.normalize,
         max_quality_loss=body.max_quality_loss,
-        prompt_name=body.prompt_name,
-        precision=body.precision,
         dimensions=body.dimensions,
-        task=body.input_type,
     )
 
 

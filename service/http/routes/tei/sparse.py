@@ -11,6 +11,7 @@ from service.engine.servables.base import TextInput
 from service.http.routes.deps import EngineDep, XModel, client_of, set_timing_headers
 from service.http.routes.fast_json import FastJSONRoute
 from service.http.routes.model_names import tei_model
+from service.http.routes.tei.text_job import tei_text_job
 from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.sparse import EmbedSparseRequest, SparseAnswer
@@ -20,16 +21,10 @@ router = APIRouter(tags=["text-embeddings-inference"], route_class=FastJSONRoute
 
 def sparse_job(body: EmbedSparseRequest) -> TextInput:
     """The engine's input for an ``/embed_sparse`` body."""
-    return TextInput(
-        [body.inputs] if isinstance(body.inputs, str) else body.inputs,
-        body.attention,
-        body.attention_options,
-        long_text="truncate" if body.truncate else "error",
-        cut_start=body.truncation_direction == "left",
+    return tei_text_job(
+        body,
+        "truncate" if body.truncate else "error",
         max_quality_loss=body.max_quality_loss,
-        prompt_name=body.prompt_name,
-        precision=body.precision,
-        task=body.input_type,
         max_active_dims=body.max_active_dims,
     )
 

@@ -28,7 +28,6 @@ from pydantic import BaseModel, ValidationError
 from pydantic_core import to_json
 
 from service import __version__
-from service.engine.servables.base import TextInput
 from service.errors import InvalidRequest
 from service.http.render import rows_json
 from service.http.routes.classify import predict
@@ -45,6 +44,7 @@ from service.http.routes.rerank import tei_rerank
 from service.http.routes.sagemaker_forecast import invoke_forecast, wants_forecast
 from service.http.routes.tei.health import router as health_router
 from service.http.routes.tei.sparse import embed_sparse
+from service.http.routes.tei.text_job import tei_text_job
 from service.http.routes.tei.truncate import tei_truncate
 from service.http.schemas.common import ERROR_RESPONSES
 from service.http.schemas.rerank import TeiRerankRequest
@@ -249,17 +249,7 @@ async def embed_all(
     normalisation), special and prompt tokens included."""
     name, _ = engine.text_model(tei_model(engine, body.model, x_model), ("encode",))
     body = tei_truncate(body, engine)
-    job = TextInput(
-        [body.inputs] if isinstance(body.inputs, str) else body.inputs,
-        body.attention,
-        body.attention_options,
-        long_text="truncate" if body.truncate else "error",
-        cut_start=body.truncation_direction == "left",
-        prompt_name=body.prompt_name,
-        precision=body.precision,
-        token_embeddings=True,
-        task=body.input_type,
-    )
+    job = tei_text_job(body, "truncate" if body.truncate else "error", token_embeddings=True)
     answer = await engine.encode(name, job, client_of(request))
     set_timing_headers(response, answer)
     width = len(answer.value[0][0]) if answer.value and answer.value[0] else 1
