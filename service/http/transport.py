@@ -94,10 +94,10 @@ WARN_EVERY_S = 10.0
 
 class HeaderGuard:
     """The deadline and byte count of one connection's incoming request headers, shared by the
-    two guarded protocols: they only say when a request's headers start (:meth:`feed` while
-    waiting for them) and end (:meth:`done`), whether a body is still arriving
-    (:meth:`_receiving_body`), and call :meth:`_sync_state` after each event; this class keeps
-    the connection's state in the server's registry and enforces its limits."""
+    two guarded protocols: they only say whether the next byte is a request's headers
+    (:meth:`_awaiting_headers`), when those end (:meth:`done`) and whether a body is still
+    arriving (:meth:`_receiving_body`); this class reads each chunk first (:meth:`data_received`),
+    keeps the connection's state in the server's registry and enforces its limits."""
 
     header_timeout_s: ClassVar[float] = 10.0
     max_header_bytes: ClassVar[int] = 16 * 1024
@@ -250,6 +250,21 @@ class HeaderGuard:
             self.transport.write(BODY_TIMEOUT_RESPONSE)
         self._raw_transport.close()  # no lingering for a trickle
 
+    def data_received(self, data: bytes) -> None:
+        """The protocol's callback: discarded while lingering, counted while awaiting headers
+        (refused past the limit), then parsed; the registry then hears the new state."""
+        if self._discarded(data):
+            return
+        if self._awaiting_headers() and not self.feed(data):
+            return
+        super().data_received(data)  # type: ignore[misc]
+        self._parsed()
+        self._sync_state()
+
+    def _parsed(self) -> None:
+        """After the parser has read a chunk: h11 ends a request's headers here (httptools ends
+        them in its ``on_headers_complete`` callback)."""
+
     def feed(self, data: bytes) -> bool:
         """Count ``data`` (received while awaiting headers); False: refused, stop reading."""
         if not self._header_deadline.armed:  # the first byte of a request on a kept-alive one
@@ -299,15 +314,9 @@ class GuardedH11Protocol(HeaderGuard, H11Protocol):
     def _receiving_body(self) -> bool:
         return self.conn.their_state is h11.SEND_BODY
 
-    def data_received(self, data: bytes) -> None:
-        if self._discarded(data):
-            return
-        if self._awaiting_headers() and not self.feed(data):
-            return
-        super().data_received(data)
+    def _parsed(self) -> None:
         if not self._awaiting_headers():
             self.done()
-        self._sync_state()
 
 
 def _httptools_protocol() -> type:
@@ -330,14 +339,6 @@ def _httptools_protocol() -> type:
 
         def _receiving_body(self) -> bool:
             return not self._between_requests
-
-        def data_received(self, data: bytes) -> None:
-            if self._discarded(data):
-                return
-            if self._awaiting_headers() and not self.feed(data):
-                return
-            super().data_received(data)
-            self._sync_state()
 
         def on_headers_complete(self) -> None:
             self._between_requests = False
