@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from models.quality_file import read_quality
-from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
 from models.text.multi_vector import MultiVectorModel
-from service.cli import run_model_tool
 from tests.service.helpers import folders_client
-from tests.utils.auto_checks import assert_auto_within_losses
+from tests.utils.auto_checks import (
+    assert_auto_within_losses,
+    assert_measured_card,
+    evaluated,
+    measured_losses,
+)
 from tests.utils.tiny_multi_vector import TEXTS, save_tiny_multi_vector
 
 pytest.importorskip("sentence_transformers.multi_vector_encoder")
@@ -25,9 +28,7 @@ NAME = "colbert-auto"  # served under its folder's name
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = save_tiny_multi_vector(tmp_path_factory.mktemp("auto") / NAME, "colbert")
-    assert run_model_tool("evaluate", [str(folder), "--pairs-per-band", "20"]) == 0
-    return folder
+    return evaluated(save_tiny_multi_vector(tmp_path_factory.mktemp("auto") / NAME, "colbert"))
 
 
 def _rerank(client: Any, budget: float | None) -> Any:
@@ -48,15 +49,10 @@ def test_auto_chooses_within_the_measured_maxsim_loss(measured: Path) -> None:
     assert quality["task"] == "multi_vector"
     model = MultiVectorModel.from_folder(measured)
     rows = model.rows([TEXTS[4]], "query", True) + model.rows(TEXTS, "document", True)
-    losses = classifier_losses(quality, max(len(r) for r in rows))
-    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    losses = measured_losses(quality, max(len(r) for r in rows))
     with folders_client([measured]) as client:
         card = client.get(f"/models/{NAME}").json()
-        assert card["quality"]["task"] == "multi_vector"
-        assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
-        default = DEFAULT_MAX_QUALITY_LOSS["multi_vector"]
-        assert card["auto"]["default_max_quality_loss"] == default
-        assert "MaxSim" in card["auto"]["quality_metric"]
+        default = assert_measured_card(card, "multi_vector", "MaxSim")
         assert_auto_within_losses(
             card,
             quality,

@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from models.quality_file import read_quality
-from models.quality_loss import classifier_losses
 from models.text.quality.classifier import main as evaluate
 from tests.service.helpers import folders_client
-from tests.utils.auto_checks import assert_auto_within_losses
+from tests.utils.auto_checks import assert_auto_within_losses, measured_losses
 from tests.utils.tiny_classifiers import DOCUMENTS, QUERIES, save_tiny_classifier
 
 
@@ -46,8 +45,7 @@ def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
     rows = TextClassifier.from_folder(measured).tokenize(
         [(QUERIES[0], d) for d in DOCUMENTS[:3]], truncate=True
     )
-    losses = classifier_losses(quality, max(len(r) for r in rows))
-    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    losses = measured_losses(quality, max(len(r) for r in rows))
     with folders_client([measured]) as client:
         card = client.get("/models/rerank-auto").json()
         assert card["quality"]["backends"].keys() >= {"flash", "nystrom"}

@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from models.quality_file import read_quality
-from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
 from models.text.sparse import SparseEncoder
-from service.cli import run_model_tool
 from tests.service.helpers import folders_client
-from tests.utils.auto_checks import assert_auto_within_losses
+from tests.utils.auto_checks import (
+    assert_auto_within_losses,
+    assert_measured_card,
+    evaluated,
+    measured_losses,
+)
 from tests.utils.tiny_encoders import SAMPLE_TEXTS
 from tests.utils.tiny_sparse import save_tiny_splade
 
@@ -26,9 +29,7 @@ NAME = "splade-auto"  # served under its folder's name
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    folder = save_tiny_splade(tmp_path_factory.mktemp("auto") / NAME, "bert")
-    assert run_model_tool("evaluate", [str(folder), "--pairs-per-band", "20"]) == 0
-    return folder
+    return evaluated(save_tiny_splade(tmp_path_factory.mktemp("auto") / NAME, "bert"))
 
 
 def _embed(client: Any, budget: float | None, model: str | None = NAME) -> Any:
@@ -45,16 +46,11 @@ def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:
     assert quality["task"] == "sparse"
     encoder = SparseEncoder.from_folder(measured)
     longest = max(len(ids) for ids in encoder.tokenize(SAMPLE_TEXTS, True))
-    losses = classifier_losses(quality, longest)
-    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    losses = measured_losses(quality, longest)
     with folders_client([measured]) as client:
         card = client.get(f"/models/{NAME}").json()
-        assert card["quality"]["task"] == "sparse"
-        assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
+        default = assert_measured_card(card, "sparse", "dot-product")
         assert "top_k_overlap" in card["quality"]["backends"]["performer"]
-        default = DEFAULT_MAX_QUALITY_LOSS["sparse"]
-        assert card["auto"]["default_max_quality_loss"] == default
-        assert "dot-product" in card["auto"]["quality_metric"]
         assert_auto_within_losses(
             card,
             quality,

@@ -5,11 +5,13 @@ each budget runs a backend whose measured loss fits it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from models.quality_loss import classifier_losses
+from models.quality_loss import DEFAULT_MAX_QUALITY_LOSS, classifier_losses
+from service.cli import run_model_tool
 
 # A backend's measured loss and its per-option detail (``classifier_losses``' values).
 Losses = dict[str, tuple[float, dict[str, Any]]]
@@ -42,3 +44,29 @@ def assert_auto_within_losses(
         assert r.headers["x-attention-choice"].startswith(ran), r.headers
     # A zero budget leaves only exact attention.
     assert ran_of(call(0.0)) in ("flash", "full")
+
+
+def evaluated(folder: Path) -> Path:
+    """``folder`` with the ``quality.json`` that ``attnserve evaluate`` writes (20 pairs per
+    band)."""
+    assert run_model_tool("evaluate", [str(folder), "--pairs-per-band", "20"]) == 0
+    return folder
+
+
+def measured_losses(quality: dict[str, Any], length: int) -> Losses:
+    """``quality``'s losses at ``length`` tokens: none for full attention and some for another
+    backend, so that a budget has something to choose."""
+    losses = classifier_losses(quality, length)
+    assert losses["full"][0] == 0.0 and max(loss for loss, _ in losses.values()) > 0.0
+    return losses
+
+
+def assert_measured_card(card: dict[str, Any], task: str, metric: str) -> float:
+    """``card`` shows the ``task`` model's measured figures (full attention: Kendall's tau 1)
+    and auto's default budget and metric (which names ``metric``); returns that budget."""
+    assert card["quality"]["task"] == task
+    assert card["quality"]["backends"]["full"]["kendall_tau"] == 1.0
+    default = DEFAULT_MAX_QUALITY_LOSS[task]
+    assert card["auto"]["default_max_quality_loss"] == default
+    assert metric in card["auto"]["quality_metric"]
+    return default
