@@ -90,50 +90,23 @@ attnserve evaluate measures what the folder it is given holds; each kind has its
 
 
 def run_model_tool(name: str, argv: list[str]) -> int:
-    """Run ``attnserve train|evaluate`` with its own arguments (``evaluate`` of a cross-encoder
-    or sequence-classifier folder runs the ranking/label quality measurement, of a multi-vector
-    or sparse folder its ranking measurement, of a text model folder the text quality
-    measurement, of a zero-shot forecaster folder its MSE/MASE/WQL on ``--data``)."""
+    """Run ``attnserve train|evaluate`` with its own arguments: ``evaluate`` runs the command of
+    the folder's kind (:data:`service.engine.folder_kinds.FOLDER_KINDS`: the ranking or label
+    quality of a cross-encoder, the MaxSim or sparse ranking of a multi-vector or SPLADE folder,
+    the text quality of an encoder, MSE/MASE/WQL of a forecaster), else the Informer
+    checkpoints' evaluation."""
     if name == "evaluate":
         from pathlib import Path
 
-        from models.hf_forecast import is_forecast_folder
-        from models.text.folders.classifier import is_classifier_folder
-        from models.text.folders.embedding import is_text_folder
-        from models.text.folders.logit_score import is_causal_reranker_folder
-        from models.text.folders.multi_vector import is_multi_vector_folder
-        from models.text.folders.sparse import is_sparse_folder
-        from models.zero_shot.folder import zero_shot_kind
+        from service.engine.folder_kinds import CHECKPOINT_EVALUATE, kind_of
 
         folders = [a for a in argv if not a.startswith("-") and Path(a).is_dir()]
         if not folders and ("-h" in argv or "--help" in argv):
             print(EVALUATE_KINDS)
-        if folders and zero_shot_kind(Path(folders[0])) is not None:
-            importlib.import_module("models.training.evaluate.zero_shot").main(argv)
-            return 0
-        # Before the text branch: a multi-vector folder has modules.json too.
-        if folders and is_multi_vector_folder(Path(folders[0])):
-            importlib.import_module("models.text.quality.multi_vector").main(argv)
-            return 0
-        if folders and is_sparse_folder(Path(folders[0])):  # modules.json too
-            importlib.import_module("models.text.quality.sparse").main(argv)
-            return 0
-        if folders and (
-            is_classifier_folder(Path(folders[0])) or is_causal_reranker_folder(Path(folders[0]))
-        ):
-            importlib.import_module("models.text.quality.classifier").main(argv)
-            return 0
-        if folders and is_text_folder(Path(folders[0])):
-            importlib.import_module("models.text.quality.embedding").main(argv)
-            return 0
-        if folders and is_forecast_folder(Path(folders[0])):
-            importlib.import_module("models.training.evaluate.hf").main(argv)
-            return 0
-    informer = {
-        "train": "models.training.informer_train",
-        "evaluate": "models.training.evaluate.informer",
-    }
-    importlib.import_module(informer[name]).main(argv)
+        kind = kind_of(Path(folders[0])) if folders else None
+        importlib.import_module(kind.evaluate if kind else CHECKPOINT_EVALUATE).main(argv)
+        return 0
+    importlib.import_module("models.training.informer_train").main(argv)
     return 0
 
 

@@ -6,27 +6,23 @@ import logging
 from collections.abc import Callable, Iterable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from models.names import DEFAULT_PRECISION, TEXT_ALIASES, TEXT_MODEL
+from service.engine.folder_kinds import (
+    ModelLoadError,
+    kind_of,
+    load_checkpoint_forecaster,
+    load_encoder,
+    load_hf_forecaster,
+)
 from service.engine.servables.base import ServedModel
 from service.errors import InvalidRequest, ModelNotFound
 from service.settings import Settings
-
-if TYPE_CHECKING:
-    from models.informer import InformerForecaster
-    from models.text import SentenceEncoder
-    from models.text.classifier import TextClassifier
 
 log = logging.getLogger("attnserve")
 
 
 Loader = Callable[[Settings, str], list[ServedModel]]
-
-
-class ModelLoadError(ValueError):
-    """A model the settings ask for cannot be loaded. The message names the model (or folder),
-    what is wrong and how to fix it, so start-up reports it in one line, without a traceback."""
 
 
 def model_dir_checkpoints(model_dir: Path) -> dict[str, Path]:
@@ -73,93 +69,6 @@ def _check_names(models: tuple[str, ...], folders: dict[str, Path]) -> None:
                 "a folder in model_dir is served under its folder's name: rename the folder, "
                 "or drop the other model from models"
             )
-
-
-def _load_forecaster(target: str, device: str) -> InformerForecaster:
-    """``InformerForecaster.load(target)``, its failures as :class:`ModelLoadError`."""
-    from models.informer import InformerForecaster
-    from models.informer.checkpoint import CheckpointError, load_checkpoint
-    from service.engine.servables.zero_shot import refuse_foreign
-
-    refuse_foreign(Path(target))  # a config.json of a model_type that no loader takes
-    try:
-        return InformerForecaster.load(target, device=device)
-    except CheckpointError as exc:
-        raise ModelLoadError(str(exc)) from exc
-    except FileNotFoundError as exc:
-        if Path(target).is_dir():  # a folder without config.json: let the checks say what lacks
-            try:
-                load_checkpoint(Path(target), device)
-            except CheckpointError as checked:
-                raise ModelLoadError(str(checked)) from exc
-        raise ModelLoadError(str(exc)) from exc
-    except (OSError, ValueError, KeyError, TypeError) as exc:  # e.g. a damaged quality.json
-        raise ModelLoadError(
-            f"{target}: cannot load this checkpoint ({type(exc).__name__}: {exc})"
-        ) from exc
-
-
-def _load_encoder(folder: Path, device: str) -> SentenceEncoder:
-    """``SentenceEncoder.from_folder(folder)``, its failures as one-line :class:`ModelLoadError`."""
-    from models.text import SentenceEncoder
-
-    try:
-        return SentenceEncoder.from_folder(folder, device=device)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{folder}: {exc}") from exc
-
-
-def _load_hf_forecaster(folder: Path, device: str) -> Any:
-    """A transformers time-series folder (:class:`models.hf_forecast.forecaster.HFForecaster`),
-    its failures as one-line :class:`ModelLoadError`."""
-    from models.hf_forecast import FolderError
-
-    try:
-        from models.hf_forecast.forecaster import HFForecaster
-    except ImportError as exc:  # transformers is an extra
-        raise ModelLoadError(
-            f"{folder}: serving transformers time-series folders needs transformers "
-            f"({exc.name} is missing): pip install 'attnserve[transformers]'"
-        ) from None
-    try:
-        return HFForecaster.load(folder, device=device)
-    except (FolderError, OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{folder}: {exc}") from exc
-
-
-def _is_hf_forecast_folder(folder: Path) -> bool:
-    from models.hf_forecast import is_forecast_folder
-    from models.zero_shot import zero_shot_kind
-
-    return is_forecast_folder(folder) or zero_shot_kind(folder) is not None
-
-
-def _load_classifier(folder: Path, device: str) -> TextClassifier:
-    """``TextClassifier.from_folder(folder)`` (``CausalReranker``'s for a causal-LM reranker),
-    its failures as one-line :class:`ModelLoadError`."""
-    from models.text.causal_reranker import CausalReranker
-    from models.text.classifier import TextClassifier
-    from models.text.folders.logit_score import is_causal_reranker_folder
-
-    kind = CausalReranker if is_causal_reranker_folder(folder) else TextClassifier
-    try:
-        return kind.from_folder(folder, device=device)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ModelLoadError(f"{folder}: {exc}") from exc
-
-
-def _is_classifier_folder(folder: Path) -> bool:
-    """A cross-encoder or sequence classifier, or a causal-LM reranker (``LogitScore``)."""
-    from models.text.folders.classifier import is_classifier_folder
-    from models.text.folders.logit_score import is_causal_reranker_folder
-
-    return is_classifier_folder(folder) or is_causal_reranker_folder(folder)
-
-
-def _is_text_folder(folder: Path) -> bool:
-    from models.text.folders.embedding import is_text_folder
-
-    return is_text_folder(folder)
 
 
 def _check_precisions(precisions: tuple[str, ...], device: str) -> None:
@@ -219,16 +128,14 @@ def _load_named(
             folder = packaged_folder(name)
         except (OSError, ValueError) as exc:
             raise ModelLoadError(f"{name}: {exc}") from exc
-        return TextServable(_load_encoder(folder, device), (), precisions)
+        return TextServable(load_encoder(folder, device), (), precisions)
     path = Path(name)
-    if path.is_dir() and (
-        _is_classifier_folder(path) or _is_text_folder(path) or _is_hf_forecast_folder(path)
-    ):
+    if path.is_dir() and kind_of(path) is not None:
         return _load_folder(path, settings, device)
     if name in shipped_hf:
-        return ForecastServable(_load_hf_forecaster(shipped_hf[name], device), precisions)
+        return ForecastServable(load_hf_forecaster(shipped_hf[name], device), precisions)
     if name.startswith("informer-") or Path(name).is_dir():
-        return ForecastServable(_load_forecaster(name, device), precisions)
+        return ForecastServable(load_checkpoint_forecaster(name, device), precisions)
     raise ModelLoadError(
         f"unknown model {name!r} in models: use {TEXT_MODEL}, "
         f"{', '.join(PACKAGED)}, a shipped forecaster (informer-..., "
@@ -239,45 +146,24 @@ def _load_named(
 
 
 def _load_folder(folder: Path, settings: Settings, device: str) -> ServedModel:
-    """The servable of a model folder, by what it holds: a classifier, a text encoder, a
-    transformers time-series forecaster, else an attnserve checkpoint."""
+    """The servable of a model folder, by the first of
+    :data:`~service.engine.folder_kinds.FOLDER_KINDS` that recognises it, else an attnserve
+    checkpoint."""
     from service.engine.servables.forecast import ForecastServable
-    from service.engine.servables.text import TextServable
 
-    precisions = settings.precisions
-    from models.text.folders.multi_vector import is_multi_vector_folder
-
-    if is_multi_vector_folder(folder):  # before the text folders: it has a modules.json too
-        from service.engine.servables.multi_vector import load_multi_vector
-
-        return load_multi_vector(folder, device, precisions)
-    from models.text.folders.sparse import is_sparse_folder
-    from service.engine.servables.sparse import load_sparse
-
-    if is_sparse_folder(folder):  # before the text folders: it has a modules.json too
-        return load_sparse(folder, device, precisions)
-    if _is_classifier_folder(folder):
-        return TextServable(_load_classifier(folder, device), (), precisions)
-    if _is_text_folder(folder):
-        return TextServable(_load_encoder(folder, device), (), precisions)
-    from service.engine.servables.zero_shot import load_zero_shot_servable, zero_shot_kind
-
-    if zero_shot_kind(folder):
-        return load_zero_shot_servable(folder, device, precisions)
-    if _is_hf_forecast_folder(folder):
-        return ForecastServable(_load_hf_forecaster(folder, device), precisions)
-    return ForecastServable(_load_forecaster(str(folder), device), precisions)
+    kind = kind_of(folder)
+    if kind is None:
+        forecaster = load_checkpoint_forecaster(str(folder), device)
+        return ForecastServable(forecaster, settings.precisions)
+    return kind.load(folder, device, settings.precisions)
 
 
 def load_servables(settings: Settings, device: str) -> list[ServedModel]:
     """Load every model named in ``settings.models``, then every model folder in
-    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is a
-    cross-encoder or sequence classifier when its ``config.json`` names a
-    ``...ForSequenceClassification`` architecture (:mod:`models.text.folders.classifier`), a
-    text encoder when it holds a sentence-transformers ``modules.json`` or a transformers
-    encoder's ``config.json`` (:func:`models.text.folders.embedding.is_text_folder`), a transformers
-    time-series forecaster when its ``config.json`` says so
-    (:func:`models.hf_forecast.is_forecast_folder`), else an attnserve checkpoint.
+    ``settings.model_dir`` (see :func:`model_dir_checkpoints`), on ``device``. A folder is of the
+    first kind in :data:`~service.engine.folder_kinds.FOLDER_KINDS` that recognises it (ColBERT,
+    SPLADE, cross-encoder or classifier, text encoder, zero-shot or transformers forecaster), else
+    an attnserve checkpoint.
 
     Names are checked before any weights load; all models load before any serves, so a failure
     leaves nothing half served.
