@@ -447,11 +447,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_before": report.load_before,
         "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
-        "capacity": {
-            "clients": args.clients,
-            "seconds": args.capacity_seconds,
-            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
-        },
+        "capacity": capacity.record_of(caps, args),
     }
     report.add(header(result, args), rows_table(rows, caps, args.contexts, args.clients))
     report.write(args.output_prefix.with_suffix(".md"), data=result)

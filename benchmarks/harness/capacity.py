@@ -279,3 +279,16 @@ def table_of(
         f"driver's, per answer at {args.clients} clients.\n\n"
         + ratio_table(cells, ["backend", "tokens"])
     )
+
+
+def record_of(
+    rows: dict[str, dict[int, Capacity]], args: argparse.Namespace, **extra: Any
+) -> dict[str, Any]:
+    """The result file's ``capacity`` entry for :func:`serve`'s rows: ``extra`` (e.g. the
+    layers), the clients, the window and every cell's record by backend and length."""
+    return {
+        **extra,
+        "clients": args.clients,
+        "seconds": args.capacity_seconds,
+        "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in rows.items()},
+    }

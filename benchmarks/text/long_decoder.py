@@ -226,12 +226,7 @@ def main(argv: list[str] | None = None) -> None:
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
         "reference": {str(n): c for n, c in (reference or {}).items()},
         "refused": refused,
-        "capacity": {
-            "layers": args.layers,
-            "clients": args.clients,
-            "seconds": args.capacity_seconds,
-            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
-        },
+        "capacity": capacity.record_of(caps, args, layers=args.layers),
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
     report.add(table(result))

@@ -337,12 +337,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_after": load_average(),
         "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
         "reference": {str(n): c for n, c in (reference or {}).items()},
-        "capacity": {
-            "layers": args.capacity_layers,
-            "clients": args.clients,
-            "seconds": args.capacity_seconds,
-            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
-        },
+        "capacity": capacity.record_of(caps, args, layers=args.capacity_layers),
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
     report.add(table(result))

@@ -211,12 +211,7 @@ def main(argv: list[str] | None = None) -> None:
         "minutes": round((time.perf_counter() - started) / 60, 1),
         "speed": timed,
         "quality": quality,
-        "capacity": {
-            "layers": args.capacity_layers,
-            "clients": args.clients,
-            "seconds": args.capacity_seconds,
-            "rows": {b: {str(n): c.record() for n, c in cs.items()} for b, cs in caps.items()},
-        },
+        "capacity": capacity.record_of(caps, args, layers=args.capacity_layers),
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
     report.add(
