@@ -16,6 +16,7 @@ from tests.service.helpers import folders_client
 from tests.utils.auto_checks import (
     assert_auto_within_losses,
     assert_measured_card,
+    auto_body,
     evaluated,
     measured_losses,
 )
@@ -32,16 +33,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _rerank(client: Any, budget: float | None) -> Any:
-    body: dict[str, Any] = {
-        "model": NAME,
-        "query": TEXTS[4],
-        "documents": TEXTS,
-        "attention": "auto",
-        "truncate": True,
-    }
-    if budget is not None:
-        body["max_quality_loss"] = budget
-    return client.post("/v1/rerank", json=body)
+    return client.post(
+        "/v1/rerank", json=auto_body(budget, model=NAME, query=TEXTS[4], documents=TEXTS)
+    )
 
 
 def test_auto_chooses_within_the_measured_maxsim_loss(measured: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from models.quality_file import read_quality
 from models.text.quality.classifier import main as evaluate
 from tests.service.helpers import folders_client
-from tests.utils.auto_checks import assert_auto_within_losses, measured_losses
+from tests.utils.auto_checks import assert_auto_within_losses, auto_body, measured_losses
 from tests.utils.tiny_classifiers import DOCUMENTS, QUERIES, save_tiny_classifier
 
 
@@ -26,15 +26,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _auto(client: Any, budget: float | None) -> Any:
-    body: dict[str, Any] = {
-        "query": QUERIES[0],
-        "documents": DOCUMENTS[:3],
-        "attention": "auto",
-        "truncate": True,
-    }
-    if budget is not None:
-        body["max_quality_loss"] = budget
-    return client.post("/v1/rerank", json=body)
+    return client.post(
+        "/v1/rerank", json=auto_body(budget, query=QUERIES[0], documents=DOCUMENTS[:3])
+    )
 
 
 def test_auto_chooses_within_the_measured_ranking_loss(measured: Path) -> None:

@@ -16,6 +16,7 @@ from tests.service.helpers import folders_client
 from tests.utils.auto_checks import (
     assert_auto_within_losses,
     assert_measured_card,
+    auto_body,
     evaluated,
     measured_losses,
 )
@@ -33,11 +34,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _embed(client: Any, budget: float | None, model: str | None = NAME) -> Any:
-    body: dict[str, Any] = {"inputs": SAMPLE_TEXTS, "attention": "auto", "truncate": True}
+    body = auto_body(budget, inputs=SAMPLE_TEXTS)
     if model is not None:
         body["model"] = model
-    if budget is not None:
-        body["max_quality_loss"] = budget
     return client.post("/embed_sparse", json=body)
 
 

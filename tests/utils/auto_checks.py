@@ -70,3 +70,12 @@ def assert_measured_card(card: dict[str, Any], task: str, metric: str) -> float:
     assert card["auto"]["default_max_quality_loss"] == default
     assert metric in card["auto"]["quality_metric"]
     return default
+
+
+def auto_body(budget: float | None, **fields: Any) -> dict[str, Any]:
+    """A body of ``fields`` asking for ``attention: "auto"`` (long inputs cut), with
+    ``max_quality_loss`` when a ``budget`` is given (None: the server's default)."""
+    body: dict[str, Any] = {**fields, "attention": "auto", "truncate": True}
+    if budget is not None:
+        body["max_quality_loss"] = budget
+    return body
