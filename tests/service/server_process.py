@@ -8,8 +8,10 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Self
 
 import httpx
 
@@ -62,6 +64,15 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait(10)
         self.log.close()
+
+    @contextmanager
+    def serving(self) -> Iterator[Self]:
+        """This server once ready (a fixture yields it); stopped however the block ends."""
+        try:
+            self.wait_ready()
+            yield self
+        finally:
+            self.stop()
 
 
 def start_up_failure(*args: str) -> str:

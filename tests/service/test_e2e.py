@@ -47,11 +47,8 @@ class Server(ServerProcess):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     s = Server(tmp_path_factory.mktemp("e2e"))
-    try:
-        s.wait_ready()
+    with s.serving():
         yield s
-    finally:
-        s.stop()
 
 
 def test_health_models_and_both_tasks_over_http(server: Server) -> None:

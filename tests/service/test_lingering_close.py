@@ -26,11 +26,8 @@ def server(
 ) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("linger") / "server.log"
     s = ServerProcess(log, [MODEL], ["--http-parser", request.param])
-    try:
-        s.wait_ready()
+    with s.serving():
         yield s
-    finally:
-        s.stop()
 
 
 def upload(server: ServerProcess, extra: bytes, pause_s: float) -> tuple[bytes, int, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections.abc import Iterator
 from types import SimpleNamespace
 
 import psutil
@@ -29,14 +30,11 @@ def rss_mb(pid: int) -> float:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     log = tmp_path_factory.mktemp("memory") / "server.log"
     process = ServerProcess(log, ["all-MiniLM-L6-v2"], ["--memory-trim-interval-s", "1"])
-    try:
-        process.wait_ready()
+    with process.serving():
         yield process
-    finally:
-        process.stop()
 
 
 def test_refused_floods_leave_resident_memory_where_it_was(server: ServerProcess) -> None:

@@ -48,11 +48,8 @@ def server(
     with pytest.MonkeyPatch.context() as patch:
         patch.setitem(os.environ, "ATTNSERVE_MAX_CONNECTIONS_PER_CLIENT", str(PER_CLIENT))
         s = ServerProcess(root / "server.log", [str(folder)], args)
-    try:
-        s.wait_ready()
+    with s.serving():
         yield s
-    finally:
-        s.stop()
 
 
 def connect(server: ServerProcess, source: str = "127.0.0.1") -> socket.socket:

@@ -28,11 +28,8 @@ def server(
         "--max-header-bytes", "4096", "--max-connections", "8", "--http-parser", request.param,
     ]  # fmt: skip
     s = ServerProcess(log, [MODEL], args)
-    try:
-        s.wait_ready()
+    with s.serving():
         yield s
-    finally:
-        s.stop()
 
 
 def connect(server: ServerProcess) -> socket.socket:
