@@ -38,11 +38,11 @@ import torch
 
 import models.hf_forecast.bridge as bridge
 from benchmarks.harness import capacity, cli
-from benchmarks.harness.host import load_average
 from benchmarks.harness.report import RESULTS, Report, write_json
 from benchmarks.text.long_document_speed import (
     LONG_REQUESTS,
     http_latencies,
+    latency_record,
     plot,
     reference_latencies,
     row_label,
@@ -217,14 +217,7 @@ def main(argv: list[str] | None = None) -> None:
         "title": "Qwen3-Embedding-0.6B shape, CPU",
         "reference_class": "Qwen3Model",
         "layers": args.layers,
-        "threads": args.threads,
-        "repeats": args.repeats,
-        "lengths": args.lengths,
-        "baseline": row_label("flash", args.precisions[0], args.precisions),
-        "load_before": report.load_before,
-        "load_after": load_average(),
-        "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
-        "reference": {str(n): c for n, c in (reference or {}).items()},
+        **latency_record(args, report, rows, reference),
         "refused": refused,
         "capacity": capacity.record_of(caps, args, layers=args.layers),
     }

@@ -31,6 +31,7 @@ with the server's busy cores and the client's CPU per request. ``--smoke``: one 
 
 from __future__ import annotations
 
+import argparse
 import json
 import shutil
 import statistics
@@ -108,6 +109,26 @@ def text_of(tokens: int, count: Any) -> str:
         else:
             hi = mid - 1
     return " ".join(words[:lo])
+
+
+def latency_record(
+    args: argparse.Namespace,
+    report: Report,
+    rows: dict[str, dict[int, Any]],
+    reference: dict[int, Any] | None,
+) -> dict[str, Any]:
+    """The result file's latency part: the run's settings, the host's load before and after,
+    each row's cells by length and the reference's (none: ``--no-reference``)."""
+    return {
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "lengths": args.lengths,
+        "baseline": row_label("flash", args.precisions[0], args.precisions),
+        "load_before": report.load_before,
+        "load_after": load_average(),
+        "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
+        "reference": {str(n): c for n, c in (reference or {}).items()},
+    }
 
 
 def row_label(backend: str, precision: str, precisions: list[str]) -> str:
@@ -328,15 +349,8 @@ def main(argv: list[str] | None = None) -> None:
         caps = encode_capacity(Path(tmp), args) if args.capacity_lengths else {}
     result = {
         "layers": args.layers,
-        "threads": args.threads,
-        "repeats": args.repeats,
-        "lengths": args.lengths,
         "precisions": args.precisions,
-        "baseline": row_label("flash", args.precisions[0], args.precisions),
-        "load_before": report.load_before,
-        "load_after": load_average(),
-        "rows": {b: {str(n): c for n, c in cells.items()} for b, cells in rows.items()},
-        "reference": {str(n): c for n, c in (reference or {}).items()},
+        **latency_record(args, report, rows, reference),
         "capacity": capacity.record_of(caps, args, layers=args.capacity_layers),
     }
     write_json(args.output_prefix.with_suffix(".json"), result)
