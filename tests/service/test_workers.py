@@ -168,6 +168,14 @@ def gone(pid: int) -> bool:
         return True
 
 
+def stop_all(server: ServerProcess, pids: set[int]) -> None:
+    """Stop the supervisor, then kill any of its workers (``pids``) still running."""
+    server.stop()
+    for pid in pids:
+        if not gone(pid):
+            psutil.Process(pid).kill()
+
+
 @pytest.mark.e2e
 @pytest.mark.timeout(240)
 def test_workers_drain_and_exit_when_the_supervisor_is_killed(tmp_path: Path) -> None:
@@ -186,10 +194,7 @@ def test_workers_drain_and_exit_when_the_supervisor_is_killed(tmp_path: Path) ->
             time.sleep(0.1)
         wait_for_log(s, f"the supervisor (pid {s.proc.pid}) is gone", count=2)
     finally:
-        s.stop()
-        for pid in pids:
-            if not gone(pid):
-                psutil.Process(pid).kill()
+        stop_all(s, pids)
 
 
 def test_torch_threads_are_shared_out_among_workers() -> None:
@@ -222,10 +227,7 @@ def test_workers_auto_starts_what_the_host_allows_and_logs_why(tmp_path: Path) -
         log = s.log_path.read_text()
         assert line in log and "usable CPUs, 1 torch thread(s) a process (torch_threads)" in log
     finally:
-        s.stop()
-        for pid in pids:
-            if not gone(pid):
-                psutil.Process(pid).kill()
+        stop_all(s, pids)
 
 
 def test_several_workers_on_cuda_are_refused_with_the_fix() -> None:
