@@ -31,6 +31,7 @@ from models.text.network.costs import network_bytes, network_work
 from models.text.quality.card import load_quality
 from models.text.tokens.batching import plan_batches, round_up
 from models.text.tokens.tokenizer import TextTokenizer
+from models.text.twins import twin_of
 
 DEFAULT_ATTENTION = "flash"
 MAX_BATCH_SIZE = 32  # sentence-transformers' default encode (and CrossEncoder.predict) batch size
@@ -191,8 +192,9 @@ class TextModel:
         return self._with_network(cast(BertEncoder, network), precision)
 
     def _with_network(self, network: BertEncoder, precision: str) -> Self:
-        """A model like this one over ``network`` (in ``precision``), through the constructor."""
-        raise NotImplementedError
+        """A model like this one over ``network`` (in ``precision``), through the constructor
+        (:func:`models.text.twins.twin_of`)."""
+        return twin_of(self, network, precision)
 
     def _calibrate(self, network: BertEncoder) -> None:
         """Run ``network`` in place of this model's on its int8 calibration inputs."""

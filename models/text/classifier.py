@@ -132,18 +132,6 @@ class TextClassifier(TextModel):
         head = load_head(spec.encoder.weights, spec.head, hidden, device)
         return cls(network, head, tokenizer, spec, limit, name=name, quality_file=quality_file)
 
-    def _with_network(self, network: BertEncoder, precision: str) -> TextClassifier:
-        return type(self)(
-            network,
-            self.head,
-            self.tokenizer,
-            self.folder,
-            self.max_tokens,
-            name=self.name,
-            quality_file=self.quality_file,
-            precision=precision,
-        )
-
     def _calibrate(self, network: BertEncoder) -> None:
         """Score :data:`INT8_CALIBRATION_PER_BIN` pairs of shipped texts per length band with
         ``network``."""

@@ -162,23 +162,6 @@ class SentenceEncoder(TextModel, PromptedText):
             dense=read_dense_stack(spec.dense),
         )
 
-    def _with_network(self, network: BertEncoder, precision: str) -> SentenceEncoder:
-        return type(self)(
-            network,
-            self.tokenizer,
-            self.max_tokens,
-            name=self.name,
-            normalize=self.normalize,
-            prompts=self.prompts,
-            default_prompt_name=self.default_prompt_name,
-            quality_file=self.quality_file,
-            source=self.source,
-            default_max_tokens=self.default_max_tokens,
-            shortening=self.shortening,
-            precision=precision,
-            dense=self.dense,
-        )
-
     def _calibrate(self, network: BertEncoder) -> None:
         """Embed :data:`INT8_CALIBRATION_PER_BIN` shipped texts per length band with
         ``network``."""

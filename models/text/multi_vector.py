@@ -148,19 +148,6 @@ class MultiVectorModel(TextModel, PromptedText):
             quality_file=quality_file,
         )  # fmt: skip
 
-    def _with_network(self, network: BertEncoder, precision: str) -> MultiVectorModel:
-        return type(self)(
-            network,
-            self.tokenizer,
-            self.max_tokens,
-            name=self.name,
-            spec=self.spec,
-            steps=self.steps,
-            quality_file=self.quality_file,
-            source=self.source,
-            precision=precision,
-        )
-
     def _calibrate(self, network: BertEncoder) -> None:
         from models.text.quality.corpus import length_spread
 

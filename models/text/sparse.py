@@ -136,19 +136,6 @@ class SparseEncoder(TextModel, PromptedText):
             quality_file=quality_file,
         )
 
-    def _with_network(self, network: BertEncoder, precision: str) -> SparseEncoder:
-        return type(self)(
-            network,
-            self.head,
-            self.tokenizer,
-            self.max_tokens,
-            folder=self.folder,
-            static=self.static,
-            name=self.name,
-            quality_file=self.quality_file,
-            precision=precision,
-        )
-
     def _calibrate(self, network: BertEncoder) -> None:
         """Encode shipped texts of every length band with ``network`` (int8 calibration)."""
         from models.text.quality.corpus import length_spread
