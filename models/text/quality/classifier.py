@@ -44,15 +44,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import torch
 from torch import Tensor
 
 from models.quality_file import backend_rows, read_quality
+from models.text.base import TextModel
 from models.text.classifier import TextClassifier
 from models.text.quality.backends import measure_backends
 from models.text.quality.corpus import load_snapshot, stdlib_docstrings
@@ -68,6 +69,7 @@ from models.text.tokens.pairs import PairRow
 CANDIDATES = 20  # per query: the right document and 19 others
 QUERY_WORDS = 12
 Band = tuple[int, int]
+M = TypeVar("M", bound=TextModel)  # the model a pair measurement loads (:func:`pair_main`)
 
 
 class PairTokens(Protocol):
@@ -317,19 +319,33 @@ def parse_pair_args(
     return args
 
 
-def main(argv: list[str] | None = None) -> None:
-    description = (__doc__ or "").splitlines()[0]
-    args = parse_pair_args(
-        argv, "a cross-encoder or sequence-classifier folder", "scores", description
-    )
+def pair_main(
+    argv: list[str] | None,
+    doc: str | None,
+    folder: str,
+    scored: str,
+    load: Callable[[Path], M],
+    measure: Callable[[M, list[tuple[Band, int]], tuple[str, ...], int], dict[str, Any]],
+    limit_of: Callable[[M], int] = lambda model: model.max_tokens,
+) -> None:
+    """``attnserve evaluate FOLDER`` of a pair measurement (this module's, the sparse and the
+    multi-vector one): :func:`parse_pair_args` (``folder``, ``scored``; the description is
+    ``doc``'s first line), ``load`` the folder, ``measure`` it on :func:`plan_for` up to
+    ``limit_of`` the model (or ``--max-tokens``), write and print the result."""
+    args = parse_pair_args(argv, folder, scored, (doc or "").splitlines()[0])
     if args is None:
         return
-    classifier = _loader(args.folder).from_folder(args.folder)
+    model = load(args.folder)
     start = time.perf_counter()
-    limit = min(classifier.max_tokens, args.max_tokens or classifier.max_tokens)
+    limit = min(limit_of(model), args.max_tokens or limit_of(model))
     plan = plan_for(limit, args.pairs_per_band)
-    result = measure(classifier, plan, tuple(args.precisions), args.candidates)
+    result = measure(model, plan, tuple(args.precisions), args.candidates)
     write_quality(args.out, result, args.precisions, time.perf_counter() - start, markdown)
+
+
+def main(argv: list[str] | None = None) -> None:
+    folder = "a cross-encoder or sequence-classifier folder"
+    pair_main(argv, __doc__, folder, "scores", lambda f: _loader(f).from_folder(f), measure)
 
 
 def _loader(folder: Path) -> type[TextClassifier]:

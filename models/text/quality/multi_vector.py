@@ -30,7 +30,6 @@ against the float32 exact vectors, every backend the reference included.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,11 +45,8 @@ from models.text.quality.classifier import (
     Band,
     Corpus,
     build_corpus,
-    markdown,
-    parse_pair_args,
-    plan_for,
+    pair_main,
 )
-from models.text.quality.embedding import write_quality
 from models.text.quality.ranking import by_band, query_document_corpus, rank_figures
 from models.text.tokens.pairs import PairRow
 
@@ -180,18 +176,15 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> None:
-    description = (__doc__ or "").splitlines()[0]
-    args = parse_pair_args(argv, "a multi-vector (ColBERT) folder", "token vectors", description)
-    if args is None:
-        return
-    model = MultiVectorModel.from_folder(args.folder)
-    start = time.perf_counter()
-    limit = model.side_tokenizers["document"].max_tokens
-    limit = min(limit, args.max_tokens or limit)
-    result = measure(
-        model, plan_for(limit, args.pairs_per_band), tuple(args.precisions), args.candidates
+    pair_main(
+        argv,
+        __doc__,
+        "a multi-vector (ColBERT) folder",
+        "token vectors",
+        MultiVectorModel.from_folder,
+        measure,
+        lambda model: model.side_tokenizers["document"].max_tokens,
     )
-    write_quality(args.out, result, args.precisions, time.perf_counter() - start, markdown)
 
 
 if __name__ == "__main__":

@@ -45,7 +45,6 @@ the reference included.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -60,11 +59,8 @@ from models.text.quality.classifier import (
     Band,
     Corpus,
     build_corpus,
-    markdown,
-    parse_pair_args,
-    plan_for,
+    pair_main,
 )
-from models.text.quality.embedding import write_quality
 from models.text.quality.ranking import by_band, query_document_corpus, rank_figures
 from models.text.sparse import SparseEncoder
 from models.text.tokens.pairs import PairRow
@@ -260,17 +256,8 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> None:
-    description = (__doc__ or "").splitlines()[0]
-    args = parse_pair_args(argv, "a SPLADE sparse-encoder folder", "sparse vectors", description)
-    if args is None:
-        return
-    encoder = SparseEncoder.from_folder(args.folder)
-    start = time.perf_counter()
-    limit = min(encoder.max_tokens, args.max_tokens or encoder.max_tokens)
-    result = measure(
-        encoder, plan_for(limit, args.pairs_per_band), tuple(args.precisions), args.candidates
-    )
-    write_quality(args.out, result, args.precisions, time.perf_counter() - start, markdown)
+    folder = "a SPLADE sparse-encoder folder"
+    pair_main(argv, __doc__, folder, "sparse vectors", SparseEncoder.from_folder, measure)
 
 
 if __name__ == "__main__":
