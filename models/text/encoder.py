@@ -97,13 +97,11 @@ class SentenceEncoder(TextModel, PromptedText):
         self.compiled_backends: frozenset[str] = frozenset()
         self._compiled: Any = None
         self.normalize = normalize
-        self.prompts = dict(prompts or {})
-        self.default_prompt_name = default_prompt_name
+        self._set_prompts(prompts, default_prompt_name)
         self.shortening = shortening or read_shortening(None)
         pooled = model.config.hidden_size * len(model.pooling.modes)
         self.dense = None if dense is None else dense.to(self.device)
         self.dim = pooled if dense is None else _dense_width(dense, pooled)
-        self._prompt_lengths: dict[str, int] = {}  # prompt -> tokens it takes (see prompt_tokens)
 
     @classmethod
     def load(

@@ -105,9 +105,7 @@ class MultiVectorModel(TextModel, PromptedText):
             precision=precision,
         )
         self.spec = spec
-        self.prompts = dict(spec.text.prompts)
-        self.default_prompt_name = spec.text.default_prompt_name
-        self._prompt_lengths: dict[str, int] = {}
+        self._set_prompts(spec.text.prompts, spec.text.default_prompt_name)
         self.steps = steps.to(self.device)
         self.dim = _width(steps, model.config.hidden_size)
         path = spec.text.weights / "tokenizer.json"

@@ -93,10 +93,8 @@ class SparseEncoder(TextModel, PromptedText):
         self.folder = folder
         self.static = static
         self.vocab_size = head.vocab_size
-        self.prompts = dict(folder.encoder.prompts)
-        self.default_prompt_name = folder.encoder.default_prompt_name
+        self._set_prompts(folder.encoder.prompts, folder.encoder.default_prompt_name)
         self.max_active_dims = folder.max_active_dims
-        self._prompt_lengths: dict[str, int] = {}
 
     # ------------------------------------------------------------------ loading
 

@@ -6,6 +6,7 @@ for, which prompt a kind of text gets, how many tokens a prompt takes at the sta
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from models.errors import ModelInputError
@@ -33,6 +34,13 @@ class PromptedText:
     tokenizer: TextTokenizer
     model: Any
     _prompt_lengths: dict[str, int]
+
+    def _set_prompts(self, prompts: Mapping[str, str] | None, default: str | None) -> None:
+        """Keep a copy of ``prompts`` and the ``default`` prompt name; no prompt's token count
+        is known yet (:meth:`prompt_tokens` works each out once)."""
+        self.prompts = dict(prompts or {})
+        self.default_prompt_name = default
+        self._prompt_lengths = {}
 
     def prompt(self, prompt_name: str | None) -> str:
         """The text ``prompt_name`` stands for (the default prompt when None; "" when none).
