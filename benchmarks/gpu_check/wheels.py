@@ -28,8 +28,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 DEST = ROOT / ".gpu-wheels"
 TRAVEL_LIMIT = 64 * 2**20  # what the run tool carries: tracked + untracked-not-ignored + carry
+# The OpenTelemetry packages: service/app.py imports the tracing modules whether traces are on.
 ROOTS = ("fastapi", "starlette", "uvicorn", "httptools", "pydantic", "pydantic-core",
-         "pydantic-settings")  # fmt: skip
+         "pydantic-settings", "opentelemetry-api", "opentelemetry-sdk",
+         "opentelemetry-exporter-otlp-proto-http")  # fmt: skip
 # pydantic 2.14 and typing-inspection need typing-extensions >= 4.16: carried whatever the image
 # holds (the newer release is backward compatible, and it only shadows the image's copy).
 ALWAYS = ("typing-extensions",)
